@@ -1,0 +1,3 @@
+//! Benchmark harness.
+
+fn main() {}

@@ -1,0 +1,22 @@
+//! `cordon-core`: the model protocol, the agent runtime's tool contract, and the agent loop.
+//!
+//! This crate owns what every other Cordon crate agrees on:
+//! - [`protocol`]: the JSON shapes models and hosts exchange (CONTRACT §1), serialised camelCase;
+//! - [`tool`]: the [`tool::AgentTool`] trait a tool implements and the result it returns;
+//! - [`hooks`]: `before_tool_call` / `after_tool_call`, where policy and redaction plug in;
+//! - [`event`]: the agent events streamed to hosts (SPEC §2);
+//! - [`provider`]: the small trait a model provider implements to drive the loop;
+//! - [`sandbox`]: the plain, serialisable sandbox specification every backend enforces.
+//!
+//! It does not know about concrete tools, backends, policies or providers: the dependency
+//! arrows point into this crate, never out of it.
+#![warn(missing_docs)]
+
+pub mod event;
+pub mod hooks;
+pub mod protocol;
+pub mod provider;
+pub mod sandbox;
+pub mod tool;
+
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,123 @@
+//! The sandbox specification: plain, serialisable data describing what commands and file
+//! operations may touch. The policy compiles it (one file, both layers); every backend
+//! enforces it with its own mechanism (Landlock + seccomp locally, container settings in
+//! Docker, …). Nothing here enforces anything.
+//!
+//! Paths are strings in the backend's namespace: absolute, relative to the workspace root, or
+//! starting with `~/` (expanded by the backend to its own home directory).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Whether sandboxed commands may use the network.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum NetworkMode {
+    /// No network: no IP, netlink or vsock sockets, no connect/bind to host Unix sockets.
+    #[default]
+    Disabled,
+    /// Network allowed.
+    Enabled,
+}
+
+/// Access to the workspace root.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RootAccess {
+    /// Read-only.
+    ReadOnly,
+    /// Read and write (protected paths excepted).
+    #[default]
+    ReadWrite,
+}
+
+/// Resource limits. `None` means "no limit beyond the backend's own".
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    /// Bash timeout when the model gives none.
+    #[serde(with = "duration_secs")]
+    pub default_timeout: Duration,
+    /// Upper bound for a model-requested timeout.
+    #[serde(with = "duration_secs")]
+    pub max_timeout: Duration,
+    /// Memory per command (address space locally, cgroup memory in containers).
+    pub memory_bytes: Option<u64>,
+    /// Maximum number of processes.
+    pub pids: Option<u64>,
+    /// CPU share (containers) — locally there is no cgroup, so this is advisory.
+    pub cpus: Option<f64>,
+    /// Largest file a command may write.
+    pub file_size_bytes: Option<u64>,
+    /// Maximum open file descriptors.
+    pub open_files: Option<u64>,
+    /// CPU seconds per command.
+    pub cpu_time_secs: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            default_timeout: Duration::from_secs(120),
+            max_timeout: Duration::from_secs(1800),
+            memory_bytes: Some(2 << 30),
+            pids: Some(512),
+            cpus: Some(2.0),
+            file_size_bytes: None,
+            open_files: None,
+            cpu_time_secs: None,
+        }
+    }
+}
+
+/// Environment given to commands: nothing from the host unless named here.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvSpec {
+    /// Host variables copied by name (on top of the backend's small baseline:
+    /// PATH, HOME inside the sandbox, LANG, TERM, TMPDIR).
+    pub pass: Vec<String>,
+    /// Variables set to fixed values.
+    pub set: Vec<(String, String)>,
+}
+
+/// Everything a backend needs to confine commands and file operations.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxSpec {
+    /// Access to the workspace root.
+    pub workspace: RootAccess,
+    /// Extra read-only roots (toolchains, shared caches).
+    pub readable_roots: Vec<String>,
+    /// Extra writable roots.
+    pub writable_roots: Vec<String>,
+    /// Globs that stay read-only even inside writable roots (default `.git/**`).
+    pub protected: Vec<String>,
+    /// Globs that are neither readable nor writable.
+    pub denied: Vec<String>,
+    /// Network access for commands.
+    pub network: NetworkMode,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Environment of commands.
+    pub env: EnvSpec,
+    /// Whether the operator accepted a weaker sandbox when a layer is unavailable.
+    /// When `false` (the default) a missing layer is a hard error.
+    pub allow_degraded: bool,
+}
+
+mod duration_secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_f64(value.as_secs_f64())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        let secs = f64::deserialize(deserializer)?;
+        Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
+    }
+}

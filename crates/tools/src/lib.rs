@@ -1,0 +1,11 @@
+//! `cordon-tools`: the tools a model calls (read, edit, write, bash, grep, find, ls), written
+//! only against the backend traits in [`ops`], plus what they share: output truncation, path
+//! resolution, the per-file mutation queue and the grep/find output formatter.
+//!
+//! It does not know any concrete backend: local, docker and ssh implement [`ops`] and get
+//! every tool with identical behaviour.
+#![warn(missing_docs)]
+
+pub mod ops;
+pub mod paths;
+pub mod truncate;

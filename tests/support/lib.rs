@@ -1,0 +1,1 @@
+//! Test support shared by the conformance, escape and end-to-end suites.
