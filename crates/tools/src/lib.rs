@@ -8,4 +8,6 @@
 
 pub mod ops;
 pub mod paths;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod truncate;
