@@ -126,6 +126,13 @@ pub trait ToolHooks: Send + Sync {
     }
 }
 
+/// Hooks that do nothing: every call continues and every result is kept as the tool returned
+/// it. The default when no policy is configured.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHooks;
+
+impl ToolHooks for NoHooks {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

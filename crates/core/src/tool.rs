@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::{Content, ToolDefinition};
+use crate::protocol::{Content, ToolDefinition, ToolResult};
 
 /// Whether a tool may run concurrently with the other calls of its batch (SPEC §2.3).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -71,6 +71,30 @@ impl AgentToolResult {
     pub fn with_structured_content(mut self, structured: Value) -> Self {
         self.structured_content = Some(structured);
         self
+    }
+
+    /// The result message the model reads for call `tool_call_id` of tool `tool_name`.
+    /// `terminate` is a loop hint and is not carried over.
+    pub fn into_tool_result(
+        self,
+        tool_call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+    ) -> ToolResult {
+        let AgentToolResult {
+            content,
+            details,
+            structured_content,
+            is_error,
+            terminate: _,
+        } = self;
+        ToolResult {
+            tool_call_id: tool_call_id.into(),
+            tool_name: tool_name.into(),
+            content,
+            details,
+            structured_content,
+            is_error,
+        }
     }
 }
 
@@ -139,5 +163,30 @@ pub trait AgentTool: Send + Sync {
             description: self.description().to_owned(),
             parameters: self.parameters().clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn into_tool_result_keeps_every_field_but_terminate() {
+        let mut result = AgentToolResult::error("boom")
+            .with_details(json!({"d": 1}))
+            .with_structured_content(json!({"s": 2}));
+        result.terminate = true;
+        assert_eq!(
+            result.into_tool_result("call-1", "bash"),
+            ToolResult {
+                tool_call_id: "call-1".into(),
+                tool_name: "bash".into(),
+                content: vec![Content::text("boom")],
+                details: Some(json!({"d": 1})),
+                structured_content: Some(json!({"s": 2})),
+                is_error: true,
+            }
+        );
     }
 }
