@@ -6,7 +6,8 @@
 //! - [`hooks`]: `before_tool_call` / `after_tool_call`, where policy and redaction plug in;
 //! - [`event`]: the agent events streamed to hosts (SPEC §2);
 //! - [`provider`]: the small trait a model provider implements to drive the loop;
-//! - [`sandbox`]: the plain, serialisable sandbox specification every backend enforces.
+//! - [`sandbox`]: the plain, serialisable sandbox specification every backend enforces;
+//! - [`validate`]: lenient coercion and JSON Schema validation of tool arguments.
 //!
 //! It does not know about concrete tools, backends, policies or providers: the dependency
 //! arrows point into this crate, never out of it.
@@ -18,5 +19,6 @@ pub mod protocol;
 pub mod provider;
 pub mod sandbox;
 pub mod tool;
+pub mod validate;
 
 pub use tokio_util::sync::CancellationToken;
