@@ -7,18 +7,31 @@
 //! - [`event`]: the agent events streamed to hosts (SPEC §2);
 //! - [`provider`]: the small trait a model provider implements to drive the loop;
 //! - [`sandbox`]: the plain, serialisable sandbox specification every backend enforces;
-//! - [`validate`]: lenient coercion and JSON Schema validation of tool arguments.
+//! - [`validate`]: lenient coercion and JSON Schema validation of tool arguments;
+//! - [`executor`]: one assistant message's tool calls as a batch, with every SPEC §2 rule;
+//! - [`agent`]: the multi-turn loop over a [`provider::ModelProvider`];
+//! - [`replay`]: `cordon replay` semantics, the loop without a model;
+//! - `testing` (feature `testing`): a scripted provider for tests.
 //!
 //! It does not know about concrete tools, backends, policies or providers: the dependency
 //! arrows point into this crate, never out of it.
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod event;
+pub mod executor;
 pub mod hooks;
 pub mod protocol;
 pub mod provider;
+pub mod replay;
 pub mod sandbox;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod tool;
 pub mod validate;
+
+pub use agent::{Agent, AgentConfig, AgentError};
+pub use executor::{BatchOutcome, RunControl, ToolBatch, execute_tool_calls};
+pub use replay::replay;
 
 pub use tokio_util::sync::CancellationToken;
