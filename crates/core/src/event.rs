@@ -125,4 +125,36 @@ mod tests {
             json!({"type":"agent_start"})
         );
     }
+
+    #[test]
+    fn tool_end_and_turn_end_have_contract_shapes() {
+        let result = AgentToolResult::error("Tool nope not found");
+        let end = AgentEvent::ToolExecutionEnd {
+            tool_call_id: "c1".into(),
+            tool_name: "nope".into(),
+            result: result.clone(),
+            is_error: true,
+        };
+        assert_eq!(
+            serde_json::to_value(&end).unwrap(),
+            json!({"type":"tool_execution_end","toolCallId":"c1","toolName":"nope",
+                   "result":{"content":[{"type":"text","text":"Tool nope not found"}],
+                             "details":null,"structuredContent":null,"isError":true,
+                             "terminate":false},
+                   "isError":true})
+        );
+        let message = Message::Assistant(crate::protocol::AssistantMessage::default());
+        let turn_end = AgentEvent::TurnEnd {
+            message,
+            tool_results: vec![result.into_tool_result("c1", "nope")],
+        };
+        assert_eq!(
+            serde_json::to_value(&turn_end).unwrap(),
+            json!({"type":"turn_end",
+                   "message":{"role":"assistant","content":[],"stopReason":"stop"},
+                   "toolResults":[{"toolCallId":"c1","toolName":"nope",
+                       "content":[{"type":"text","text":"Tool nope not found"}],
+                       "details":null,"structuredContent":null,"isError":true}]})
+        );
+    }
 }
