@@ -6,7 +6,7 @@
 //! call. Per-batch rules live in [`crate::executor`]; the model itself is behind
 //! [`ModelProvider`]. There is no steering or follow-up queue yet: a run takes one prompt.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::event::AgentEvent;
 use crate::executor::{ABORTED_TEXT, BatchOutcome, RunControl, ToolBatch, execute_tool_calls};
@@ -154,16 +154,15 @@ impl Agent {
     }
 
     /// One model call with its message events. Never fails: a provider error becomes an
-    /// `error` message, cancellation an `aborted` one (the provider is not called at all
-    /// when the run is already cancelled).
+    /// `error` message, cancellation an `aborted` one.
     async fn next_assistant_message(
         &self,
         messages: &[Message],
         control: &RunControl,
     ) -> AssistantMessage {
-        let stream = StreamState::default();
+        let stream = Mutex::new(StreamProgress::default());
         let on_event = |partial: &AssistantMessage, event: &AssistantStreamEvent| {
-            let mut state = stream.lock();
+            let mut state = lock(&stream);
             if !state.started {
                 state.started = true;
                 control.emit(AgentEvent::MessageStart {
@@ -181,24 +180,22 @@ impl Agent {
             messages,
             tools: &self.definitions,
         };
-        let outcome = if control.cancel.is_cancelled() {
-            None
-        } else {
-            tokio::select! {
-                biased;
-                () = control.cancel.cancelled() => None,
-                outcome = self.provider.stream(request, &control.cancel, &on_event) => Some(outcome),
-            }
+        // Biased: an already-cancelled run never polls (so never calls) the provider.
+        let outcome = tokio::select! {
+            biased;
+            () = control.cancel.cancelled() => None,
+            outcome = self.provider.stream(request, &control.cancel, &on_event) => Some(outcome),
         };
-        let mut state = stream.lock();
+        let mut state = lock(&stream);
         let partial = state.partial.take();
         let message = match outcome {
             Some(Ok(message)) => message,
-            Some(Err(_)) | None if control.cancel.is_cancelled() => {
+            Some(Err(error)) if !control.cancel.is_cancelled() => {
+                failed_message(partial, StopReason::Error, error.to_string())
+            }
+            Some(Err(_)) | None => {
                 failed_message(partial, StopReason::Aborted, ABORTED_TEXT.to_owned())
             }
-            Some(Err(error)) => failed_message(partial, StopReason::Error, error.to_string()),
-            None => failed_message(partial, StopReason::Aborted, ABORTED_TEXT.to_owned()),
         };
         if !state.started {
             control.emit(AgentEvent::MessageStart {
@@ -212,19 +209,16 @@ impl Agent {
     }
 }
 
-#[derive(Default)]
-struct StreamState(Mutex<StreamProgress>);
-
+/// What the stream callback has seen: whether `message_start` went out, and the latest
+/// partial message (kept for an `error`/`aborted` message).
 #[derive(Default)]
 struct StreamProgress {
     started: bool,
     partial: Option<AssistantMessage>,
 }
 
-impl StreamState {
-    fn lock(&self) -> std::sync::MutexGuard<'_, StreamProgress> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
+fn lock(progress: &Mutex<StreamProgress>) -> MutexGuard<'_, StreamProgress> {
+    progress.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The `error`/`aborted` message that ends a run: what was streamed so far (without tool
