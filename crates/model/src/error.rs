@@ -271,7 +271,7 @@ pub enum ModelError {
     },
 
     /// An event's `data` was not the JSON the provider documents.
-    #[error("failed to parse a {provider} stream event {data:?}")]
+    #[error("failed to parse an event of the {provider} stream: {data:?}")]
     InvalidEvent {
         /// The provider.
         provider: ProviderKind,
