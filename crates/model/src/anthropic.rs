@@ -145,7 +145,7 @@ impl AnthropicProvider {
             })?;
         key.set_sensitive(true);
         headers.insert(HeaderName::from_static("x-api-key"), key);
-        let client = build_client(kind)?;
+        let client = build_client(kind, &url)?;
         Ok(AnthropicProvider {
             config,
             client,
@@ -676,6 +676,10 @@ impl Decoder for AnthropicDecoder {
             }
         }
         Ok(Step::Continue)
+    }
+
+    fn stop_known(&self) -> bool {
+        self.stop_reason.is_some()
     }
 
     fn finish(&mut self, builder: &mut MessageBuilder<'_>) -> Result<StopReason, StreamFailure> {

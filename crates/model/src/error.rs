@@ -58,7 +58,7 @@ pub enum ModelError {
     #[error(
         "failed to configure openai-compatible model {model:?}: no base URL; pass --base-url \
          (llama.cpp: http://127.0.0.1:8080/v1, vLLM: http://127.0.0.1:8000/v1, \
-         Ollama: http://127.0.0.1:11434/v1) or set OPENAI_BASE_URL"
+         Ollama: http://127.0.0.1:11434/v1) or set OPENAI_COMPATIBLE_BASE_URL"
     )]
     MissingBaseUrl {
         /// The model name.

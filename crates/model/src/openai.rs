@@ -122,7 +122,7 @@ impl OpenAiProvider {
             value.set_sensitive(true);
             headers.insert(AUTHORIZATION, value);
         }
-        let client = build_client(kind)?;
+        let client = build_client(kind, &url)?;
         Ok(OpenAiProvider {
             config,
             client,
@@ -190,16 +190,37 @@ pub(crate) fn endpoint_url(base: &str, path: &str) -> Result<reqwest::Url, Model
 }
 
 /// The HTTP client both providers use: rustls, bounded connect time, generous idle time.
-pub(crate) fn build_client(kind: ProviderKind) -> Result<reqwest::Client, ModelError> {
-    reqwest::Client::builder()
+/// Proxies from the environment (`HTTPS_PROXY`, `NO_PROXY`, …) apply, except to a loopback
+/// server: a local model server is never reached through a proxy.
+pub(crate) fn build_client(
+    kind: ProviderKind,
+    url: &reqwest::Url,
+) -> Result<reqwest::Client, ModelError> {
+    let mut builder = reqwest::Client::builder()
         .user_agent(concat!("cordon/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(CONNECT_TIMEOUT)
-        .read_timeout(READ_IDLE_TIMEOUT)
-        .build()
-        .map_err(|source| ModelError::BuildClient {
-            provider: kind,
-            source,
-        })
+        .read_timeout(READ_IDLE_TIMEOUT);
+    if is_loopback(url) {
+        builder = builder.no_proxy();
+    }
+    builder.build().map_err(|source| ModelError::BuildClient {
+        provider: kind,
+        source,
+    })
+}
+
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => {
+            let host = host.to_ascii_lowercase();
+            host == "localhost" || host.ends_with(".localhost")
+        }
+    }
 }
 
 /// The JSON request body for one turn.
@@ -634,6 +655,10 @@ impl Decoder for OpenAiDecoder {
         Ok(Step::Continue)
     }
 
+    fn stop_known(&self) -> bool {
+        self.finish_reason.is_some()
+    }
+
     fn finish(&mut self, builder: &mut MessageBuilder<'_>) -> Result<StopReason, StreamFailure> {
         if !self.done && self.finish_reason.is_none() {
             return Err(StreamFailure {
@@ -704,6 +729,25 @@ mod tests {
 
     fn config(kind: ProviderKind) -> OpenAiConfig {
         OpenAiConfig::new(kind, "gpt-4.1", "https://api.openai.com/v1")
+    }
+
+    #[test]
+    fn loopback_hosts_are_recognised() {
+        for (url, expected) in [
+            ("http://127.0.0.1:8080/v1", true),
+            ("http://127.8.0.1/v1", true),
+            ("http://[::1]:8000/v1", true),
+            ("http://LocalHost:11434/v1", true),
+            ("https://api.openai.com/v1", false),
+            ("http://10.0.0.5:8000/v1", false),
+            ("http://localhost.example.com/v1", false),
+        ] {
+            assert_eq!(
+                is_loopback(&reqwest::Url::parse(url).unwrap()),
+                expected,
+                "{url}"
+            );
+        }
     }
 
     #[test]

@@ -21,7 +21,8 @@ pub enum ProviderKind {
     /// required.
     OpenAi,
     /// Any server speaking OpenAI chat completions (llama.cpp, vLLM, Ollama, …) at a base URL
-    /// you give; the key is optional.
+    /// you give; the key is optional and has its own variable, so an OpenAI key is never sent
+    /// to another host by accident.
     OpenAiCompatible,
     /// The Anthropic Messages API.
     Anthropic,
@@ -40,15 +41,18 @@ impl ProviderKind {
     /// The environment variable holding the API key.
     pub fn api_key_env(self) -> &'static str {
         match self {
-            ProviderKind::OpenAi | ProviderKind::OpenAiCompatible => "OPENAI_API_KEY",
+            ProviderKind::OpenAi => "OPENAI_API_KEY",
+            ProviderKind::OpenAiCompatible => "OPENAI_COMPATIBLE_API_KEY",
             ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
         }
     }
 
-    /// The environment variable that overrides the base URL (the official SDKs' convention).
+    /// The environment variable that overrides the base URL (the official SDKs' convention,
+    /// and its analogue for `openai-compatible`).
     pub fn base_url_env(self) -> &'static str {
         match self {
-            ProviderKind::OpenAi | ProviderKind::OpenAiCompatible => "OPENAI_BASE_URL",
+            ProviderKind::OpenAi => "OPENAI_BASE_URL",
+            ProviderKind::OpenAiCompatible => "OPENAI_COMPATIBLE_BASE_URL",
             ProviderKind::Anthropic => "ANTHROPIC_BASE_URL",
         }
     }
@@ -133,7 +137,7 @@ fn suggest_provider(model: &str) -> String {
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct ProviderOptions {
-    /// Base URL (`--base-url`); wins over `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL`.
+    /// Base URL (`--base-url`); wins over the provider's base-URL variable.
     pub base_url: Option<String>,
     /// Output token limit; provider defaults when `None`.
     pub max_tokens: Option<u32>,
@@ -151,11 +155,13 @@ pub fn provider_from_env(
 }
 
 /// Build the provider for `spec`, reading variables through `env`:
-/// - the key from `OPENAI_API_KEY` / `ANTHROPIC_API_KEY` (required for `openai` at its default
-///   URL and for `anthropic`; optional for `openai-compatible` and for `openai` with a custom
-///   base URL, since local servers usually need none);
-/// - the base URL from `options.base_url`, else `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL`, else
-///   the provider's default (`openai-compatible` has none and fails with a hint).
+/// - the key from [`ProviderKind::api_key_env`]: `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`,
+///   `OPENAI_COMPATIBLE_API_KEY`. Required for `anthropic` and for `openai` at its default URL;
+///   optional for `openai-compatible` and for `openai` with a custom base URL, since local
+///   servers usually need none. With a custom base URL, `openai` sends `OPENAI_API_KEY` there
+///   (the SDKs' convention); `openai-compatible` never reads `OPENAI_API_KEY`;
+/// - the base URL from `options.base_url`, else [`ProviderKind::base_url_env`], else the
+///   provider's default (`openai-compatible` has none and fails with a hint).
 pub fn provider_with_env(
     spec: &ModelSpec,
     options: &ProviderOptions,
@@ -335,9 +341,18 @@ mod tests {
             provider_with_env(
                 &local,
                 &ProviderOptions::default(),
-                &env_of(&[("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")])
+                &env_of(&[("OPENAI_COMPATIBLE_BASE_URL", "http://127.0.0.1:11434/v1")])
             )
             .is_ok()
+        );
+        // OPENAI_BASE_URL belongs to `openai`, not to `openai-compatible`.
+        assert!(
+            provider_with_env(
+                &local,
+                &ProviderOptions::default(),
+                &env_of(&[("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")])
+            )
+            .is_err()
         );
         // `openai` pointed elsewhere behaves like a local server: no key needed.
         let openai = parse_model_spec("openai:gpt-oss").unwrap();

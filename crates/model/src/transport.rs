@@ -77,6 +77,10 @@ pub(crate) trait Decoder {
     /// The stream is over (marker seen or body ended cleanly): settle the last blocks and
     /// return the stop reason, or fail if the message is incomplete.
     fn finish(&mut self, builder: &mut MessageBuilder<'_>) -> Result<StopReason, StreamFailure>;
+
+    /// Whether the provider already said why the message stopped (`finish_reason`,
+    /// `stop_reason`): the message is complete even if the trailer never arrives.
+    fn stop_known(&self) -> bool;
 }
 
 /// Where and how to send one request.
@@ -249,6 +253,14 @@ async fn read_stream<D: Decoder>(
             Ok(None) => {
                 parser.finish(&mut events);
                 true
+            }
+            // The connection broke after the stop reason: only the trailer (usage, end marker)
+            // is missing, and the message itself is whole.
+            Err(_) if decoder.stop_known() => {
+                return match decoder.finish(builder) {
+                    Ok(stop_reason) => Outcome::Done(stop_reason),
+                    Err(failure) => Outcome::Failed(failure),
+                };
             }
             Err(error) => {
                 return Outcome::Failed(StreamFailure {

@@ -461,3 +461,64 @@ async fn anthropic_base_url_with_trailing_slash_hits_v1_messages() {
     assert_eq!(request.path, "/v1/messages");
     assert_eq!(request.body["max_tokens"], 8192);
 }
+
+/// The fixture up to and including the event containing `marker`.
+fn through(body: &[u8], marker: &str) -> Vec<u8> {
+    let at = body
+        .windows(marker.len())
+        .position(|w| w == marker.as_bytes())
+        .unwrap_or_else(|| panic!("{marker} not in fixture"));
+    body[..at + body[at..].windows(2).position(|w| w == b"\n\n").unwrap() + 2].to_vec()
+}
+
+#[tokio::test]
+async fn connection_lost_after_output_is_an_interrupted_stream() {
+    let body = fixture(OPENAI_OK);
+    let server = TestServer::start(vec![
+        Reply::StreamThenClose(vec![through(&body, "\"content\":\"Je vais\"")]),
+        Reply::stream(&body),
+    ])
+    .await;
+    let (result, recorder) = openai_call(&server).await;
+    let error = error_text(result);
+    assert!(
+        error.starts_with("failed to read the response stream from openai: "),
+        "{error}"
+    );
+    assert_eq!(recorder.text_of(0), "Je vais");
+    assert_eq!(server.attempts(), 1);
+}
+
+#[tokio::test]
+async fn connection_lost_before_output_is_retried() {
+    let body = fixture(OPENAI_OK);
+    let server = TestServer::start(vec![
+        Reply::StreamThenClose(vec![through(&body, "\"role\":\"assistant\"")]),
+        Reply::stream(&body),
+    ])
+    .await;
+    let (result, recorder) = openai_call(&server).await;
+    assert_eq!(result.unwrap().content.len(), 3);
+    assert_eq!(
+        recorder.text_of(0),
+        "Je vais lire les deux fichiers — d'abord 🌍."
+    );
+    assert_eq!(server.attempts(), 2);
+}
+
+#[tokio::test]
+async fn connection_lost_after_the_stop_reason_keeps_the_whole_message() {
+    let body = fixture(OPENAI_OK);
+    let server = TestServer::start(vec![Reply::StreamThenClose(vec![through(
+        &body,
+        "\"finish_reason\":\"tool_calls\"",
+    )])])
+    .await;
+    let (result, _) = openai_call(&server).await;
+    let message = result.expect("the message was complete");
+    assert_eq!(message.stop_reason, StopReason::ToolUse);
+    assert_eq!(message.content.len(), 3);
+    // The usage chunk came after the stop reason and was lost with the connection.
+    assert_eq!(message.usage, None);
+    assert_eq!(server.attempts(), 1);
+}

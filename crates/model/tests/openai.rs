@@ -5,7 +5,10 @@ use cordon_core::protocol::{
     AssistantContent, AssistantMessage, Content, Message, StopReason, ToolCall, ToolResult, Usage,
 };
 use cordon_core::provider::AssistantStreamEvent;
-use cordon_model::{OpenAiConfig, OpenAiProvider, ProviderKind};
+use cordon_model::{
+    OpenAiConfig, OpenAiProvider, ProviderKind, ProviderOptions, parse_model_spec,
+    provider_with_env,
+};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -483,4 +486,61 @@ async fn second_turn_sends_tool_calls_results_and_images_back() {
             ]}
         ])
     );
+}
+
+#[tokio::test]
+async fn each_spelling_sends_only_its_own_key() {
+    let body = fixture("openai_llamacpp_reasoning.sse");
+    let server = TestServer::start(vec![
+        Reply::stream(&body),
+        Reply::stream(&body),
+        Reply::stream(&body),
+    ])
+    .await;
+    let mut options = ProviderOptions::default();
+    options.base_url = Some(format!("{}/v1", server.url()));
+    type Vars = &'static [(&'static str, &'static str)];
+    let cases: [(&str, Vars, Option<&str>); 3] = [
+        // An OpenAI key is never sent to an `openai-compatible` server.
+        (
+            "openai-compatible:qwen3",
+            &[("OPENAI_API_KEY", "sk-openai")],
+            None,
+        ),
+        (
+            "openai-compatible:qwen3",
+            &[
+                ("OPENAI_API_KEY", "sk-openai"),
+                ("OPENAI_COMPATIBLE_API_KEY", "local-token"),
+            ],
+            Some("Bearer local-token"),
+        ),
+        // `openai` with a custom base URL follows the SDK convention.
+        (
+            "openai:gpt-4.1",
+            &[("OPENAI_API_KEY", "sk-openai")],
+            Some("Bearer sk-openai"),
+        ),
+    ];
+    for (index, (spec, vars, expected)) in cases.iter().enumerate() {
+        let env = |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        };
+        let provider = provider_with_env(&parse_model_spec(spec).unwrap(), &options, &env).unwrap();
+        run(
+            provider.as_ref(),
+            &prompt("hi"),
+            &CancellationToken::new(),
+            &Recorder::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            server.requests()[index].header("authorization"),
+            *expected,
+            "{spec} with {vars:?}"
+        );
+    }
 }

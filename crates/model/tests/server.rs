@@ -21,6 +21,9 @@ pub enum Reply {
     /// `200 text/event-stream`, the pieces, then silence until the client hangs up; the
     /// sender fires when it did.
     StreamThenHold(Vec<Vec<u8>>, oneshot::Sender<()>),
+    /// `200 text/event-stream`, the pieces, then the connection closes without the final
+    /// chunk: the body is cut off (a dropped connection, as the client sees it).
+    StreamThenClose(Vec<Vec<u8>>),
     /// A complete response with a `Content-Length` body.
     Status {
         /// HTTP status.
@@ -189,6 +192,13 @@ async fn serve(mut socket: TcpStream, state: &Shared) -> std::io::Result<()> {
             }
             socket.write_all(b"0\r\n\r\n").await?;
             socket.flush().await
+        }
+        Reply::StreamThenClose(pieces) => {
+            write_stream_head(&mut socket).await?;
+            for piece in pieces {
+                write_chunk(&mut socket, &piece).await?;
+            }
+            socket.shutdown().await
         }
         Reply::StreamThenHold(pieces, hung_up) => {
             write_stream_head(&mut socket).await?;
