@@ -11,6 +11,9 @@
 //!   (DeepSeek) reject `reasoning_content` in requests;
 //! - a failed tool result (`isError`) is sent with its text prefixed `Error: `, the only way
 //!   to carry the flag;
+//! - tool-call arguments that are not a JSON object (raw text that did not parse) go back as
+//!   `{}`: servers such as llama.cpp parse them and would reject the whole request, and the
+//!   error result the model received already quotes its text;
 //! - tool messages only take text, so images from tool results follow the batch's tool
 //!   messages in one user message (`Attached image(s) from tool results:`);
 //! - with [`OpenAiConfig::send_images`] off (text-only local models), images become a short
@@ -336,9 +339,9 @@ fn assistant_message(message: &AssistantMessage) -> Option<Value> {
             AssistantContent::Text { .. } | AssistantContent::Thinking { .. } => {}
             AssistantContent::ToolCall(call) => {
                 let arguments = match &call.arguments {
-                    // Raw text that did not parse goes back as the model sent it.
-                    Value::String(raw) => raw.clone(),
-                    other => other.to_string(),
+                    Value::Object(_) => call.arguments.to_string(),
+                    // Raw text that did not parse (module docs).
+                    _ => "{}".to_owned(),
                 };
                 calls.push(json!({"id": call.id, "type": "function",
                     "function": {"name": call.name, "arguments": arguments}}));
@@ -856,7 +859,7 @@ mod tests {
                         {"id": "call_1", "type": "function",
                          "function": {"name": "read", "arguments": "{\"path\":\"a.png\"}"}},
                         {"id": "call_2", "type": "function",
-                         "function": {"name": "bash", "arguments": "{\"command\": \"ls"}}
+                         "function": {"name": "bash", "arguments": "{}"}}
                     ]},
                     {"role": "tool", "tool_call_id": "call_1",
                      "content": "Read image file [image/png]\n(image attached in the next message)"},

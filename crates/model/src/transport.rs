@@ -162,7 +162,15 @@ pub(crate) async fn stream_message<D: Decoder>(
                 return Ok(builder.abort());
             };
             if !is_retryable_status(status) {
-                return Err(status_error(provider, model, url, status, message));
+                return Err(status_error(
+                    StatusContext {
+                        provider,
+                        model,
+                        url,
+                        status,
+                    },
+                    message,
+                ));
             }
             let requested = retry_after(&response_headers, SystemTime::now());
             if let Some(wait) = requested
@@ -311,13 +319,21 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.trim_start().starts_with("application/json"))
 }
 
-fn status_error(
+/// Who answered a request with a non-success status.
+struct StatusContext<'a> {
     provider: ProviderKind,
-    model: &str,
-    url: &reqwest::Url,
+    model: &'a str,
+    url: &'a reqwest::Url,
     status: StatusCode,
-    message: String,
-) -> ModelError {
+}
+
+fn status_error(context: StatusContext<'_>, message: String) -> ModelError {
+    let StatusContext {
+        provider,
+        model,
+        url,
+        status,
+    } = context;
     let url = url.to_string();
     let model = model.to_owned();
     match status.as_u16() {
