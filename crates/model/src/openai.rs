@@ -402,7 +402,7 @@ fn tool_message(result: &ToolResult, images: bool, result_images: &mut Vec<Value
 #[derive(Deserialize)]
 struct Chunk {
     #[serde(default)]
-    choices: Vec<Choice>,
+    choices: Option<Vec<Choice>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
@@ -457,9 +457,9 @@ struct FunctionDelta {
 #[derive(Deserialize)]
 struct WireUsage {
     #[serde(default)]
-    prompt_tokens: u64,
+    prompt_tokens: Option<u64>,
     #[serde(default)]
-    completion_tokens: u64,
+    completion_tokens: Option<u64>,
     #[serde(default)]
     total_tokens: Option<u64>,
     #[serde(default)]
@@ -479,21 +479,21 @@ impl WireUsage {
     /// `input` counts prompt tokens NOT read from the cache, as Anthropic's does, so both
     /// providers' usage adds up the same way.
     fn to_usage(&self) -> Usage {
+        let prompt = self.prompt_tokens.unwrap_or(0);
+        let completion = self.completion_tokens.unwrap_or(0);
         let cached = self
             .prompt_tokens_details
             .as_ref()
             .and_then(|d| d.cached_tokens)
             .or(self.prompt_cache_hit_tokens)
             .unwrap_or(0)
-            .min(self.prompt_tokens);
+            .min(prompt);
         Usage {
-            input: self.prompt_tokens - cached,
-            output: self.completion_tokens,
+            input: prompt - cached,
+            output: completion,
             cache_read: cached,
             cache_write: 0,
-            total_tokens: self
-                .total_tokens
-                .unwrap_or(self.prompt_tokens + self.completion_tokens),
+            total_tokens: self.total_tokens.unwrap_or(prompt + completion),
         }
     }
 }
@@ -621,7 +621,11 @@ impl Decoder for OpenAiDecoder {
             builder.set_usage(usage.to_usage());
         }
         // Cordon asks for one choice; a server sending more is only heard on the first.
-        for choice in choices.into_iter().filter(|c| c.index.unwrap_or(0) == 0) {
+        for choice in choices
+            .into_iter()
+            .flatten()
+            .filter(|c| c.index.unwrap_or(0) == 0)
+        {
             let Choice {
                 index: _,
                 delta,
@@ -935,6 +939,25 @@ mod tests {
                 cache_read: 1024,
                 cache_write: 0,
                 total_tokens: 1230
+            }
+        );
+    }
+
+    #[test]
+    fn null_fields_of_lenient_servers_are_accepted() {
+        let chunk: Chunk = serde_json::from_str(
+            r#"{"choices":null,"usage":{"prompt_tokens":5,"completion_tokens":null,"total_tokens":null,"prompt_tokens_details":null}}"#,
+        )
+        .unwrap();
+        assert!(chunk.choices.is_none());
+        assert_eq!(
+            chunk.usage.unwrap().to_usage(),
+            Usage {
+                input: 5,
+                output: 0,
+                cache_read: 0,
+                cache_write: 0,
+                total_tokens: 5
             }
         );
     }
