@@ -203,7 +203,7 @@ impl SourceMap {
     }
 
     /// Classify an error from `toml`'s serde layer by serde's stable message prefixes.
-    pub(crate) fn from_toml(&self, error: &toml::de::Error, syntax: bool) -> PolicyError {
+    pub(crate) fn toml_error(&self, error: &toml::de::Error, syntax: bool) -> PolicyError {
         let offset = error.span().map_or(0, |span| span.start);
         let (line, column) = self.position(offset);
         let file = self.file.clone();

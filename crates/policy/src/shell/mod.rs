@@ -23,6 +23,8 @@
 
 mod wrappers;
 
+pub use wrappers::{SYSTEM_BIN_DIRS, is_system_program_path};
+
 use std::fmt;
 
 use brush_parser::ast;

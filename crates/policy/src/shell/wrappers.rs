@@ -550,35 +550,21 @@ fn wrapper(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Re
                 rest = words;
             }
         }
-        "command" => {
-            if parsed.has(&["-v", "-V"]) {
-                // `command -v x` only looks a program up.
-                analyser.record(command.clone());
-                return Ok(());
+        // `command -v x` only looks a program up.
+        "command" if parsed.has(&["-v", "-V"]) => {
+            analyser.record(command.clone());
+            return Ok(());
+        }
+        "chroot" => {
+            take_operand(&mut rest, program, "NEWROOT")?;
+            if rest.is_empty() {
+                return Err("`chroot` without a command starts an interactive shell".to_owned());
             }
         }
-        "exec" | "builtin" | "nohup" | "setsid" | "stdbuf" | "nice" | "time" | "chroot" => {
-            if program == "chroot" {
-                take_operand(&mut rest, program, "NEWROOT")?;
-                if rest.is_empty() {
-                    return Err("`chroot` without a command starts an interactive shell".to_owned());
-                }
-            }
-        }
-        "ionice" => {
-            if parsed.has(&["-p", "-P", "-u", "--pid", "--pgid", "--uid"]) {
-                return Ok(());
-            }
-        }
-        "timeout" => {
-            take_operand(&mut rest, program, "DURATION")?;
-        }
-        "taskset" => {
-            if parsed.has(&["-p", "--pid"]) {
-                return Ok(());
-            }
-            take_operand(&mut rest, program, "MASK")?;
-        }
+        "ionice" if parsed.has(&["-p", "-P", "-u", "--pid", "--pgid", "--uid"]) => return Ok(()),
+        "timeout" => take_operand(&mut rest, program, "DURATION")?,
+        "taskset" if parsed.has(&["-p", "--pid"]) => return Ok(()),
+        "taskset" => take_operand(&mut rest, program, "MASK")?,
         "flock" => {
             take_operand(&mut rest, program, "FILE")?;
             if let Some(Some(script)) = parsed.value(&["-c", "--command"]) {
@@ -586,25 +572,22 @@ fn wrapper(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Re
                 return Ok(());
             }
         }
-        "watch" => {
-            if !parsed.has(&["-x", "--exec"]) {
-                // watch runs its arguments joined by spaces through `sh -c`.
-                let words = rest
-                    .iter()
-                    .map(|word| word.literal().map(str::to_owned))
-                    .collect::<Option<Vec<String>>>()
-                    .ok_or_else(|| "`watch` is given a command computed at run time".to_owned())?;
-                analyser.script(&words.join(" "), depth + 1);
-                return Ok(());
-            }
+        // watch runs its arguments joined by spaces through `sh -c` unless given -x.
+        "watch" if !parsed.has(&["-x", "--exec"]) => {
+            let words = rest
+                .iter()
+                .map(|word| word.literal().map(str::to_owned))
+                .collect::<Option<Vec<String>>>()
+                .ok_or_else(|| "`watch` is given a command computed at run time".to_owned())?;
+            analyser.script(&words.join(" "), depth + 1);
+            return Ok(());
         }
         "xargs" => {
-            let replace = if let Some(value) = parsed.value(&["-I"]) {
-                value.map(str::to_owned)
-            } else if let Some(value) = parsed.value(&["-i", "--replace"]) {
-                Some(value.unwrap_or("{}").to_owned())
-            } else {
-                None
+            let replace = match parsed.value(&["-I"]) {
+                Some(value) => value.map(str::to_owned),
+                None => parsed
+                    .value(&["-i", "--replace"])
+                    .map(|value| value.unwrap_or("{}").to_owned()),
             };
             if rest.is_empty() {
                 rest.push(Word::Literal("echo".to_owned()));
