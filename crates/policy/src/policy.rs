@@ -617,21 +617,22 @@ impl CompiledPolicy {
                 .any(|g| g.matches(&absolute, context, true))
     }
 
-    /// Whether the rule at `index` matches any simple command of `script` (used to check
-    /// `match`/`not_match` examples at load time).
+    /// Whether `rule` matches a simple command of `script` (checks `match`/`not_match`
+    /// examples at load time, judged without a known workspace or home directory).
     fn rule_matches_script(&self, rule: &Rule, script: &str) -> bool {
         let RuleKind::Command(pattern) = &rule.kind else {
             return false;
         };
+        let nowhere = Path::new("/nonexistent-cordon-example-workspace");
         shell::analyse_script(script)
             .commands
             .iter()
-            .any(|command| {
-                let result = match rule.decision {
-                    Decision::Allow => match_prefix(pattern, command),
-                    Decision::Ask | Decision::Deny => match_in_order(pattern, command),
-                };
-                result == Match::Yes
+            .any(|command| match rule.decision {
+                Decision::Allow => {
+                    match_prefix(pattern, command) == Match::Yes
+                        && self.program_path_trusted(command, nowhere, None)
+                }
+                Decision::Ask | Decision::Deny => match_in_order(pattern, command) == Match::Yes,
             })
     }
 }
