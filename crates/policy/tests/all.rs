@@ -16,6 +16,8 @@ mod obfuscation;
 mod redaction;
 #[path = "all/shipped.rs"]
 mod shipped;
+#[path = "all/spec.rs"]
+mod spec;
 #[path = "all/support.rs"]
 mod support;
 #[path = "all/symlinks.rs"]

@@ -350,8 +350,8 @@ impl Analyser {
         }
     }
 
-    fn assignment(&mut self, assignment: &ast::Assignment, depth: usize) {
-        let name = match &assignment.name {
+    fn assignment_name(&mut self, name: &ast::AssignmentName, depth: usize) {
+        let name = match name {
             ast::AssignmentName::VariableName(name) => name,
             ast::AssignmentName::ArrayElementName(name, index) => {
                 self.nested_text(index, depth);
@@ -359,6 +359,10 @@ impl Analyser {
             }
         };
         self.check_variable(name);
+    }
+
+    fn assignment(&mut self, assignment: &ast::Assignment, depth: usize) {
+        self.assignment_name(&assignment.name, depth);
         match &assignment.value {
             ast::AssignmentValue::Scalar(word) => {
                 self.expand(&word.value, depth);
@@ -410,9 +414,12 @@ impl Analyser {
                 argv.push(self.expand(&word.value, depth))
             }
             ast::CommandPrefixOrSuffixItem::AssignmentWord(assignment, word) => {
-                self.assignment(assignment, depth);
-                if !in_prefix {
-                    // `export NAME=value`, `declare NAME=value`: an argument of the builtin.
+                if in_prefix {
+                    self.assignment(assignment, depth);
+                } else {
+                    // `export NAME=value`, `declare NAME=value`: an argument of the builtin;
+                    // expanding the whole word finds the value's substitutions once.
+                    self.assignment_name(&assignment.name, depth);
                     argv.push(self.expand(&word.value, depth));
                 }
             }
@@ -463,19 +470,36 @@ impl Analyser {
     }
 
     fn record(&mut self, command: SimpleCommand) {
-        // Arguments of declaration builtins may assign sensitive variables.
-        if matches!(
-            command.program.as_str(),
-            "export" | "declare" | "typeset" | "local" | "readonly"
-        ) {
-            for arg in &command.args {
-                if let Word::Literal(text) = arg
-                    && let Some((name, _)) = text.split_once('=')
-                {
-                    let name = name.trim_end_matches('+');
-                    self.check_variable(name);
+        // Builtins that set variables named by their arguments.
+        let literals = || command.args.iter().filter_map(Word::literal);
+        match command.program.as_str() {
+            "export" | "declare" | "typeset" | "local" | "readonly" => {
+                // `export PATH` alone exports the current value: harmless.
+                for text in literals() {
+                    if let Some((name, _)) = text.split_once('=') {
+                        self.check_variable(name.trim_end_matches('+'));
+                    }
                 }
             }
+            "read" | "mapfile" | "readarray" | "getopts" => {
+                for text in literals().filter(|text| !text.starts_with('-')) {
+                    self.check_variable(text);
+                }
+            }
+            "printf" => {
+                let args: Vec<&str> = literals().collect();
+                for pair in args.windows(2) {
+                    if pair[0] == "-v" {
+                        self.check_variable(pair[1]);
+                    }
+                }
+                for text in &args {
+                    if let Some(name) = text.strip_prefix("-v").filter(|name| !name.is_empty()) {
+                        self.check_variable(name);
+                    }
+                }
+            }
+            _ => {}
         }
         self.out.commands.push(command);
     }
@@ -951,7 +975,11 @@ mod tests {
         assert!(opaque("export PATH=/tmp:$PATH; git status")[0].contains("PATH"));
         assert!(opaque("LD_PRELOAD=./x.so ls")[0].contains("LD_PRELOAD"));
         assert!(opaque("PS4='$(a)'; set -x")[0].contains("PS4"));
+        assert!(opaque("printf -v PATH /tmp; git status")[0].contains("PATH"));
+        assert!(opaque("read -r PATH <<< /tmp")[0].contains("PATH"));
+        assert!(opaque("PATH+=:/tmp/x")[0].contains("PATH"));
         assert_eq!(commands("FOO=1 make"), ["make"]);
+        assert_eq!(commands("let x=$(a)"), ["a", "let x=$(a)"]);
     }
 
     #[test]

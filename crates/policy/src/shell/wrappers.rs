@@ -430,6 +430,7 @@ pub(super) fn normalise(analyser: &mut Analyser, command: SimpleCommand, depth: 
         .as_deref()
         .is_none_or(is_system_program_path);
     let program = command.program.clone();
+    let mut recorded = false;
     let result = match program.as_str() {
         name if SHELLS.contains(&name) => shell(analyser, &command, depth),
         "eval" if system_named => eval(analyser, &command, depth),
@@ -483,8 +484,27 @@ pub(super) fn normalise(analyser: &mut Analyser, command: SimpleCommand, depth: 
                 // Privilege-changing wrappers are commands of their own too: a rule can deny
                 // `sudo`, and allowlist mode has to allow it explicitly.
                 analyser.record(command.clone());
+                recorded = true;
             }
-            wrapper(analyser, &command, depth)
+            match wrapper(analyser, &command) {
+                Ok(Inner::Nothing) => {
+                    // Nothing wrapped (`env`, `exec 3>&1`, `command -v x`): the wrapper is the
+                    // program that runs.
+                    if !recorded {
+                        analyser.record(command.clone());
+                    }
+                    Ok(())
+                }
+                Ok(Inner::Script(script)) => {
+                    analyser.script(&script, depth + 1);
+                    Ok(())
+                }
+                Ok(Inner::Command(words, open_tail)) => {
+                    analyser.run_with_tail(words, open_tail, depth);
+                    Ok(())
+                }
+                Err(reason) => Err(reason),
+            }
         }
         _ => {
             analyser.record(command.clone());
@@ -496,7 +516,17 @@ pub(super) fn normalise(analyser: &mut Analyser, command: SimpleCommand, depth: 
     }
 }
 
-fn wrapper(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Result<(), String> {
+/// What a wrapper runs.
+enum Inner {
+    /// Nothing: the wrapper only looks something up or changes the shell itself.
+    Nothing,
+    /// A script string run through a shell (`su -c`, `flock -c`, `watch`).
+    Script(String),
+    /// A command line, and whether arguments are appended at run time.
+    Command(Vec<Word>, bool),
+}
+
+fn wrapper(analyser: &mut Analyser, command: &SimpleCommand) -> Result<Inner, String> {
     let program = command.program.as_str();
     let args = &command.args;
     let spec = match program {
@@ -551,25 +581,23 @@ fn wrapper(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Re
             }
         }
         // `command -v x` only looks a program up.
-        "command" if parsed.has(&["-v", "-V"]) => {
-            analyser.record(command.clone());
-            return Ok(());
-        }
+        "command" if parsed.has(&["-v", "-V"]) => return Ok(Inner::Nothing),
         "chroot" => {
             take_operand(&mut rest, program, "NEWROOT")?;
             if rest.is_empty() {
                 return Err("`chroot` without a command starts an interactive shell".to_owned());
             }
         }
-        "ionice" if parsed.has(&["-p", "-P", "-u", "--pid", "--pgid", "--uid"]) => return Ok(()),
+        "ionice" if parsed.has(&["-p", "-P", "-u", "--pid", "--pgid", "--uid"]) => {
+            return Ok(Inner::Nothing);
+        }
         "timeout" => take_operand(&mut rest, program, "DURATION")?,
-        "taskset" if parsed.has(&["-p", "--pid"]) => return Ok(()),
+        "taskset" if parsed.has(&["-p", "--pid"]) => return Ok(Inner::Nothing),
         "taskset" => take_operand(&mut rest, program, "MASK")?,
         "flock" => {
             take_operand(&mut rest, program, "FILE")?;
             if let Some(Some(script)) = parsed.value(&["-c", "--command"]) {
-                analyser.script(script, depth + 1);
-                return Ok(());
+                return Ok(Inner::Script(script.to_owned()));
             }
         }
         // watch runs its arguments joined by spaces through `sh -c` unless given -x.
@@ -579,8 +607,7 @@ fn wrapper(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Re
                 .map(|word| word.literal().map(str::to_owned))
                 .collect::<Option<Vec<String>>>()
                 .ok_or_else(|| "`watch` is given a command computed at run time".to_owned())?;
-            analyser.script(&words.join(" "), depth + 1);
-            return Ok(());
+            return Ok(Inner::Script(words.join(" ")));
         }
         "xargs" => {
             let replace = match parsed.value(&["-I"]) {
@@ -623,7 +650,7 @@ fn wrapper(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Re
                 "-L",
             ]) && rest.is_empty()
             {
-                return Ok(());
+                return Ok(Inner::Nothing);
             }
             while let Some(Word::Literal(text)) = rest.first() {
                 match text.split_once('=') {
@@ -642,8 +669,7 @@ fn wrapper(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Re
         }
         "su" | "runuser" => {
             if let Some(Some(script)) = parsed.value(&["-c", "--command", "--session-command"]) {
-                analyser.script(script, depth + 1);
-                return Ok(());
+                return Ok(Inner::Script(script.to_owned()));
             }
             if program == "runuser" && parsed.has(&["-u", "--user"]) {
                 // runuser -u USER [--] COMMAND …
@@ -656,10 +682,9 @@ fn wrapper(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Re
         _ => {}
     }
     if rest.is_empty() {
-        return Ok(());
+        return Ok(Inner::Nothing);
     }
-    analyser.run_with_tail(rest, open_tail, depth);
-    Ok(())
+    Ok(Inner::Command(rest, open_tail))
 }
 
 fn take_operand(rest: &mut Vec<Word>, program: &str, what: &str) -> Result<(), String> {
@@ -997,5 +1022,8 @@ mod tests {
     fn lookups_do_not_unwrap() {
         assert_eq!(commands("command -v git"), ["command -v git"]);
         assert_eq!(commands("sudo -l"), ["sudo -l"]);
+        assert_eq!(commands("env"), ["env"]);
+        assert_eq!(commands("exec 3>&1"), ["exec"]);
+        assert_eq!(commands("ionice -p 1"), ["ionice -p 1"]);
     }
 }
