@@ -13,6 +13,30 @@
 //! check/explain` ([`explain`]). It does no I/O beyond reading the policy file: the runtime
 //! canonicalises paths through the backend ([`paths_of`] says which arguments are paths),
 //! wires the decisions into `before_tool_call`/`after_tool_call`, and writes the audit file.
+//!
+//! ```
+//! use std::path::Path;
+//! use cordon_policy::{
+//!     CompiledPolicy, Decision, DecisionRequest, EnvMap, PathAccess, paths_of, resolve_lexically,
+//! };
+//!
+//! let env: EnvMap = EnvMap::new(); // the runtime passes std::env::vars().collect()
+//! let policy = CompiledPolicy::builtin_default(&env)?;
+//! let args = serde_json::json!({"path": ".git/config", "content": "[core]"});
+//! let root = Path::new("/ws");
+//! // before_tool_call: the runtime canonicalises each path through the backend (symlinks
+//! // resolved); lexical resolution stands in for it here.
+//! let paths: Vec<PathAccess> = paths_of("write", &args)
+//!     .into_iter()
+//!     .map(|(path, op)| PathAccess { canonical: resolve_lexically(&path, root, None), op })
+//!     .collect();
+//! let request = DecisionRequest { tool: "write", args: &args, paths: &paths, root, home: None };
+//! let decision = policy.decide(&request).non_interactive();
+//! assert_eq!(decision.decision, Decision::Deny);
+//! assert!(decision.block_message().starts_with("Blocked by policy (builtin:default.toml:"));
+//! // after_tool_call: `policy.redactor().redact_result(&result)` gives the override, if any.
+//! # Ok::<(), cordon_policy::PolicyError>(())
+//! ```
 #![warn(missing_docs)]
 
 pub mod audit;
