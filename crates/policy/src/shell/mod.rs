@@ -8,7 +8,7 @@
 //! and here-documents, and the strings given to `bash -c`/`sh -c`/`zsh -c`, `eval`, `trap`,
 //! `su -c`, `flock -c`, `watch` and `env -S` (parsed recursively, depth-limited). Wrappers such
 //! as `env`, `command`, `exec`, `xargs`, `sudo`, `nice`, `timeout` are stripped with their
-//! options (see [`wrappers`]); `find -exec` commands are found too.
+//! options (tables in the `wrappers` module); `find -exec` commands are found too.
 //!
 //! Words are resolved the way bash would before running the command: quotes removed,
 //! backslash escapes and `$'…'` decoded. A word whose value is only known at run time
