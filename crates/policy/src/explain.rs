@@ -122,21 +122,15 @@ impl Explanation {
 }
 
 /// Explain a call whose paths the caller already resolved (canonical).
-pub fn explain(
-    policy: &CompiledPolicy,
-    tool: &str,
-    args: &Value,
-    paths: Vec<PathAccess>,
-    root: &Path,
-    home: Option<&Path>,
-) -> Explanation {
-    let decision = policy.decide(&DecisionRequest {
+pub fn explain(policy: &CompiledPolicy, request: &DecisionRequest<'_>) -> Explanation {
+    let DecisionRequest {
         tool,
         args,
-        paths: &paths,
-        root,
-        home,
-    });
+        paths,
+        root: _,
+        home: _,
+    } = *request;
+    let decision = policy.decide(request);
     let script = (tool == "bash")
         .then(|| {
             args.get("command")
@@ -148,21 +142,37 @@ pub fn explain(
         tool: tool.to_owned(),
         non_interactive: decision.clone().non_interactive().decision,
         decision,
-        paths,
+        paths: paths.to_vec(),
         lexical_paths: false,
         script,
     }
 }
 
-/// Explain a call from the CLI: parse `args_json`, resolve its paths lexically against the
-/// absolute `root` (no backend, no symlinks) and judge it. Nothing is executed.
+/// What `cordon policy explain FILE TOOL ARGS_JSON` asks.
+#[derive(Clone, Copy, Debug)]
+pub struct ExplainCliRequest<'a> {
+    /// Tool name.
+    pub tool: &'a str,
+    /// The arguments as JSON text.
+    pub args_json: &'a str,
+    /// The workspace root (absolute) that relative paths resolve against.
+    pub root: &'a Path,
+    /// The home directory for `~` paths and `~/` globs, if known.
+    pub home: Option<&'a Path>,
+}
+
+/// Explain a call from the CLI: parse the arguments, resolve their paths lexically against
+/// the absolute root (no backend, no symlinks) and judge the call. Nothing is executed.
 pub fn explain_cli(
     policy: &CompiledPolicy,
-    tool: &str,
-    args_json: &str,
-    root: &Path,
-    home: Option<&Path>,
+    request: &ExplainCliRequest<'_>,
 ) -> Result<Explanation, ExplainError> {
+    let ExplainCliRequest {
+        tool,
+        args_json,
+        root,
+        home,
+    } = *request;
     let args: Value = serde_json::from_str(args_json).map_err(ExplainError::BadJson)?;
     if !args.is_object() {
         return Err(ExplainError::NotAnObject);
@@ -172,7 +182,16 @@ pub fn explain_cli(
     }
     let root: PathBuf = crate::paths::resolve_lexically(".", root, home);
     let paths = lexical_accesses(tool, &args, &root, home);
-    let mut explanation = explain(policy, tool, &args, paths, &root, home);
+    let mut explanation = explain(
+        policy,
+        &DecisionRequest {
+            tool,
+            args: &args,
+            paths: &paths,
+            root: &root,
+            home,
+        },
+    );
     explanation.lexical_paths = crate::paths::PATH_TOOLS.contains(&tool);
     Ok(explanation)
 }

@@ -351,6 +351,33 @@ impl CompiledPolicy {
         }
     }
 
+    /// Derive the OS-level filesystem view: the workspace is read-write if any relative
+    /// write glob exists; absolute and `~/` globs contribute their literal directory prefix
+    /// as readable or writable roots; protect and deny globs pass through as written.
+    fn fill_filesystem_spec(&mut self) {
+        let spec = &mut self.spec;
+        spec.workspace = if self.write.iter().any(|g| g.anchor == Anchor::Root) {
+            RootAccess::ReadWrite
+        } else {
+            RootAccess::ReadOnly
+        };
+        spec.writable_roots.clear();
+        for root in self.write.iter().filter_map(PathGlob::literal_root) {
+            if !spec.writable_roots.contains(&root) {
+                spec.writable_roots.push(root);
+            }
+        }
+        spec.readable_roots.clear();
+        for root in self.read.iter().filter_map(PathGlob::literal_root) {
+            if !spec.readable_roots.contains(&root) && !spec.writable_roots.contains(&root) {
+                spec.readable_roots.push(root);
+            }
+        }
+        spec.protected = self.protect.iter().map(|g| g.source.clone()).collect();
+        spec.denied = self.deny.iter().map(|g| g.source.clone()).collect();
+        spec.allow_degraded = false;
+    }
+
     fn at(&self, line: usize) -> RuleRef {
         RuleRef {
             file: self.file.clone(),
@@ -363,7 +390,7 @@ impl CompiledPolicy {
         let DecisionRequest {
             tool,
             args,
-            paths,
+            paths: _,
             root,
             home,
         } = *request;
@@ -387,7 +414,7 @@ impl CompiledPolicy {
             }
         }
         if PATH_TOOLS.contains(&tool) {
-            self.judge_paths(&mut judge, tool, paths, root, home);
+            self.judge_paths(&mut judge, request);
         }
         if tool == "bash" {
             match args.get("command").and_then(Value::as_str) {
@@ -424,14 +451,14 @@ impl CompiledPolicy {
         decision
     }
 
-    fn judge_paths(
-        &self,
-        judge: &mut Judge,
-        tool: &str,
-        paths: &[PathAccess],
-        root: &Path,
-        home: Option<&Path>,
-    ) {
+    fn judge_paths(&self, judge: &mut Judge, request: &DecisionRequest<'_>) {
+        let DecisionRequest {
+            tool,
+            args: _,
+            paths,
+            root,
+            home,
+        } = *request;
         if paths.is_empty() {
             judge.consider(
                 BY_RULE,
@@ -828,15 +855,13 @@ fn compile(map: &SourceMap, raw: RawPolicy, env: &EnvMap) -> Result<CompiledPoli
         )
     })?;
 
-    let spec = sandbox_spec(
-        &read,
-        &write,
-        &deny,
-        &protect,
-        network_mode,
+    // The filesystem part is filled in from the compiled globs below.
+    let spec = SandboxSpec {
+        network: network_mode,
         limits,
-        env_spec,
-    );
+        env: env_spec,
+        ..SandboxSpec::default()
+    };
 
     let mut policy = CompiledPolicy {
         file: file.clone(),
@@ -857,6 +882,7 @@ fn compile(map: &SourceMap, raw: RawPolicy, env: &EnvMap) -> Result<CompiledPoli
         spec,
         notes,
     };
+    policy.fill_filesystem_spec();
     for raw_rule in raw_rules {
         let rule = compile_rule(&raw_rule, map, &file)?;
         let RawRule {
@@ -1182,45 +1208,6 @@ fn compile_rule(
         decision: decision_value,
         reason: reason.clone(),
     })
-}
-
-fn sandbox_spec(
-    read: &[PathGlob],
-    write: &[PathGlob],
-    deny: &[PathGlob],
-    protect: &[PathGlob],
-    network: NetworkMode,
-    limits: Limits,
-    env: EnvSpec,
-) -> SandboxSpec {
-    let workspace = if write.iter().any(|g| g.anchor == Anchor::Root) {
-        RootAccess::ReadWrite
-    } else {
-        RootAccess::ReadOnly
-    };
-    let mut writable_roots: Vec<String> = Vec::new();
-    for root in write.iter().filter_map(PathGlob::literal_root) {
-        if !writable_roots.contains(&root) {
-            writable_roots.push(root);
-        }
-    }
-    let mut readable_roots: Vec<String> = Vec::new();
-    for root in read.iter().filter_map(PathGlob::literal_root) {
-        if !readable_roots.contains(&root) && !writable_roots.contains(&root) {
-            readable_roots.push(root);
-        }
-    }
-    SandboxSpec {
-        workspace,
-        readable_roots,
-        writable_roots,
-        protected: protect.iter().map(|g| g.source.clone()).collect(),
-        denied: deny.iter().map(|g| g.source.clone()).collect(),
-        network,
-        limits,
-        env,
-        allow_degraded: false,
-    }
 }
 
 #[cfg(test)]

@@ -2,21 +2,41 @@
 
 use std::path::Path;
 
-use cordon_policy::explain::{ExplainError, check_policy_file, check_summary, explain_cli};
+use cordon_policy::explain::{
+    ExplainCliRequest, ExplainError, Explanation, check_policy_file, check_summary, explain_cli,
+};
 use cordon_policy::{CompiledPolicy, EnvMap};
 use serde_json::json;
 
 use crate::support::{repo_root, shipped};
 
+fn run(
+    policy: &CompiledPolicy,
+    tool: &str,
+    args_json: &str,
+    root: &str,
+    home: Option<&str>,
+) -> Result<Explanation, ExplainError> {
+    explain_cli(
+        policy,
+        &ExplainCliRequest {
+            tool,
+            args_json,
+            root: Path::new(root),
+            home: home.map(Path::new),
+        },
+    )
+}
+
 #[test]
 fn explain_bash_text_and_json() {
     let p = shipped("ci-untrusted.toml");
-    let explanation = explain_cli(
+    let explanation = run(
         &p,
         "bash",
         r#"{"command":"cargo test && git push"}"#,
-        Path::new("/ws"),
-        Some(Path::new("/home/agent")),
+        "/ws",
+        Some("/home/agent"),
     )
     .unwrap();
     let file = repo_root().join("policies/ci-untrusted.toml");
@@ -57,11 +77,11 @@ fn explain_bash_text_and_json() {
 #[test]
 fn explain_file_tool_resolves_lexically() {
     let p = CompiledPolicy::builtin_default(&EnvMap::new()).unwrap();
-    let explanation = explain_cli(
+    let explanation = run(
         &p,
         "write",
         r#"{"path":"src/../.git/config","content":""}"#,
-        Path::new("/ws"),
+        "/ws",
         None,
     )
     .unwrap();
@@ -81,26 +101,14 @@ fn explain_file_tool_resolves_lexically() {
 #[test]
 fn explain_ask_and_unanalysable() {
     let p = shipped("build-host.toml");
-    let text = explain_cli(
-        &p,
-        "bash",
-        r#"{"command":"cargo publish"}"#,
-        Path::new("/ws"),
-        None,
-    )
-    .unwrap()
-    .to_text();
+    let text = run(&p, "bash", r#"{"command":"cargo publish"}"#, "/ws", None)
+        .unwrap()
+        .to_text();
     assert!(text.starts_with("decision: ask\n"), "{text}");
     assert!(text.contains("\nnon-interactive: deny\n"), "{text}");
-    let text = explain_cli(
-        &p,
-        "bash",
-        r#"{"command":"$CMD --help"}"#,
-        Path::new("/ws"),
-        None,
-    )
-    .unwrap()
-    .to_text();
+    let text = run(&p, "bash", r#"{"command":"$CMD --help"}"#, "/ws", None)
+        .unwrap()
+        .to_text();
     assert!(text.starts_with("decision: allow\n"), "{text}");
     assert!(
         text.contains("\nunanalysable: the command name `$CMD` is computed at run time"),
@@ -111,16 +119,15 @@ fn explain_ask_and_unanalysable() {
 #[test]
 fn explain_rejects_bad_input() {
     let p = CompiledPolicy::builtin_default(&EnvMap::new()).unwrap();
-    let root = Path::new("/ws");
     assert!(matches!(
-        explain_cli(&p, "read", "{not json", root, None),
+        run(&p, "read", "{not json", "/ws", None),
         Err(ExplainError::BadJson(_))
     ));
     assert!(matches!(
-        explain_cli(&p, "read", "[1]", root, None),
+        run(&p, "read", "[1]", "/ws", None),
         Err(ExplainError::NotAnObject)
     ));
-    let error = explain_cli(&p, "read", "{}", Path::new("ws"), None).unwrap_err();
+    let error = run(&p, "read", "{}", "ws", None).unwrap_err();
     assert_eq!(
         error.to_string(),
         "failed to resolve paths: the workspace root ws is not absolute"
