@@ -440,14 +440,17 @@ pub(super) fn normalise(analyser: &mut Analyser, command: SimpleCommand, depth: 
         "trap" if system_named => trap(analyser, &command, depth),
         "alias" if system_named => alias(analyser, command.clone()),
         "hash" | "mapfile" | "readarray" if system_named => {
-            let flag = if program == "hash" { "-p" } else { "-C" };
+            let flag = if program == "hash" { 'p' } else { 'C' };
+            let sets_hook = |text: &str| {
+                text.starts_with('-') && !text.starts_with("--") && text.contains(flag)
+            };
             if command
                 .args
                 .iter()
-                .any(|arg| arg.literal().is_none_or(|text| text.starts_with(flag)))
+                .any(|arg| arg.literal().is_none_or(sets_hook))
             {
                 Err(format!(
-                    "`{program} {flag}` can make later commands run code the analyser cannot see"
+                    "`{program} -{flag}` can make later commands run code the analyser cannot see"
                 ))
             } else {
                 analyser.record(command.clone());
@@ -990,6 +993,8 @@ mod tests {
         assert!(opaque("hash -p ./evil git").contains("hash -p"));
         assert!(opaque("enable -f ./x.so git").contains("enable"));
         assert!(opaque("mapfile -C cb arr").contains("mapfile -C"));
+        assert!(opaque("readarray -tC cb arr").contains("readarray -C"));
+        assert_eq!(commands("mapfile -t lines"), ["mapfile -t lines"]);
         assert!(opaque("timeout $T git push").contains("$T"));
         assert!(opaque("nice -n $N git push").contains("$N"));
         assert!(opaque("env $X git push").contains("$X"));
