@@ -6,6 +6,8 @@
 mod audit;
 #[path = "all/decisions.rs"]
 mod decisions;
+#[path = "all/differential.rs"]
+mod differential;
 #[path = "all/errors.rs"]
 mod errors;
 #[path = "all/explain.rs"]
