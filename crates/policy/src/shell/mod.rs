@@ -37,6 +37,14 @@ pub const MAX_DEPTH: usize = 8;
 pub const MAX_SCRIPT_BYTES: usize = 1 << 20;
 /// Scripts with more simple commands than this are not analysed.
 pub const MAX_COMMANDS: usize = 10_000;
+/// Scripts with more brackets and compound-command keywords than this (counted without
+/// their closers, over the script and every script nested in it) are not analysed: the
+/// parser recurses once per nesting level, and this bounds the depth it can reach.
+pub const MAX_OPENERS: usize = 2_000;
+/// The parser runs on a stack of this size (reserved, only touched pages are committed),
+/// whatever the caller's stack (tokio workers have 2 MiB): [`MAX_OPENERS`] levels fit in it
+/// with a wide margin even in a debug build.
+pub const ANALYSIS_STACK_BYTES: usize = 256 << 20;
 
 /// Variables whose assignment changes which program runs or injects code into later commands.
 const SENSITIVE_VARIABLES: &[&str] = &[
@@ -138,9 +146,11 @@ impl ScriptAnalysis {
 
 /// Analyse a bash script.
 pub fn analyse_script(script: &str) -> ScriptAnalysis {
-    let mut analyser = Analyser::default();
-    analyser.script(script, 0);
-    analyser.out
+    stacker::grow(ANALYSIS_STACK_BYTES, || {
+        let mut analyser = Analyser::default();
+        analyser.script(script, 0);
+        analyser.out
+    })
 }
 
 /// A word after expansion analysis, before it becomes an argv [`Word`].
@@ -164,6 +174,10 @@ impl Expanded {
 #[derive(Default)]
 struct Analyser {
     out: ScriptAnalysis,
+    /// The texts being parsed, innermost last (source spans index into them).
+    sources: Vec<String>,
+    /// Openers counted so far (see [`MAX_OPENERS`]).
+    openers: usize,
 }
 
 impl Analyser {
@@ -187,17 +201,38 @@ impl Analyser {
             ));
             return;
         }
+        self.openers += opener_count(text);
+        if self.openers > MAX_OPENERS {
+            self.opaque(format!(
+                "the script has more than {MAX_OPENERS} brackets and compound commands"
+            ));
+            return;
+        }
         let options = parser_options();
         let mut parser =
             brush_parser::Parser::new(std::io::BufReader::new(text.as_bytes()), &options);
         match parser.parse_program() {
             Ok(program) => {
+                self.sources.push(text.to_owned());
                 for list in &program.complete_commands {
                     self.compound_list(list, depth);
                 }
+                self.sources.pop();
             }
             Err(error) => self.opaque(format!("failed to parse the script: {error}")),
         }
+    }
+
+    /// The text a source span of the innermost script covers (spans count characters).
+    fn source_text(&self, span: &brush_parser::SourceSpan) -> Option<String> {
+        let text = self.sources.last()?;
+        let start = span.start.index;
+        let end = span.end.index;
+        if end < start {
+            return None;
+        }
+        let slice: String = text.chars().skip(start).take(end - start).collect();
+        (slice.chars().count() == end - start).then_some(slice)
     }
 
     fn compound_list(&mut self, list: &ast::CompoundList, depth: usize) {
@@ -241,7 +276,20 @@ impl Analyser {
     fn compound(&mut self, compound: &ast::CompoundCommand, depth: usize) {
         match compound {
             ast::CompoundCommand::Arithmetic(arithmetic) => {
-                self.nested_text(&arithmetic.expr.value, depth)
+                // brush reads `( (cmd) )` and `((a)&&(b))` as arithmetic; bash runs them as
+                // nested subshells. Decide with bash's rule on the source text.
+                match self.source_text(&arithmetic.loc) {
+                    Some(text) if dparen_is_arithmetic(&text) => {
+                        self.nested_text(&arithmetic.expr.value, depth)
+                    }
+                    Some(text) => match text.get(1..text.len().saturating_sub(1)) {
+                        Some(inner) if text.len() >= 2 => self.script(inner, depth + 1),
+                        Some(_) | None => {
+                            self.opaque("failed to read a `((…))` command of the script")
+                        }
+                    },
+                    None => self.opaque("failed to read a `((…))` command of the script"),
+                }
             }
             ast::CompoundCommand::ArithmeticForClause(clause) => {
                 for expr in [&clause.initializer, &clause.condition, &clause.updater]
@@ -679,6 +727,94 @@ impl Analyser {
     }
 }
 
+/// An upper bound of the parser's nesting for `text`: every bracket outside single quotes
+/// and every compound-command keyword opens a level; closers are not trusted (a here-document
+/// or a quoted string may hold them), so nothing is subtracted.
+fn opener_count(text: &str) -> usize {
+    let mut count = 0usize;
+    let mut word = String::new();
+    let mut chars = text.chars();
+    let keyword = |word: &mut String| {
+        let opens = matches!(
+            word.as_str(),
+            "if" | "case" | "while" | "until" | "for" | "select"
+        );
+        word.clear();
+        usize::from(opens)
+    };
+    while let Some(c) = chars.next() {
+        if c.is_ascii_alphabetic() {
+            word.push(c);
+            continue;
+        }
+        count += keyword(&mut word);
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '\'' => {
+                for next in chars.by_ref() {
+                    if next == '\'' {
+                        break;
+                    }
+                }
+            }
+            '(' | '{' | '[' => count += 1,
+            _ => {}
+        }
+    }
+    count + keyword(&mut word)
+}
+
+/// bash's rule for `((`: arithmetic only if the parenthesis opened second is closed by a
+/// `)` immediately followed by the final `)`; otherwise the text is nested subshells.
+fn dparen_is_arithmetic(text: &str) -> bool {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() < 4 || chars[0] != '(' || chars[1] != '(' {
+        return false;
+    }
+    match matching_paren(&chars, 1) {
+        Some(close) => close + 2 == chars.len() && chars[close + 1] == ')',
+        None => false,
+    }
+}
+
+/// Index of the `)` matching the `(` at `open`, skipping quoted text and escapes.
+fn matching_paren(chars: &[char], open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut i = open;
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => i += 1,
+            '\'' => {
+                i += 1;
+                while i < chars.len() && chars[i] != '\'' {
+                    i += 1;
+                }
+            }
+            '"' => {
+                i += 1;
+                while i < chars.len() && chars[i] != '"' {
+                    if chars[i] == '\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+            }
+            '(' => depth += 1,
+            ')' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
 fn parser_options() -> brush_parser::ParserOptions {
     brush_parser::ParserOptions::default()
 }
@@ -912,6 +1048,14 @@ mod tests {
         assert_eq!(commands("time a"), ["a"]);
         assert_eq!(commands("[[ -f $(a) ]]"), ["a"]);
         assert_eq!(commands("(( $(a) + 1 ))"), ["a"]);
+        assert_eq!(commands("(( i++ )); ((x > 1))"), Vec::<String>::new());
+        assert_eq!(commands("( (a b) )"), ["a b"]);
+        assert_eq!(commands("((a b) )"), ["a b"]);
+        assert_eq!(commands("((a)&&(b))"), ["a", "b"]);
+        assert_eq!(commands("é; ( (a) )"), ["é", "a"]);
+        assert!(dparen_is_arithmetic("((1 + (2)))"));
+        assert!(dparen_is_arithmetic("(( x ')' ))"));
+        assert!(!dparen_is_arithmetic("((a) + (b))"));
     }
 
     #[test]
@@ -991,6 +1135,42 @@ mod tests {
             deep = format!("bash -c {}", quote_for_display(&deep));
         }
         assert!(opaque(&deep)[0].contains("nested"));
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_it_can_overflow_the_stack() {
+        let kinds: [(&str, &str, &str); 8] = [
+            ("{ ", "true; ", "} "),
+            ("if true; then ", "true", "; fi"),
+            ("case x in x) ", "true", ";; esac "),
+            ("while true; do ", "true", "; done"),
+            ("f() { ", "true", "; }"),
+            ("$(", "true", ")"),
+            ("echo ${a:-", "x", "}"),
+            ("( ", "true", " ) "),
+        ];
+        for (open, middle, close) in kinds {
+            for levels in [MAX_OPENERS / 2, 20_000] {
+                let script = format!("{}{middle}{}", open.repeat(levels), close.repeat(levels));
+                // On tokio's default worker stack: the parser must not overflow it.
+                let analysis = std::thread::Builder::new()
+                    .stack_size(2 << 20)
+                    .spawn(move || analyse_script(&script))
+                    .unwrap()
+                    .join()
+                    .unwrap();
+                if levels > MAX_OPENERS {
+                    let reasons = analysis.unanalysable.join("; ");
+                    assert!(
+                        reasons.contains("brackets and compound commands"),
+                        "{reasons}"
+                    );
+                }
+            }
+        }
+        assert_eq!(opener_count("if (a) { b; } fi [x]"), 4);
+        assert_eq!(opener_count("echo '((((((('"), 0);
+        assert_eq!(opener_count("for x in a; do case y in z) ;; esac; done"), 2);
     }
 
     #[test]
