@@ -1,0 +1,217 @@
+//! `after_tool_call` redaction: regex patterns and the values of named host environment
+//! variables are replaced by [`REDACTED`] in everything the model sees — every text block,
+//! and every string (and object key) inside `details` and `structured_content`. The number
+//! of replacements is noted in `details.redactions`.
+//!
+//! Environment values are taken once, at compile time, from a map the caller provides (not
+//! from the process), so they are testable and a later change of the environment does not
+//! silently weaken redaction. Values shorter than [`MIN_ENV_VALUE_CHARS`] are skipped with a
+//! note: redacting `1` or `true` everywhere would destroy the output.
+
+use cordon_core::hooks::ResultOverride;
+use cordon_core::protocol::Content;
+use cordon_core::tool::AgentToolResult;
+use regex::Regex;
+use serde_json::{Map, Value};
+
+/// What replaces a secret.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// Environment values shorter than this many characters are not redacted.
+pub const MIN_ENV_VALUE_CHARS: usize = 8;
+
+/// A compiled set of secrets to remove.
+#[derive(Clone, Debug, Default)]
+pub struct Redactor {
+    /// One alternation of every pattern and escaped env value; `None` when there is nothing
+    /// to redact.
+    regex: Option<Regex>,
+}
+
+impl Redactor {
+    /// Build from patterns (already validated) and literal secret values.
+    pub(crate) fn new(patterns: &[String], literals: &[String]) -> Result<Self, regex::Error> {
+        let mut alternatives: Vec<String> = Vec::new();
+        // Longer literals first so a value containing another is removed whole.
+        let mut literals: Vec<&String> = literals.iter().collect();
+        literals.sort_by_key(|literal| std::cmp::Reverse(literal.len()));
+        literals.dedup();
+        alternatives.extend(literals.iter().map(|literal| regex::escape(literal)));
+        alternatives.extend(patterns.iter().map(|pattern| format!("(?:{pattern})")));
+        if alternatives.is_empty() {
+            return Ok(Redactor { regex: None });
+        }
+        Ok(Redactor {
+            regex: Some(Regex::new(&alternatives.join("|"))?),
+        })
+    }
+
+    /// Whether this redactor can change anything.
+    pub fn is_empty(&self) -> bool {
+        self.regex.is_none()
+    }
+
+    /// Redact one text; returns the new text and the number of replacements.
+    pub fn redact_text(&self, text: &str) -> (String, usize) {
+        let Some(regex) = &self.regex else {
+            return (text.to_owned(), 0);
+        };
+        let mut count = 0;
+        let replaced = regex.replace_all(text, |_: &regex::Captures<'_>| {
+            count += 1;
+            REDACTED
+        });
+        (replaced.into_owned(), count)
+    }
+
+    /// Redact every string and object key inside `value`, in place; returns the count.
+    pub fn redact_value(&self, value: &mut Value) -> usize {
+        if self.regex.is_none() {
+            return 0;
+        }
+        match value {
+            Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+            Value::String(text) => {
+                let (new, count) = self.redact_text(text);
+                if count > 0 {
+                    *text = new;
+                }
+                count
+            }
+            Value::Array(items) => items.iter_mut().map(|item| self.redact_value(item)).sum(),
+            Value::Object(map) => {
+                let mut count = 0;
+                let old = std::mem::take(map);
+                let mut new = Map::with_capacity(old.len());
+                for (key, mut item) in old {
+                    let (key, key_count) = self.redact_text(&key);
+                    count += key_count + self.redact_value(&mut item);
+                    new.insert(key, item);
+                }
+                *map = new;
+                count
+            }
+        }
+    }
+
+    /// The override an `after_tool_call` hook returns: `None` when nothing was redacted.
+    /// Content, details and structured content are all replaced (structured content is
+    /// kept, redacted, rather than cleared) and `details.redactions` holds the count. When
+    /// `details` is not an object it is wrapped as `{"redactions": N, "details": …}`.
+    pub fn redact_result(&self, result: &AgentToolResult) -> Option<ResultOverride> {
+        self.regex.as_ref()?;
+        let mut count = 0;
+        let content: Vec<Content> = result
+            .content
+            .iter()
+            .map(|block| match block {
+                Content::Text { text } => {
+                    let (text, n) = self.redact_text(text);
+                    count += n;
+                    Content::Text { text }
+                }
+                Content::Image { .. } => block.clone(),
+            })
+            .collect();
+        let mut details = result.details.clone();
+        if let Some(details) = details.as_mut() {
+            count += self.redact_value(details);
+        }
+        let mut structured = result.structured_content.clone();
+        if let Some(structured) = structured.as_mut() {
+            count += self.redact_value(structured);
+        }
+        if count == 0 {
+            return None;
+        }
+        let details = match details {
+            Some(Value::Object(mut map)) => {
+                map.insert("redactions".to_owned(), Value::from(count));
+                Value::Object(map)
+            }
+            None | Some(Value::Null) => serde_json::json!({ "redactions": count }),
+            Some(other) => serde_json::json!({ "redactions": count, "details": other }),
+        };
+        Some(ResultOverride {
+            content: Some(content),
+            details: Some(Some(details)),
+            structured_content: Some(structured),
+            is_error: None,
+            terminate: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn patterns_and_literals_are_replaced_and_counted() {
+        let redactor = Redactor::new(&["tok_[a-z]{4}".into()], &["s3cr3t-value".into()]).unwrap();
+        let (text, count) = redactor.redact_text("a tok_abcd b s3cr3t-value c tok_zz");
+        assert_eq!(text, "a [REDACTED] b [REDACTED] c tok_zz");
+        assert_eq!(count, 2);
+    }
+
+    #[test]
+    fn nested_values_and_keys_are_redacted() {
+        let redactor = Redactor::new(&[], &["hunter2hunter2".into()]).unwrap();
+        let mut value = json!({"a": ["x hunter2hunter2", {"hunter2hunter2": 1}], "n": 3});
+        assert_eq!(redactor.redact_value(&mut value), 2);
+        assert_eq!(
+            value,
+            json!({"a": ["x [REDACTED]", {"[REDACTED]": 1}], "n": 3})
+        );
+    }
+
+    #[test]
+    fn results_get_a_redaction_count_and_keep_structure() {
+        let redactor = Redactor::new(&[], &["hunter2hunter2".into()]).unwrap();
+        let result = AgentToolResult::text("out: hunter2hunter2")
+            .with_structured_content(json!({"output": "hunter2hunter2", "exitCode": 0}))
+            .with_details(json!({"fullOutputPath": "/tmp/x"}));
+        let mut redacted = result.clone();
+        redactor
+            .redact_result(&result)
+            .unwrap()
+            .apply(&mut redacted);
+        assert_eq!(redacted.content, vec![Content::text("out: [REDACTED]")]);
+        assert_eq!(
+            redacted.structured_content,
+            Some(json!({"output": "[REDACTED]", "exitCode": 0}))
+        );
+        assert_eq!(
+            redacted.details,
+            Some(json!({"fullOutputPath": "/tmp/x", "redactions": 2}))
+        );
+        assert!(
+            redactor
+                .redact_result(&AgentToolResult::text("clean"))
+                .is_none()
+        );
+        let odd = AgentToolResult::text("hunter2hunter2").with_details(json!("text details"));
+        let mut odd_redacted = odd.clone();
+        redactor
+            .redact_result(&odd)
+            .unwrap()
+            .apply(&mut odd_redacted);
+        assert_eq!(
+            odd_redacted.details,
+            Some(json!({"redactions": 1, "details": "text details"}))
+        );
+    }
+
+    #[test]
+    fn empty_redactor_changes_nothing() {
+        let redactor = Redactor::new(&[], &[]).unwrap();
+        assert!(redactor.is_empty());
+        assert_eq!(redactor.redact_text("abc"), ("abc".to_owned(), 0));
+        assert!(
+            redactor
+                .redact_result(&AgentToolResult::text("abc"))
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,1034 @@
+//! Normalising one command line: programs that run another program (`env`, `sudo`, `xargs`,
+//! `timeout`, …) are stripped with their options, shells given `-c` have their script parsed,
+//! `eval`/`trap` strings are parsed, and builtins that make a script opaque are reported.
+//!
+//! Option tables are data, one entry per program (GNU coreutils, util-linux, sudo, findutils,
+//! procps and bash spellings). An option a table does not know, or a run-time value where an
+//! option or the wrapped command could be, makes the script unanalysable: guessing where the
+//! real command starts would let `timeout $T git push` hide `git push`.
+
+use super::{Analyser, SimpleCommand, Word};
+
+/// Directories whose programs are the system's, not something the agent wrote. A wrapper or
+/// builtin named by any other path is treated as an ordinary program (and still unwrapped).
+pub const SYSTEM_BIN_DIRS: &[&str] = &[
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+];
+
+/// Whether `path` names a program in one of [`SYSTEM_BIN_DIRS`].
+pub fn is_system_program_path(path: &str) -> bool {
+    match path.rsplit_once('/') {
+        Some((dir, name)) => !name.is_empty() && SYSTEM_BIN_DIRS.contains(&dir),
+        None => false,
+    }
+}
+
+/// How one program's options look.
+struct Spec {
+    short_flags: &'static str,
+    short_valued: &'static str,
+    /// Short options whose value, if any, is attached (`-i{}`), never the next word.
+    short_optional: &'static str,
+    long_flags: &'static [&'static str],
+    long_valued: &'static [&'static str],
+    long_optional: &'static [&'static str],
+    /// `nice -5`
+    numeric_short: bool,
+    /// `env -`, `su -`
+    lone_dash: bool,
+    /// `bash +x`, `bash +o pipefail`
+    plus_options: bool,
+}
+
+const NONE: Spec = Spec {
+    short_flags: "",
+    short_valued: "",
+    short_optional: "",
+    long_flags: &[],
+    long_valued: &[],
+    long_optional: &[],
+    numeric_short: false,
+    lone_dash: false,
+    plus_options: false,
+};
+
+const ENV: Spec = Spec {
+    short_flags: "i0v",
+    short_valued: "uCS",
+    long_flags: &[
+        "ignore-environment",
+        "null",
+        "debug",
+        "list-signal-handling",
+    ],
+    long_valued: &["unset", "chdir", "split-string"],
+    long_optional: &["default-signal", "ignore-signal", "block-signal"],
+    lone_dash: true,
+    ..NONE
+};
+const COMMAND: Spec = Spec {
+    short_flags: "pvV",
+    ..NONE
+};
+const EXEC: Spec = Spec {
+    short_flags: "cl",
+    short_valued: "a",
+    ..NONE
+};
+const SETSID: Spec = Spec {
+    short_flags: "cfw",
+    long_flags: &["ctty", "fork", "wait"],
+    ..NONE
+};
+const STDBUF: Spec = Spec {
+    short_valued: "ioe",
+    long_valued: &["input", "output", "error"],
+    ..NONE
+};
+const IONICE: Spec = Spec {
+    short_flags: "t",
+    short_valued: "cnpPu",
+    long_flags: &["ignore"],
+    long_valued: &["class", "classdata", "pid", "pgid", "uid"],
+    ..NONE
+};
+const NICE: Spec = Spec {
+    short_valued: "n",
+    long_valued: &["adjustment"],
+    numeric_short: true,
+    ..NONE
+};
+const TIMEOUT: Spec = Spec {
+    short_flags: "v",
+    short_valued: "sk",
+    long_flags: &["preserve-status", "foreground", "verbose"],
+    long_valued: &["signal", "kill-after"],
+    ..NONE
+};
+const TIME: Spec = Spec {
+    short_flags: "pvqa",
+    short_valued: "fo",
+    long_flags: &["portability", "verbose", "quiet", "append"],
+    long_valued: &["format", "output"],
+    ..NONE
+};
+const TASKSET: Spec = Spec {
+    short_flags: "acp",
+    long_flags: &["all-tasks", "cpu-list", "pid"],
+    ..NONE
+};
+const FLOCK: Spec = Spec {
+    short_flags: "sxenuoF",
+    short_valued: "wEc",
+    long_flags: &[
+        "shared",
+        "exclusive",
+        "nonblock",
+        "nb",
+        "unlock",
+        "close",
+        "no-fork",
+        "verbose",
+    ],
+    long_valued: &["wait", "timeout", "conflict-exit-code", "command"],
+    ..NONE
+};
+const WATCH: Spec = Spec {
+    short_flags: "bceghptwrx",
+    short_valued: "nq",
+    short_optional: "d",
+    long_flags: &[
+        "beep",
+        "color",
+        "no-color",
+        "errexit",
+        "chgexit",
+        "precise",
+        "no-title",
+        "no-wrap",
+        "no-linewrap",
+        "exec",
+        "no-rerun",
+    ],
+    long_valued: &["interval", "equexit"],
+    long_optional: &["differences"],
+    ..NONE
+};
+const SU: Spec = Spec {
+    short_flags: "lmpfP",
+    short_valued: "cgGswu",
+    long_flags: &["login", "preserve-environment", "fast", "pty"],
+    long_valued: &[
+        "command",
+        "session-command",
+        "group",
+        "supp-group",
+        "shell",
+        "whitelist-environment",
+        "user",
+    ],
+    lone_dash: true,
+    ..NONE
+};
+const SUDO: Spec = Spec {
+    short_flags: "AbEeHhiKklnPSsVv",
+    short_valued: "gpCDrtTUuR",
+    long_flags: &[
+        "askpass",
+        "background",
+        "bell",
+        "edit",
+        "help",
+        "login",
+        "list",
+        "non-interactive",
+        "preserve-groups",
+        "remove-timestamp",
+        "reset-timestamp",
+        "set-home",
+        "shell",
+        "stdin",
+        "validate",
+        "version",
+    ],
+    long_valued: &[
+        "chdir",
+        "chroot",
+        "close-from",
+        "command-timeout",
+        "group",
+        "host",
+        "other-user",
+        "prompt",
+        "role",
+        "type",
+        "user",
+    ],
+    long_optional: &["preserve-env"],
+    ..NONE
+};
+const DOAS: Spec = Spec {
+    short_flags: "Lns",
+    short_valued: "uC",
+    ..NONE
+};
+const CHROOT: Spec = Spec {
+    long_flags: &["skip-chdir"],
+    long_valued: &["userspec", "groups"],
+    ..NONE
+};
+const XARGS: Spec = Spec {
+    short_flags: "0prtxo",
+    short_valued: "EILnPsda",
+    short_optional: "eil",
+    long_flags: &[
+        "null",
+        "interactive",
+        "no-run-if-empty",
+        "show-limits",
+        "verbose",
+        "exit",
+        "open-tty",
+    ],
+    long_valued: &[
+        "arg-file",
+        "delimiter",
+        "max-args",
+        "max-procs",
+        "max-chars",
+        "process-slot-var",
+    ],
+    long_optional: &["eof", "replace", "max-lines"],
+    ..NONE
+};
+const SHELL: Spec = Spec {
+    short_flags: "abcefhkmnptuvxBCEHPTilrsD",
+    short_valued: "oO",
+    long_flags: &[
+        "login",
+        "norc",
+        "noprofile",
+        "posix",
+        "restricted",
+        "verbose",
+        "noediting",
+        "debugger",
+        "dump-po-strings",
+        "dump-strings",
+        "help",
+        "version",
+        "pretty-print",
+    ],
+    long_valued: &["rcfile", "init-file"],
+    plus_options: true,
+    ..NONE
+};
+
+const SHELLS: &[&str] = &[
+    "bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh", "rbash",
+];
+
+/// The options found before the operands.
+struct Parsed {
+    /// `(name, value)`; short options as `-x`, long as `--name`.
+    options: Vec<(String, Option<String>)>,
+    /// Index of the first operand in the argument list.
+    operands: usize,
+}
+
+impl Parsed {
+    fn has(&self, names: &[&str]) -> bool {
+        self.options
+            .iter()
+            .any(|(name, _)| names.contains(&name.as_str()))
+    }
+
+    fn value(&self, names: &[&str]) -> Option<Option<&str>> {
+        self.options
+            .iter()
+            .rev()
+            .find(|(name, _)| names.contains(&name.as_str()))
+            .map(|(_, value)| value.as_deref())
+    }
+}
+
+fn literal_at<'a>(args: &'a [Word], index: usize, program: &str) -> Result<&'a str, String> {
+    match &args[index] {
+        Word::Literal(text) => Ok(text),
+        Word::Dynamic(source) => Err(format!(
+            "`{source}` after `{program}` is computed at run time, so the command `{program}` runs cannot be determined"
+        )),
+    }
+}
+
+fn parse_options(spec: &Spec, program: &str, args: &[Word]) -> Result<Parsed, String> {
+    let mut options = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let text = literal_at(args, i, program)?;
+        if text == "--" {
+            i += 1;
+            break;
+        }
+        if text == "-" && spec.lone_dash {
+            options.push(("-".to_owned(), None));
+            i += 1;
+            continue;
+        }
+        if let Some(long) = text.strip_prefix("--").filter(|long| !long.is_empty()) {
+            let (name, value) = match long.split_once('=') {
+                Some((name, value)) => (name, Some(value.to_owned())),
+                None => (long, None),
+            };
+            let name = resolve_long(spec, name).ok_or_else(|| {
+                format!(
+                    "`{program}` is given the option `--{name}`, which the analyser does not know"
+                )
+            })?;
+            if spec.long_flags.contains(&name) {
+                if value.is_some() {
+                    return Err(format!("`{program} --{name}` does not take a value"));
+                }
+                options.push((format!("--{name}"), None));
+                i += 1;
+            } else if spec.long_optional.contains(&name) {
+                options.push((format!("--{name}"), value));
+                i += 1;
+            } else {
+                let value = match value {
+                    Some(value) => {
+                        i += 1;
+                        value
+                    }
+                    None => {
+                        if i + 1 >= args.len() {
+                            return Err(format!("`{program} --{name}` is missing its value"));
+                        }
+                        let value = literal_at(args, i + 1, program)?.to_owned();
+                        i += 2;
+                        value
+                    }
+                };
+                options.push((format!("--{name}"), Some(value)));
+            }
+            continue;
+        }
+        let (sign, cluster) = match text.chars().next() {
+            Some('-') if text.len() > 1 => ('-', &text[1..]),
+            Some('+') if text.len() > 1 && spec.plus_options => ('+', &text[1..]),
+            _ => break,
+        };
+        if spec.numeric_short && cluster.chars().all(|c| c.is_ascii_digit()) {
+            options.push((text.to_owned(), None));
+            i += 1;
+            continue;
+        }
+        let mut consumed_next = false;
+        for (offset, c) in cluster.char_indices() {
+            let rest = &cluster[offset + c.len_utf8()..];
+            let name = format!("{sign}{c}");
+            if spec.short_flags.contains(c) {
+                options.push((name, None));
+            } else if spec.short_optional.contains(c) {
+                options.push((name, (!rest.is_empty()).then(|| rest.to_owned())));
+                break;
+            } else if spec.short_valued.contains(c) {
+                let value = if !rest.is_empty() {
+                    rest.to_owned()
+                } else if i + 1 < args.len() {
+                    consumed_next = true;
+                    literal_at(args, i + 1, program)?.to_owned()
+                } else {
+                    return Err(format!("`{program} {sign}{c}` is missing its value"));
+                };
+                options.push((name, Some(value)));
+                break;
+            } else {
+                return Err(format!(
+                    "`{program}` is given the option `{sign}{c}`, which the analyser does not know"
+                ));
+            }
+        }
+        i += if consumed_next { 2 } else { 1 };
+    }
+    Ok(Parsed {
+        options,
+        operands: i,
+    })
+}
+
+/// GNU getopt accepts any unambiguous prefix of a long option.
+fn resolve_long(spec: &Spec, name: &str) -> Option<&'static str> {
+    let all = || {
+        spec.long_flags
+            .iter()
+            .chain(spec.long_valued)
+            .chain(spec.long_optional)
+            .copied()
+    };
+    if let Some(exact) = all().find(|candidate| *candidate == name) {
+        return Some(exact);
+    }
+    let mut prefixed = all().filter(|candidate| candidate.starts_with(name));
+    match (prefixed.next(), prefixed.next()) {
+        (Some(only), None) if !name.is_empty() => Some(only),
+        _ => None,
+    }
+}
+
+/// Normalise `command` and hand every command it runs to the analyser.
+pub(super) fn normalise(analyser: &mut Analyser, command: SimpleCommand, depth: usize) {
+    // A wrapper or builtin named by a path outside the system directories may be anything
+    // the agent wrote: record it as a program of its own, and still look inside.
+    let system_named = command
+        .program_path
+        .as_deref()
+        .is_none_or(is_system_program_path);
+    let program = command.program.clone();
+    let mut recorded = false;
+    let result = match program.as_str() {
+        name if SHELLS.contains(&name) => shell(analyser, &command, depth),
+        "eval" if system_named => eval(analyser, &command, depth),
+        "source" | "." | "enable" | "fc" if system_named => Err(format!(
+            "`{program}` runs code the analyser cannot see; run the commands directly"
+        )),
+        "trap" if system_named => trap(analyser, &command, depth),
+        "alias" if system_named => alias(analyser, command.clone()),
+        "hash" | "mapfile" | "readarray" if system_named => {
+            let flag = if program == "hash" { 'p' } else { 'C' };
+            let sets_hook = |text: &str| {
+                text.starts_with('-') && !text.starts_with("--") && text.contains(flag)
+            };
+            if command
+                .args
+                .iter()
+                .any(|arg| arg.literal().is_none_or(sets_hook))
+            {
+                Err(format!(
+                    "`{program} -{flag}` can make later commands run code the analyser cannot see"
+                ))
+            } else {
+                analyser.record(command.clone());
+                Ok(())
+            }
+        }
+        "find" => {
+            analyser.record(command.clone());
+            find_exec(analyser, &command, depth);
+            Ok(())
+        }
+        "busybox" => match command.args.first() {
+            Some(_) => {
+                if !system_named {
+                    analyser.record(command.clone());
+                }
+                analyser.run_with_tail(command.args.clone(), command.open_tail, depth);
+                Ok(())
+            }
+            None => {
+                analyser.record(command.clone());
+                Ok(())
+            }
+        },
+        "env" | "command" | "builtin" | "exec" | "nohup" | "setsid" | "stdbuf" | "ionice"
+        | "nice" | "timeout" | "time" | "taskset" | "flock" | "watch" | "xargs" | "sudo"
+        | "doas" | "su" | "runuser" | "chroot" => {
+            if !system_named
+                || matches!(
+                    program.as_str(),
+                    "sudo" | "doas" | "su" | "runuser" | "chroot"
+                )
+            {
+                // Privilege-changing wrappers are commands of their own too: a rule can deny
+                // `sudo`, and allowlist mode has to allow it explicitly.
+                analyser.record(command.clone());
+                recorded = true;
+            }
+            match wrapper(analyser, &command) {
+                Ok(Inner::Nothing) => {
+                    // Nothing wrapped (`env`, `exec 3>&1`, `command -v x`): the wrapper is the
+                    // program that runs.
+                    if !recorded {
+                        analyser.record(command.clone());
+                    }
+                    Ok(())
+                }
+                Ok(Inner::Script(script)) => {
+                    analyser.script(&script, depth + 1);
+                    Ok(())
+                }
+                Ok(Inner::Command(words, open_tail)) => {
+                    analyser.run_with_tail(words, open_tail, depth);
+                    Ok(())
+                }
+                Err(reason) => Err(reason),
+            }
+        }
+        _ => {
+            analyser.record(command.clone());
+            Ok(())
+        }
+    };
+    if let Err(reason) = result {
+        analyser.opaque(reason);
+    }
+}
+
+/// What a wrapper runs.
+enum Inner {
+    /// Nothing: the wrapper only looks something up or changes the shell itself.
+    Nothing,
+    /// A script string run through a shell (`su -c`, `flock -c`, `watch`).
+    Script(String),
+    /// A command line, and whether arguments are appended at run time.
+    Command(Vec<Word>, bool),
+}
+
+fn wrapper(analyser: &mut Analyser, command: &SimpleCommand) -> Result<Inner, String> {
+    let program = command.program.as_str();
+    let args = &command.args;
+    let spec = match program {
+        "env" => &ENV,
+        "command" => &COMMAND,
+        "exec" => &EXEC,
+        "setsid" => &SETSID,
+        "stdbuf" => &STDBUF,
+        "ionice" => &IONICE,
+        "nice" => &NICE,
+        "timeout" => &TIMEOUT,
+        "time" => &TIME,
+        "taskset" => &TASKSET,
+        "flock" => &FLOCK,
+        "watch" => &WATCH,
+        "xargs" => &XARGS,
+        "sudo" => &SUDO,
+        "doas" => &DOAS,
+        "su" | "runuser" => &SU,
+        "chroot" => &CHROOT,
+        // builtin, nohup
+        _ => &NONE,
+    };
+    let parsed = parse_options(spec, program, args)?;
+    let mut rest: Vec<Word> = args[parsed.operands..].to_vec();
+    let mut open_tail = command.open_tail;
+    match program {
+        "env" => {
+            // NAME=VALUE words before the command.
+            while let Some(Word::Literal(text)) = rest.first() {
+                let Some((name, _)) = text.split_once('=') else {
+                    break;
+                };
+                if !is_variable_name(name) {
+                    break;
+                }
+                analyser.check_variable(name);
+                rest.remove(0);
+            }
+            if rest.iter().take(1).any(|word| word.literal().is_none()) {
+                return Err(format!(
+                    "`{}` after `env` is computed at run time, so the command `env` runs cannot be determined",
+                    display(&rest[0])
+                ));
+            }
+            if let Some(Some(split)) = parsed.value(&["-S", "--split-string"]) {
+                let mut words = split_literal_words(split).ok_or_else(|| {
+                    format!("`env -S {split}` splits a string the analyser cannot resolve")
+                })?;
+                words.extend(rest);
+                rest = words;
+            }
+        }
+        // `command -v x` only looks a program up.
+        "command" if parsed.has(&["-v", "-V"]) => return Ok(Inner::Nothing),
+        "chroot" => {
+            take_operand(&mut rest, program, "NEWROOT")?;
+            if rest.is_empty() {
+                return Err("`chroot` without a command starts an interactive shell".to_owned());
+            }
+        }
+        "ionice" if parsed.has(&["-p", "-P", "-u", "--pid", "--pgid", "--uid"]) => {
+            return Ok(Inner::Nothing);
+        }
+        "timeout" => take_operand(&mut rest, program, "DURATION")?,
+        "taskset" if parsed.has(&["-p", "--pid"]) => return Ok(Inner::Nothing),
+        "taskset" => take_operand(&mut rest, program, "MASK")?,
+        "flock" => {
+            take_operand(&mut rest, program, "FILE")?;
+            if let Some(Some(script)) = parsed.value(&["-c", "--command"]) {
+                return Ok(Inner::Script(script.to_owned()));
+            }
+        }
+        // watch runs its arguments joined by spaces through `sh -c` unless given -x.
+        "watch" if !parsed.has(&["-x", "--exec"]) => {
+            let words = rest
+                .iter()
+                .map(|word| word.literal().map(str::to_owned))
+                .collect::<Option<Vec<String>>>()
+                .ok_or_else(|| "`watch` is given a command computed at run time".to_owned())?;
+            return Ok(Inner::Script(words.join(" ")));
+        }
+        "xargs" => {
+            let replace = match parsed.value(&["-I"]) {
+                Some(value) => value.map(str::to_owned),
+                None => parsed
+                    .value(&["-i", "--replace"])
+                    .map(|value| value.unwrap_or("{}").to_owned()),
+            };
+            if rest.is_empty() {
+                rest.push(Word::Literal("echo".to_owned()));
+            }
+            match replace {
+                Some(replace) => {
+                    rest = rest
+                        .into_iter()
+                        .map(|word| match word {
+                            Word::Literal(text) if text.contains(&replace) => Word::Dynamic(text),
+                            other => other,
+                        })
+                        .collect();
+                }
+                None => open_tail = true,
+            }
+        }
+        "sudo" | "doas" => {
+            if parsed.has(&["-e", "--edit"]) {
+                rest.insert(0, Word::Literal("sudoedit".to_owned()));
+            } else if parsed.has(&[
+                "-l",
+                "-v",
+                "-K",
+                "-k",
+                "-V",
+                "-h",
+                "--list",
+                "--validate",
+                "--version",
+                "--help",
+                "--remove-timestamp",
+                "-L",
+            ]) && rest.is_empty()
+            {
+                return Ok(Inner::Nothing);
+            }
+            while let Some(Word::Literal(text)) = rest.first() {
+                match text.split_once('=') {
+                    Some((name, _)) if is_variable_name(name) => {
+                        analyser.check_variable(name);
+                        rest.remove(0);
+                    }
+                    _ => break,
+                }
+            }
+            if rest.is_empty() {
+                return Err(format!(
+                    "`{program}` without a command starts a shell that reads commands the analyser cannot see"
+                ));
+            }
+        }
+        "su" | "runuser" => {
+            if let Some(Some(script)) = parsed.value(&["-c", "--command", "--session-command"]) {
+                return Ok(Inner::Script(script.to_owned()));
+            }
+            if program == "runuser" && parsed.has(&["-u", "--user"]) {
+                // runuser -u USER [--] COMMAND …
+            } else {
+                return Err(format!(
+                    "`{program}` without -c starts a shell that reads commands the analyser cannot see"
+                ));
+            }
+        }
+        _ => {}
+    }
+    if rest.is_empty() {
+        return Ok(Inner::Nothing);
+    }
+    Ok(Inner::Command(rest, open_tail))
+}
+
+fn take_operand(rest: &mut Vec<Word>, program: &str, what: &str) -> Result<(), String> {
+    if rest.is_empty() {
+        return Err(format!("`{program}` is missing its {what}"));
+    }
+    rest.remove(0);
+    Ok(())
+}
+
+fn shell(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Result<(), String> {
+    let program = command.program.as_str();
+    let system_named = command
+        .program_path
+        .as_deref()
+        .is_none_or(is_system_program_path);
+    if !system_named {
+        analyser.record(command.clone());
+    }
+    let parsed = parse_options(&SHELL, program, &command.args)?;
+    let operands = &command.args[parsed.operands..];
+    if parsed.has(&["-c"]) {
+        return match operands.first() {
+            Some(Word::Literal(script)) => {
+                analyser.script(script, depth + 1);
+                Ok(())
+            }
+            Some(Word::Dynamic(source)) => Err(format!(
+                "`{program} -c {source}` runs a script computed at run time"
+            )),
+            None => Err(format!("`{program} -c` is missing its script")),
+        };
+    }
+    if parsed.has(&["-s"]) || operands.is_empty() {
+        return Err(format!(
+            "`{program}` without -c reads commands from standard input, which the analyser cannot see"
+        ));
+    }
+    Err(format!(
+        "`{program} {}` runs a script file the analyser cannot see; run its commands directly",
+        display(&operands[0])
+    ))
+}
+
+fn eval(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Result<(), String> {
+    let mut args = command.args.as_slice();
+    if let Some(Word::Literal(first)) = args.first()
+        && first == "--"
+    {
+        args = &args[1..];
+    }
+    let words = args
+        .iter()
+        .map(|word| word.literal().map(str::to_owned))
+        .collect::<Option<Vec<String>>>()
+        .ok_or_else(|| {
+            "`eval` runs a string computed at run time; run the commands directly".to_owned()
+        })?;
+    if command.open_tail {
+        return Err("`eval` is given arguments at run time".to_owned());
+    }
+    analyser.script(&words.join(" "), depth + 1);
+    Ok(())
+}
+
+fn trap(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Result<(), String> {
+    analyser.record(command.clone());
+    let args = &command.args;
+    let mut index = 0;
+    while let Some(Word::Literal(text)) = args.get(index) {
+        if text == "--" {
+            index += 1;
+            break;
+        }
+        if text.starts_with('-') && text.len() > 1 {
+            index += 1;
+            continue;
+        }
+        break;
+    }
+    let rest = &args[index.min(args.len())..];
+    if rest.len() < 2 {
+        return Ok(());
+    }
+    match &rest[0] {
+        Word::Literal(action) if action == "-" || action.is_empty() => Ok(()),
+        Word::Literal(action) => {
+            analyser.script(action, depth + 1);
+            Ok(())
+        }
+        Word::Dynamic(source) => Err(format!(
+            "`trap {source}` installs a handler computed at run time"
+        )),
+    }
+}
+
+fn alias(analyser: &mut Analyser, command: SimpleCommand) -> Result<(), String> {
+    if command
+        .args
+        .iter()
+        .any(|arg| arg.literal().is_none_or(|text| text.contains('=')))
+    {
+        return Err(
+            "`alias` defines a command the analyser cannot follow; call programs by name"
+                .to_owned(),
+        );
+    }
+    analyser.record(command);
+    Ok(())
+}
+
+fn find_exec(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) {
+    let args = &command.args;
+    let mut i = 0;
+    while i < args.len() {
+        let is_exec = matches!(
+            args[i].literal(),
+            Some("-exec" | "-execdir" | "-ok" | "-okdir")
+        );
+        if !is_exec {
+            i += 1;
+            continue;
+        }
+        let start = i + 1;
+        let mut end = start;
+        while end < args.len() && !matches!(args[end].literal(), Some(";" | "+")) {
+            end += 1;
+        }
+        let nested: Vec<Word> = args[start..end]
+            .iter()
+            .map(|word| match word {
+                Word::Literal(text) if text.contains("{}") => Word::Dynamic(text.clone()),
+                other => other.clone(),
+            })
+            .collect();
+        analyser.run_with_tail(nested, false, depth);
+        i = end + 1;
+    }
+}
+
+fn is_variable_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Split a string into literal words with shell quoting rules; `None` if any word is dynamic
+/// or the string contains operators.
+fn split_literal_words(text: &str) -> Option<Vec<Word>> {
+    let tokens = brush_parser::tokenize_str(text).ok()?;
+    let mut analyser = Analyser::default();
+    let mut words = Vec::new();
+    for token in tokens {
+        match token {
+            brush_parser::Token::Word(word, _) => {
+                let expanded = analyser.expand(&word, 0);
+                if expanded.dynamic {
+                    return None;
+                }
+                words.push(Word::Literal(expanded.text));
+            }
+            brush_parser::Token::Operator(..) => return None,
+        }
+    }
+    analyser.out.is_complete().then_some(words)
+}
+
+fn display(word: &Word) -> String {
+    word.display()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::analyse_script;
+
+    fn commands(script: &str) -> Vec<String> {
+        let analysis = analyse_script(script);
+        assert!(
+            analysis.is_complete(),
+            "unexpected unanalysable parts in {script:?}: {:?}",
+            analysis.unanalysable
+        );
+        analysis.commands.iter().map(ToString::to_string).collect()
+    }
+
+    fn opaque(script: &str) -> String {
+        let analysis = analyse_script(script);
+        assert!(
+            !analysis.is_complete(),
+            "{script:?} should be unanalysable, got {:?}",
+            analysis.commands
+        );
+        analysis.unanalysable.join("; ")
+    }
+
+    #[test]
+    fn wrappers_are_stripped_with_their_options() {
+        let cases: &[(&str, &[&str])] = &[
+            ("env git push", &["git push"]),
+            ("env -i A=1 B=2 git push", &["git push"]),
+            ("env -u HOME --chdir=/x -- git push", &["git push"]),
+            ("env -S 'git push' origin", &["git push origin"]),
+            ("command git push", &["git push"]),
+            ("command -p git push", &["git push"]),
+            ("builtin echo hi", &["echo hi"]),
+            ("exec git push", &["git push"]),
+            ("exec -a name git push", &["git push"]),
+            ("nohup git push", &["git push"]),
+            ("setsid -w git push", &["git push"]),
+            ("stdbuf -oL -e0 git push", &["git push"]),
+            ("ionice -c2 -n 7 git push", &["git push"]),
+            ("nice git push", &["git push"]),
+            ("nice -n 5 git push", &["git push"]),
+            ("nice -5 git push", &["git push"]),
+            ("nice --adjustment=5 git push", &["git push"]),
+            ("timeout 5 git push", &["git push"]),
+            ("timeout -s KILL -k 1 5s git push", &["git push"]),
+            ("timeout --signal=TERM --preserve 5 git push", &["git push"]),
+            ("time -p git push", &["git push"]),
+            ("taskset -c 0 git push", &["git push"]),
+            ("flock /tmp/l git push", &["git push"]),
+            ("flock -c 'git push' /tmp/l", &["git push"]),
+            ("watch -n 1 git push", &["git push"]),
+            ("watch -x git push", &["git push"]),
+            ("xargs git push", &["git push …"]),
+            ("xargs -0 -n1 git push", &["git push …"]),
+            ("xargs -I{} git push {}", &["git push {}"]),
+            ("xargs", &["echo …"]),
+            ("sudo git push", &["sudo git push", "git push"]),
+            (
+                "sudo -u bob -E HOME=/x git push",
+                &["sudo -u bob -E HOME=/x git push", "git push"],
+            ),
+            (
+                "doas -u bob git push",
+                &["doas -u bob git push", "git push"],
+            ),
+            (
+                "su -c 'git push' bob",
+                &["su -c 'git push' bob", "git push"],
+            ),
+            (
+                "runuser -u bob -- git push",
+                &["runuser -u bob -- git push", "git push"],
+            ),
+            (
+                "chroot /srv git push",
+                &["chroot /srv git push", "git push"],
+            ),
+            ("busybox git push", &["git push"]),
+            ("/usr/bin/env /usr/bin/git push", &["/usr/bin/git push"]),
+            ("env nice timeout 5 command git push", &["git push"]),
+        ];
+        for (script, expected) in cases {
+            assert_eq!(&commands(script), expected, "{script}");
+        }
+    }
+
+    #[test]
+    fn shell_strings_are_parsed_recursively() {
+        assert_eq!(commands("bash -c 'git push'"), ["git push"]);
+        assert_eq!(commands("sh -c \"cd x && git push\""), ["cd x", "git push"]);
+        assert_eq!(commands("bash -lc 'a; b' name arg"), ["a", "b"]);
+        assert_eq!(commands("zsh -e -c 'git push'"), ["git push"]);
+        assert_eq!(commands("bash +o pipefail -c 'git push'"), ["git push"]);
+        assert_eq!(commands("bash -c \"bash -c 'git push'\""), ["git push"]);
+        assert_eq!(commands("eval git push"), ["git push"]);
+        assert_eq!(commands("eval 'git push; ls'"), ["git push", "ls"]);
+        assert_eq!(
+            commands("trap 'git push' EXIT"),
+            ["trap 'git push' EXIT", "git push"]
+        );
+        assert_eq!(commands("trap - EXIT"), ["trap - EXIT"]);
+    }
+
+    #[test]
+    fn find_exec_commands_are_found() {
+        assert_eq!(
+            commands("find . -name '*.rs' -exec git add {} \\; -execdir rm {} +"),
+            [
+                "find . -name '*.rs' -exec git add {} ';' -execdir rm {} +",
+                "git add {}",
+                "rm {}"
+            ]
+        );
+        assert_eq!(
+            commands("find . -exec sh -c 'git push' \\;"),
+            ["find . -exec sh -c 'git push' ';'", "git push"]
+        );
+    }
+
+    #[test]
+    fn opaque_constructs_are_reported() {
+        assert!(opaque("bash script.sh").contains("script file"));
+        assert!(opaque("echo 'git push' | bash").contains("standard input"));
+        assert!(opaque("bash -c \"$x\"").contains("computed at run time"));
+        assert!(opaque("eval \"$x\"").contains("eval"));
+        assert!(opaque("source ./x.sh").contains("source"));
+        assert!(opaque(". ./x.sh").contains("`.`"));
+        assert!(opaque("alias g='git push'").contains("alias"));
+        assert!(opaque("hash -p ./evil git").contains("hash -p"));
+        assert!(opaque("enable -f ./x.so git").contains("enable"));
+        assert!(opaque("mapfile -C cb arr").contains("mapfile -C"));
+        assert!(opaque("readarray -tC cb arr").contains("readarray -C"));
+        assert_eq!(commands("mapfile -t lines"), ["mapfile -t lines"]);
+        assert!(opaque("timeout $T git push").contains("$T"));
+        assert!(opaque("nice -n $N git push").contains("$N"));
+        assert!(opaque("env $X git push").contains("$X"));
+        assert!(opaque("timeout --frobnicate 5 git push").contains("--frobnicate"));
+        assert!(opaque("sudo -s").contains("shell"));
+        assert!(opaque("su bob").contains("shell"));
+        assert!(opaque("env PATH=/tmp git push").contains("PATH"));
+        assert!(opaque("sudo LD_PRELOAD=x git").contains("LD_PRELOAD"));
+        assert!(opaque("xargs -I{} sh -c '{}'").contains("computed at run time"));
+    }
+
+    #[test]
+    fn path_named_wrappers_are_programs_of_their_own() {
+        assert_eq!(
+            commands("./timeout 5 git push"),
+            ["./timeout 5 git push", "git push"]
+        );
+        assert_eq!(
+            commands("./bash -c 'git push'"),
+            ["./bash -c 'git push'", "git push"]
+        );
+        assert_eq!(commands("./eval git push"), ["./eval git push"]);
+        assert!(super::is_system_program_path("/usr/bin/git"));
+        assert!(!super::is_system_program_path("/usr/bin/"));
+        assert!(!super::is_system_program_path("/home/me/bin/git"));
+        assert!(!super::is_system_program_path("git"));
+    }
+
+    #[test]
+    fn lookups_do_not_unwrap() {
+        assert_eq!(commands("command -v git"), ["command -v git"]);
+        assert_eq!(commands("sudo -l"), ["sudo -l"]);
+        assert_eq!(commands("env"), ["env"]);
+        assert_eq!(commands("exec 3>&1"), ["exec"]);
+        assert_eq!(commands("ionice -p 1"), ["ionice -p 1"]);
+    }
+}

@@ -1,0 +1,161 @@
+//! Differential test against real bash: every program bash actually runs for a script must be
+//! among the commands the analyser found, unless the analyser reported the script as
+//! unanalysable. Stub programs (`git`, `cargo`, …) on a private PATH log their argv.
+
+use std::path::Path;
+use std::process::Command;
+
+use cordon_policy::shell::{ScriptAnalysis, SimpleCommand, Word, analyse_script};
+
+/// Programs replaced by logging stubs.
+const STUBS: &[&str] = &["git", "cargo", "frob"];
+
+const SCRIPTS: &[&str] = &[
+    r"g\it push",
+    r#""git" push"#,
+    "$(echo git) push",
+    "`echo git` push",
+    "bash -c 'git push'",
+    r#"sh -c "cd . && git push""#,
+    "eval git push",
+    "eval 'git push; cargo test'",
+    "env git push",
+    "env -i PATH=\"$PATH\" git env-i",
+    "command git push",
+    "builtin command git builtin",
+    "echo | xargs git push",
+    "echo push | xargs git",
+    "printf 'a\\0b' | xargs -0 git zero",
+    "echo push | xargs -I{} git {} now",
+    "git push;",
+    "true && git push",
+    "false || git push",
+    "(git push)",
+    "( (git push) )",
+    "((git push) )",
+    "((git x)&&(git y))",
+    "((git x);(git y))",
+    "(( $(git in-arith) + 1 ))",
+    "{ git grouped; }",
+    "a=git; $a push",
+    "$'\\x67it' push",
+    "g''it quoted",
+    "gi\\\nt continued",
+    "find . -maxdepth 0 -exec git push \\;",
+    "find . -maxdepth 0 -exec sh -c 'git nested' \\;",
+    "x() { git push; }; x",
+    "function y { cargo test; }; y",
+    "if true; then git push; fi",
+    "while false; do :; done; until true; do :; done; git after-loops",
+    "for c in git; do $c push; done",
+    "case $(git case) in *) git inner;; esac",
+    "cat <<EOF | bash\ngit push\nEOF\n",
+    "bash <<EOF\ngit heredoc\nEOF\n",
+    "timeout 5 nice -n 1 git push",
+    "exec git push",
+    "echo $(git rev-parse)",
+    "cat <(git log) >/dev/null",
+    ": ${x:-$(git fetch)}",
+    "echo $((1 + $(git count)))",
+    "a[$(git idx)]=1",
+    "trap 'git trapped' EXIT",
+    "git push & wait",
+    "`g\\it back`",
+    "\"$(printf git)\" dyn",
+    "stdbuf -oL git buf",
+    "setsid -w git sess",
+    "git $(echo push)",
+    "cat <<EOF\n$(git heredoc-subst)\nEOF\n",
+    "[[ -n $(git test) ]]",
+    "(( $(git arith) + 1 ))",
+    "echo \"${HOME/$(git replace)/x}\"",
+    "frob --flag | cargo build 2>&1 | git filter",
+    "bash -c \"bash -c 'sh -c \\\"git deep\\\"'\"",
+    "env -S 'git split' extra",
+];
+
+fn stub_dir(dir: &Path, log: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for name in STUBS {
+        let path = dir.join(name);
+        let script = format!(
+            "#!/bin/sh\n{{ printf '%s' \"{name}\"; for a in \"$@\"; do printf ' %s' \"$a\"; done; echo; }} >> '{}'\n",
+            log.display()
+        );
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// Whether an invocation bash really made is covered by the analysis.
+fn covered(analysis: &ScriptAnalysis, argv: &[String]) -> bool {
+    if !analysis.is_complete() {
+        return true;
+    }
+    analysis.commands.iter().any(|command: &SimpleCommand| {
+        command.program == argv[0]
+            && (command.open_tail
+                || command
+                    .args
+                    .iter()
+                    .any(|arg| matches!(arg, Word::Dynamic(_)))
+                || command
+                    .args
+                    .iter()
+                    .map(|arg| arg.literal().unwrap_or_default())
+                    .eq(argv[1..].iter().map(String::as_str)))
+    })
+}
+
+#[test]
+fn every_program_bash_runs_is_found_or_the_script_is_unanalysable() {
+    let bash = ["/bin/bash", "/usr/bin/bash"]
+        .into_iter()
+        .find(|path| Path::new(path).exists())
+        .expect("bash is required for the differential test (install bash)");
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let log = dir.path().join("log");
+    stub_dir(&bin, &log);
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let mut total = 0;
+    let mut failures = Vec::new();
+    for script in SCRIPTS {
+        let _ = std::fs::remove_file(&log);
+        let status = Command::new(bash)
+            .arg("-c")
+            .arg(script)
+            .current_dir(&work)
+            .env_clear()
+            .env("PATH", &path)
+            .env("HOME", &work)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        let _ = status;
+        let ran = std::fs::read_to_string(&log).unwrap_or_default();
+        let analysis = analyse_script(script);
+        for line in ran.lines() {
+            total += 1;
+            let argv: Vec<String> = line.split(' ').map(str::to_owned).collect();
+            if !covered(&analysis, &argv) {
+                failures.push(format!(
+                    "{script:?} ran `{line}`, analysis found {:?}",
+                    analysis
+                        .commands
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The harness really ran the stubs (guards against a test that cannot fail).
+    assert!(total >= 45, "only {total} stub invocations were logged");
+}

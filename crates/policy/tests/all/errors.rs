@@ -1,0 +1,341 @@
+//! Bad policy files produce errors that name the file, line and column.
+
+use cordon_policy::{CompiledPolicy, EnvMap, PolicyError};
+
+fn error(text: &str) -> PolicyError {
+    match CompiledPolicy::from_toml("bad.toml", text, &EnvMap::new()) {
+        Ok(_) => panic!("policy should not compile:\n{text}"),
+        Err(error) => error,
+    }
+}
+
+/// Assert the error's kind, position and that its text carries `FILE:LINE:COL:` and `needle`.
+fn check(text: &str, kind: &str, line: usize, column: usize, needle: &str) {
+    let error = error(text);
+    let shown = error.to_string();
+    let actual_kind = match &error {
+        PolicyError::Read { .. } => "read",
+        PolicyError::Syntax { .. } => "syntax",
+        PolicyError::UnknownKey { .. } => "unknown key",
+        PolicyError::MissingKey { .. } => "missing key",
+        PolicyError::WrongType { .. } => "wrong type",
+        PolicyError::BadGlob { .. } => "bad glob",
+        PolicyError::BadRegex { .. } => "bad regex",
+        PolicyError::BadValue { .. } => "bad value",
+    };
+    assert_eq!(actual_kind, kind, "{shown}");
+    assert_eq!(error.position(), Some((line, column)), "{shown}");
+    let prefix = format!("bad.toml:{line}:{column}: ");
+    assert!(
+        shown.starts_with(&prefix),
+        "{shown:?} should start with {prefix:?}"
+    );
+    assert!(
+        shown.contains(needle),
+        "{shown:?} should contain {needle:?}"
+    );
+}
+
+#[test]
+fn syntax_errors() {
+    check(
+        "version = 1\ndefault = \"allow\n",
+        "syntax",
+        2,
+        17,
+        "failed to parse TOML",
+    );
+    check(
+        "version = 1\n[tools\n",
+        "syntax",
+        2,
+        7,
+        "failed to parse TOML",
+    );
+    check(
+        "version = 1\nversion = 2\n",
+        "syntax",
+        2,
+        1,
+        "failed to parse TOML",
+    );
+}
+
+#[test]
+fn unknown_keys() {
+    check(
+        "version = 1\ndefualt = \"deny\"\n",
+        "unknown key",
+        2,
+        1,
+        "defualt",
+    );
+    check(
+        "version = 1\n[filesystem]\nread = []\nwrites = []\n",
+        "unknown key",
+        4,
+        1,
+        "writes",
+    );
+    check(
+        "version = 1\n\n[[rules]]\ncommand = \"git push\"\ndecision = \"deny\"\nreson = \"typo\"\n",
+        "unknown key",
+        6,
+        1,
+        "reson",
+    );
+    check(
+        "version = 1\n[network]\nallow = [\"crates.io:443\"]\n",
+        "unknown key",
+        3,
+        1,
+        "allow",
+    );
+}
+
+#[test]
+fn missing_keys() {
+    check("default = \"allow\"\n", "missing key", 1, 1, "version");
+    check(
+        "version = 1\n[[rules]]\ncommand = \"ls\"\n",
+        "missing key",
+        2,
+        1,
+        "decision",
+    );
+}
+
+#[test]
+fn wrong_types() {
+    check(
+        "version = 1\n[tools]\nenabled = \"read\"\n",
+        "wrong type",
+        3,
+        11,
+        "sequence",
+    );
+    check(
+        "version = 1\n[network]\nenabled = \"no\"\n",
+        "wrong type",
+        3,
+        11,
+        "bool",
+    );
+    check(
+        "version = 1\n[limits]\ntimeout = \"soon\"\n",
+        "wrong type",
+        3,
+        11,
+        "number",
+    );
+    check("version = \"1\"\n", "wrong type", 1, 11, "i64");
+    check(
+        "version = 1\n[filesystem]\nread = [\"**\", 3]\n",
+        "wrong type",
+        3,
+        15,
+        "string",
+    );
+}
+
+#[test]
+fn bad_globs() {
+    check(
+        "version = 1\n[filesystem]\nread = [\"src/[\"]\n",
+        "bad glob",
+        3,
+        9,
+        "src/[",
+    );
+    check(
+        "version = 1\n[filesystem]\ndeny = [\"../x\"]\n",
+        "bad glob",
+        3,
+        9,
+        "..",
+    );
+    check(
+        "version = 1\n[filesystem]\nwrite = [\"~bob/x\"]\n",
+        "bad glob",
+        3,
+        10,
+        "~bob/x",
+    );
+    check(
+        "version = 1\n[[rules]]\ntool = \"write\"\npath = \"a/{b\"\ndecision = \"deny\"\n",
+        "bad glob",
+        4,
+        8,
+        "a/{b",
+    );
+}
+
+#[test]
+fn bad_regexes() {
+    check(
+        "version = 1\n[redact]\npatterns = [\"ok\", \"(unclosed\"]\n",
+        "bad regex",
+        3,
+        19,
+        "(unclosed",
+    );
+    check(
+        "version = 1\n[redact]\npatterns = [\"x*\"]\n",
+        "bad regex",
+        3,
+        13,
+        "empty string",
+    );
+}
+
+#[test]
+fn bad_values() {
+    check(
+        "version = 2\n",
+        "bad value",
+        1,
+        11,
+        "unsupported policy version 2",
+    );
+    check(
+        "version = 1\ndefault = \"maybe\"\n",
+        "bad value",
+        2,
+        11,
+        "\"allow\" or \"deny\"",
+    );
+    check(
+        "version = 1\n[tools]\nenabled = [\"read\", \"rea\"]\n",
+        "bad value",
+        3,
+        20,
+        "unknown tool `rea`",
+    );
+    check(
+        "version = 1\n[limits]\ntimeout = 100\nmax_timeout = 10\n",
+        "bad value",
+        4,
+        15,
+        "below `timeout`",
+    );
+    check(
+        "version = 1\n[limits]\ntimeout = 0\n",
+        "bad value",
+        3,
+        11,
+        "positive",
+    );
+    check(
+        "version = 1\n[limits]\nmemory = \"2 parsecs\"\n",
+        "bad value",
+        3,
+        10,
+        "2GiB",
+    );
+    check(
+        "version = 1\n[limits]\npids = -1\n",
+        "bad value",
+        3,
+        8,
+        "non-negative",
+    );
+    check(
+        "version = 1\n[limits]\npids = 0\n",
+        "bad value",
+        3,
+        8,
+        "above zero",
+    );
+    check(
+        "version = 1\n[[rules]]\ncommand = \"ls\"\ndecision = \"block\"\n",
+        "bad value",
+        4,
+        12,
+        "\"allow\", \"ask\" or \"deny\"",
+    );
+    check(
+        "version = 1\n[[rules]]\ntool = \"read\"\ncommand = \"ls\"\ndecision = \"deny\"\n",
+        "bad value",
+        3,
+        8,
+        "bash tool only",
+    );
+    check(
+        "version = 1\n[[rules]]\ntool = \"bash\"\npath = \"x\"\ndecision = \"deny\"\n",
+        "bad value",
+        3,
+        8,
+        "file tools",
+    );
+    check(
+        "version = 1\n[[rules]]\ndecision = \"deny\"\n",
+        "bad value",
+        2,
+        1,
+        "needs `tool`, `command` or `path`",
+    );
+    check(
+        "version = 1\n[[rules]]\ncommand = \"/usr/bin/git push\"\ndecision = \"deny\"\n",
+        "bad value",
+        3,
+        11,
+        "matched by name",
+    );
+    check(
+        "version = 1\n[[rules]]\ncommand = \"git push\"\ndecision = \"deny\"\nmatch = [\"git status\"]\n",
+        "bad value",
+        5,
+        10,
+        "does not match",
+    );
+    check(
+        "version = 1\n[[rules]]\ncommand = \"git push\"\ndecision = \"deny\"\nnot_match = [\"sudo git push\"]\n",
+        "bad value",
+        5,
+        14,
+        "matches",
+    );
+    check(
+        "version = 1\n[bash]\nunanalysable = \"flag\"\n",
+        "bad value",
+        3,
+        16,
+        "unanalysable",
+    );
+    check(
+        "version = 1\n[redact]\nenv = [\"NOT-A-NAME\"]\n",
+        "bad value",
+        3,
+        8,
+        "NOT-A-NAME",
+    );
+}
+
+#[test]
+fn unreadable_file() {
+    let error = CompiledPolicy::load(std::path::Path::new("/nonexistent/p.toml"), &EnvMap::new())
+        .unwrap_err();
+    assert!(matches!(error, PolicyError::Read { .. }));
+    assert_eq!(error.position(), None);
+    assert!(
+        error
+            .to_string()
+            .starts_with("/nonexistent/p.toml: failed to read policy file:"),
+        "{error}"
+    );
+}
+
+#[test]
+fn load_errors_name_the_path_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.toml");
+    std::fs::write(&path, "version = 1\n\n[limits]\ncpus = -2\n").unwrap();
+    let error = CompiledPolicy::load(&path, &EnvMap::new()).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{}:4:8: bad value: `cpus` must be a positive number, found -2",
+            path.display()
+        )
+    );
+}

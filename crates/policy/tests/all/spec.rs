@@ -1,0 +1,114 @@
+//! How a policy file maps to the sandbox spec the backends enforce.
+
+use std::time::Duration;
+
+use cordon_core::sandbox::{EnvSpec, Limits, NetworkMode, RootAccess, SandboxSpec};
+use cordon_policy::CompiledPolicy;
+
+use crate::support::policy;
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[test]
+fn globs_limits_network_and_env_map_to_the_spec() {
+    let p = policy(
+        r#"version = 1
+[filesystem]
+read = ["src/**", "/usr/share/dict/**", "~/.cargo/**", "/etc/hosts"]
+write = ["target/**", "/scratch/*/out/**", "~/.cache/**"]
+deny = ["**/*.key", "~/.ssh/**"]
+protect = [".git/**", "Cargo.lock"]
+
+[network]
+enabled = true
+
+[limits]
+timeout = 30.5
+max_timeout = 60
+memory = "unlimited"
+pids = 64
+cpus = 0.5
+file_size = "100MiB"
+open_files = 256
+cpu_time = 90
+
+[env]
+pass = ["HOME", "CARGO_HOME"]
+set = { RUST_BACKTRACE = "1", LANG = "C.UTF-8" }
+"#,
+    );
+    assert_eq!(
+        p.sandbox_spec(),
+        SandboxSpec {
+            // `target/**` grants writes under the root: the OS layer can only say read-write.
+            workspace: RootAccess::ReadWrite,
+            readable_roots: strings(&["/usr/share/dict", "~/.cargo", "/etc/hosts"]),
+            writable_roots: strings(&["/scratch", "~/.cache"]),
+            protected: strings(&[".git/**", "Cargo.lock"]),
+            denied: strings(&["**/*.key", "~/.ssh/**"]),
+            network: NetworkMode::Enabled,
+            limits: Limits {
+                default_timeout: Duration::from_millis(30_500),
+                max_timeout: Duration::from_secs(60),
+                memory_bytes: None,
+                pids: Some(64),
+                cpus: Some(0.5),
+                file_size_bytes: Some(100 << 20),
+                open_files: Some(256),
+                cpu_time_secs: Some(90),
+            },
+            env: EnvSpec {
+                pass: strings(&["HOME", "CARGO_HOME"]),
+                set: vec![
+                    ("LANG".to_owned(), "C.UTF-8".to_owned()),
+                    ("RUST_BACKTRACE".to_owned(), "1".to_owned()),
+                ],
+            },
+            allow_degraded: false,
+        }
+    );
+}
+
+#[test]
+fn workspace_is_read_only_without_relative_write_globs() {
+    let p = policy("version = 1\n[filesystem]\nwrite = [\"/tmp/out/**\"]\n");
+    let spec = p.sandbox_spec();
+    assert_eq!(spec.workspace, RootAccess::ReadOnly);
+    assert_eq!(spec.writable_roots, strings(&["/tmp/out"]));
+    assert_eq!(spec.network, NetworkMode::Disabled);
+}
+
+#[test]
+fn one_sided_timeouts_stay_consistent() {
+    let only_timeout = policy("version = 1\n[limits]\ntimeout = 3600\n").sandbox_spec();
+    assert_eq!(
+        only_timeout.limits.default_timeout,
+        Duration::from_secs(3600)
+    );
+    assert_eq!(only_timeout.limits.max_timeout, Duration::from_secs(3600));
+    let only_max = policy("version = 1\n[limits]\nmax_timeout = 10\n").sandbox_spec();
+    assert_eq!(only_max.limits.default_timeout, Duration::from_secs(10));
+    assert_eq!(only_max.limits.max_timeout, Duration::from_secs(10));
+    let none = policy("version = 1\n").sandbox_spec();
+    assert_eq!(none.limits, Limits::default());
+}
+
+#[test]
+fn compiled_policies_are_shareable_across_threads() {
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+    assert_send_sync::<CompiledPolicy>();
+    let p = std::sync::Arc::new(policy(
+        "version = 1\n[[rules]]\ncommand = \"git push\"\ndecision = \"deny\"\n",
+    ));
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let p = p.clone();
+            std::thread::spawn(move || crate::support::bash(&p, "git push").decision)
+        })
+        .collect();
+    for handle in handles {
+        assert_eq!(handle.join().unwrap(), cordon_policy::Decision::Deny);
+    }
+}
