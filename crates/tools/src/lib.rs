@@ -7,7 +7,9 @@
 #![warn(missing_docs)]
 
 pub mod ops;
+pub mod output;
 pub mod paths;
+pub mod sanitize;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod truncate;
