@@ -6,6 +6,7 @@
 //! every tool with identical behaviour.
 #![warn(missing_docs)]
 
+pub mod bash;
 pub mod ops;
 pub mod output;
 pub mod paths;
