@@ -709,10 +709,18 @@ mod tests {
         }
 
         fn with_options(bash: Arc<dyn BashOperations>, options: BashOptions) -> Self {
+            Self::build(bash, options, |root| Arc::new(StdFiles::new(root)))
+        }
+
+        fn build(
+            bash: Arc<dyn BashOperations>,
+            options: BashOptions,
+            files: impl FnOnce(&std::path::Path) -> Arc<dyn FileOperations>,
+        ) -> Self {
             let dir = tempfile::tempdir().unwrap();
             let root = dir.path().join("ws");
             std::fs::create_dir(&root).unwrap();
-            let files = Arc::new(StdFiles::new(&root));
+            let files = files(&root);
             let root = files.root().to_path_buf();
             Harness {
                 _dir: dir,
@@ -1440,28 +1448,67 @@ mod tests {
 
     /// Throughput of the whole tool on real processes; run with
     /// `cargo test -p cordon-tools --release bash::tests::throughput -- --ignored --nocapture`.
+    /// Prints a baseline (the same producer writing straight to a file) next to the tool with
+    /// its real spill file and with the spill going to a sink (the tool's own overhead).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "benchmark: run explicitly in release mode"]
     async fn throughput() {
-        let h = Harness::new(ProcessBash::new());
-        for (name, command) in [
+        use crate::output::tests::SpillOverride;
+        const GIB: u64 = 1 << 30;
+        let disk = Harness::new(ProcessBash::new());
+        let sink = Harness::build(ProcessBash::new(), BashOptions::default(), |root| {
+            Arc::new(SpillOverride {
+                inner: StdFiles::new(root),
+                spill: Box::new(|| {
+                    let writer: crate::ops::SpillWriter = Box::new(tokio::io::sink());
+                    Ok((PathBuf::from("/dev/null"), writer))
+                }),
+            })
+        });
+        let rate = |elapsed: Duration| GIB as f64 / elapsed.as_secs_f64() / 1e6;
+        for (name, producer) in [
             (
-                "1 GiB, 1 KiB lines",
+                "1 KiB lines",
                 "yes \"$(head -c 1023 /dev/zero | tr '\\0' x)\" | head -c 1073741824",
             ),
-            ("1 GiB, no newline", "head -c 1073741824 /dev/zero"),
+            ("no newline", "head -c 1073741824 /dev/zero"),
         ] {
+            let target = disk.root.join("baseline.out");
             let start = std::time::Instant::now();
-            let result = h.call(json!({"command": command, "timeout": 600})).await;
-            let elapsed = start.elapsed();
+            let status = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(format!("{producer} > {}", target.display()))
+                .status()
+                .unwrap();
+            let baseline = start.elapsed();
+            assert!(status.success());
+            std::fs::remove_file(&target).unwrap();
+
+            let start = std::time::Instant::now();
+            let result = disk
+                .call(json!({"command": producer, "timeout": 600}))
+                .await;
+            let with_file = start.elapsed();
             let path = full_output_path(&result);
-            let size = std::fs::metadata(&path).unwrap().len();
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), GIB);
             std::fs::remove_file(&path).unwrap();
-            let stats = h.stats();
+            let high_water = disk.stats().tail_capacity_high_water;
+
+            let start = std::time::Instant::now();
+            let result = sink
+                .call(json!({"command": producer, "timeout": 600}))
+                .await;
+            let to_sink = start.elapsed();
+            assert_eq!(sink.stats().raw_bytes, GIB);
+            assert!(!result.is_error);
+
             println!(
-                "{name}: {size} bytes in {elapsed:.2?} = {:.0} MB/s, tail high-water {} KiB",
-                size as f64 / elapsed.as_secs_f64() / 1e6,
-                stats.tail_capacity_high_water / 1024
+                "{name}: baseline `producer > file` {:.0} MB/s; bash tool with spill file {:.0} MB/s; \
+                 bash tool, spill to sink {:.0} MB/s; tail high-water {} KiB",
+                rate(baseline),
+                rate(with_file),
+                rate(to_sink),
+                high_water / 1024
             );
         }
     }

@@ -495,21 +495,37 @@ impl OutputAccumulator {
             });
         } else {
             self.held += text.len();
-            match self.segments.back_mut() {
-                Some(last) if text.len() < SEGMENT_BYTES && last.len() < SEGMENT_BYTES => {
-                    last.push_str(&text);
+            if text.len() >= SEGMENT_BYTES {
+                // Big pieces are kept as they came (no copy).
+                let mut text = text;
+                if text.capacity() > text.len() + text.len() / 2 {
+                    text.shrink_to_fit();
                 }
-                _ if text.len() < SEGMENT_BYTES => {
-                    let mut segment = String::with_capacity(SEGMENT_BYTES);
-                    segment.push_str(&text);
-                    self.segments.push_back(segment);
-                }
-                _ => {
-                    let mut text = text;
-                    if text.capacity() > text.len() + text.len() / 2 {
-                        text.shrink_to_fit();
+                self.segments.push_back(text);
+            } else {
+                // Small pieces fill fixed-size segments, so capacity tracks what is held.
+                let mut rest = text.as_str();
+                while !rest.is_empty() {
+                    // A fresh segment always has room, so this loop always progresses.
+                    let room = match self.segments.back() {
+                        Some(last) if last.capacity() >= SEGMENT_BYTES => {
+                            SEGMENT_BYTES.saturating_sub(last.len())
+                        }
+                        _ => 0,
+                    };
+                    let mut take = room.min(rest.len());
+                    while !rest.is_char_boundary(take) {
+                        take -= 1;
                     }
-                    self.segments.push_back(text);
+                    if take == 0 {
+                        self.segments
+                            .push_back(String::with_capacity(SEGMENT_BYTES));
+                        continue;
+                    }
+                    if let Some(last) = self.segments.back_mut() {
+                        last.push_str(&rest[..take]);
+                    }
+                    rest = &rest[take..];
                 }
             }
             while let Some(front) = self.segments.front() {
@@ -835,66 +851,141 @@ pub(crate) mod tests {
         assert_eq!(std::fs::read(path).unwrap(), noisy.as_bytes());
     }
 
+    /// A spill-file factory for [`SpillOverride`].
+    pub(crate) type SpillFactory =
+        Box<dyn Fn() -> Result<(PathBuf, SpillWriter), FsError> + Send + Sync>;
+
+    /// [`StdFiles`] with `create_spill_file` replaced (failures, sinks).
+    pub(crate) struct SpillOverride {
+        pub(crate) inner: StdFiles,
+        pub(crate) spill: SpillFactory,
+    }
+
+    #[async_trait::async_trait]
+    impl FileOperations for SpillOverride {
+        fn backend_id(&self) -> &crate::ops::BackendId {
+            self.inner.backend_id()
+        }
+        fn root(&self) -> &std::path::Path {
+            self.inner.root()
+        }
+        fn home(&self) -> Option<&std::path::Path> {
+            self.inner.home()
+        }
+        async fn read_file(&self, p: &std::path::Path) -> Result<Vec<u8>, FsError> {
+            self.inner.read_file(p).await
+        }
+        async fn read_head(&self, p: &std::path::Path, n: usize) -> Result<Vec<u8>, FsError> {
+            self.inner.read_head(p, n).await
+        }
+        async fn write_file(&self, p: &std::path::Path, d: &[u8]) -> Result<(), FsError> {
+            self.inner.write_file(p, d).await
+        }
+        async fn create_dir_all(&self, p: &std::path::Path) -> Result<(), FsError> {
+            self.inner.create_dir_all(p).await
+        }
+        async fn metadata(&self, p: &std::path::Path) -> Result<crate::ops::FileMeta, FsError> {
+            self.inner.metadata(p).await
+        }
+        async fn read_dir(
+            &self,
+            p: &std::path::Path,
+        ) -> Result<Vec<crate::ops::DirEntry>, FsError> {
+            self.inner.read_dir(p).await
+        }
+        async fn canonicalize(&self, p: &std::path::Path) -> Result<PathBuf, FsError> {
+            self.inner.canonicalize(p).await
+        }
+        async fn create_spill_file(&self) -> Result<(PathBuf, SpillWriter), FsError> {
+            (self.spill)()
+        }
+    }
+
+    /// A writer that accepts `limit` bytes, then fails.
+    struct FailingWriter {
+        left: usize,
+    }
+
+    impl tokio::io::AsyncWrite for FailingWriter {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            if self.left == 0 {
+                return std::task::Poll::Ready(Err(std::io::Error::other("no space left")));
+            }
+            let n = buf.len().min(self.left);
+            self.left -= n;
+            std::task::Poll::Ready(Ok(n))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
     #[tokio::test]
     async fn spill_create_failure_is_reported_not_fatal() {
-        use crate::testing::StdFiles;
-        use async_trait::async_trait;
-        use std::path::Path;
-        struct NoSpill(StdFiles);
-        #[async_trait]
-        impl FileOperations for NoSpill {
-            fn backend_id(&self) -> &crate::ops::BackendId {
-                self.0.backend_id()
-            }
-            fn root(&self) -> &Path {
-                self.0.root()
-            }
-            fn home(&self) -> Option<&Path> {
-                None
-            }
-            async fn read_file(&self, p: &Path) -> Result<Vec<u8>, FsError> {
-                self.0.read_file(p).await
-            }
-            async fn read_head(&self, p: &Path, n: usize) -> Result<Vec<u8>, FsError> {
-                self.0.read_head(p, n).await
-            }
-            async fn write_file(&self, p: &Path, d: &[u8]) -> Result<(), FsError> {
-                self.0.write_file(p, d).await
-            }
-            async fn create_dir_all(&self, p: &Path) -> Result<(), FsError> {
-                self.0.create_dir_all(p).await
-            }
-            async fn metadata(&self, p: &Path) -> Result<crate::ops::FileMeta, FsError> {
-                self.0.metadata(p).await
-            }
-            async fn read_dir(&self, p: &Path) -> Result<Vec<crate::ops::DirEntry>, FsError> {
-                self.0.read_dir(p).await
-            }
-            async fn canonicalize(&self, p: &Path) -> Result<PathBuf, FsError> {
-                self.0.canonicalize(p).await
-            }
-            async fn create_spill_file(&self) -> Result<(PathBuf, SpillWriter), FsError> {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Arc::new(SpillOverride {
+            inner: StdFiles::new(dir.path()),
+            spill: Box::new(|| {
                 Err(FsError::Backend {
                     op: "create",
                     path: PathBuf::from("/spill"),
                     reason: "disk full".into(),
                 })
-            }
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let files = Arc::new(NoSpill(StdFiles::new(dir.path())));
+            }),
+        });
         let mut acc = OutputAccumulator::new(files, Limits::default());
         for i in 0..3000 {
             acc.push(format!("{i}\n").into_bytes()).await;
         }
         let (out, _) = acc.finish().await;
         assert!(out.snapshot.truncation.truncated);
+        assert_eq!(out.snapshot.truncation.total_lines, 3000);
         let footer = out.snapshot.footer().unwrap();
         assert!(
             footer
                 .contains("Full output could not be saved: failed to create the full-output file")
                 && footer.contains("disk full"),
             "{footer}"
+        );
+    }
+
+    #[tokio::test]
+    async fn spill_write_failure_marks_file_incomplete() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Arc::new(SpillOverride {
+            inner: StdFiles::new(dir.path()),
+            spill: Box::new(|| {
+                let writer: SpillWriter = Box::new(FailingWriter { left: 100_000 });
+                Ok((PathBuf::from("/spill/x.log"), writer))
+            }),
+        });
+        let mut acc = OutputAccumulator::new(files, Limits::default());
+        for _ in 0..100 {
+            acc.push(vec![b'q'; 64 * 1024]).await;
+        }
+        let (out, _) = acc.finish().await;
+        assert_eq!(out.snapshot.truncation.total_bytes, 100 * 64 * 1024);
+        let footer = out.snapshot.footer().unwrap();
+        assert!(
+            footer.contains("Incomplete full output: /spill/x.log (failed to write the full-output file /spill/x.log: no space left)"),
+            "{footer}"
+        );
+        assert_eq!(
+            out.snapshot.full_output.path(),
+            Some(&PathBuf::from("/spill/x.log"))
         );
     }
 
