@@ -339,7 +339,6 @@ impl AgentTool for BashTool {
         receiver.close();
         while let Some(chunk) = receiver.recv().await {
             output.push(chunk).await;
-            updates.mark_dirty();
         }
         let (final_output, stats) = output.finish().await;
         #[cfg(test)]
@@ -348,7 +347,8 @@ impl AgentTool for BashTool {
         }
         #[cfg(not(test))]
         let _ = stats;
-        if updates.dirty {
+        // The final state is always delivered, so a host's last update holds the last line.
+        if final_output.had_output {
             on_update(update_payload(&final_output.snapshot));
         }
         Ok(build_result(&final_output, outcome, &timeout))
@@ -377,10 +377,6 @@ impl Throttle {
         if self.last.elapsed() >= UPDATE_THROTTLE {
             self.flush(output);
         }
-    }
-
-    fn mark_dirty(&mut self) {
-        self.dirty = true;
     }
 
     fn is_pending(&self) -> bool {
@@ -1041,6 +1037,39 @@ mod tests {
         let details = result.details.unwrap();
         assert_eq!(details["truncation"]["truncatedBy"], "lines");
         assert_eq!(result.structured_content.unwrap()["truncated"], true);
+    }
+
+    #[tokio::test]
+    async fn fractional_timeout_is_reported_as_given() {
+        let bash = ScriptedBash::new(vec![], timed_out());
+        let h = Harness::new(bash.clone());
+        let result = h.call(json!({"command": "x", "timeout": 0.01})).await;
+        assert_eq!(text(&result), "Command timed out after 0.01 seconds");
+        assert_eq!(bash.requests()[0].timeout, Duration::from_millis(10));
+    }
+
+    #[tokio::test]
+    async fn nonzero_exit_keeps_full_output_path() {
+        let bash = ScriptedBash::exits(
+            vec![Step::Chunk(numbered(1..=2500).into_bytes())],
+            Some(ExitStatus::Code(2)),
+        );
+        let h = Harness::new(bash);
+        let result = h.call(json!({"command": "x"})).await;
+        assert!(result.is_error);
+        let body = text(&result);
+        assert!(body.contains("\n2500\n\n[Showing lines 501-2500 of 2500. Full output: "));
+        assert!(body.ends_with("]\n\nCommand exited with code 2"), "{body}");
+        let path = full_output_path(&result);
+        assert_eq!(std::fs::read_to_string(path).unwrap(), numbered(1..=2500));
+        let structured = result.structured_content.unwrap();
+        assert_eq!(
+            (
+                structured["exitCode"].clone(),
+                structured["truncated"].clone()
+            ),
+            (json!(2), json!(true))
+        );
     }
 
     // --- cancellation -----------------------------------------------------------------
