@@ -11,7 +11,7 @@
 //! cancel, and drains stdio. Commands are not coordinated with the edit/write mutation queue;
 //! a command that changes files races with concurrent file tools (SPEC §3).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use crate::ops::{
     BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FileOperations, Termination,
 };
-use crate::output::{FinalOutput, FullOutput, OutputAccumulator, Snapshot};
+use crate::output::{AccumulatorStats, FinalOutput, FullOutput, OutputAccumulator, Snapshot};
 use crate::truncate::{DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Limits};
 
 /// Partial updates are sent at most this often (a final one is always sent).
@@ -225,8 +225,7 @@ pub struct BashTool {
     files: Arc<dyn FileOperations>,
     options: BashOptions,
     parameters: Value,
-    #[cfg(test)]
-    last_stats: std::sync::Mutex<Option<crate::output::AccumulatorStats>>,
+    last_stats: Mutex<Option<AccumulatorStats>>,
 }
 
 impl BashTool {
@@ -255,9 +254,17 @@ impl BashTool {
             files,
             options,
             parameters,
-            #[cfg(test)]
-            last_stats: std::sync::Mutex::new(None),
+            last_stats: Mutex::new(None),
         }
+    }
+
+    /// Output volume and memory high-water marks of the most recently finished call (for
+    /// tests and diagnostics; concurrent calls overwrite each other's entry).
+    pub fn last_output_stats(&self) -> Option<AccumulatorStats> {
+        *self
+            .last_stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -341,12 +348,10 @@ impl AgentTool for BashTool {
             output.push(chunk).await;
         }
         let (final_output, stats) = output.finish().await;
-        #[cfg(test)]
-        {
-            *self.last_stats.lock().expect("stats lock") = Some(stats);
-        }
-        #[cfg(not(test))]
-        let _ = stats;
+        *self
+            .last_stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(stats);
         // The final state is always delivered, so a host's last update holds the last line.
         if final_output.had_output {
             on_update(update_payload(&final_output.snapshot));
@@ -416,17 +421,20 @@ fn failure_message(
     outcome: &Result<ExecOutcome, ExecError>,
     timeout: &ResolvedTimeout,
 ) -> Option<String> {
-    let outcome = match outcome {
+    let ExecOutcome {
+        status,
+        termination,
+    } = match outcome {
         Ok(outcome) => outcome,
         Err(error) => return Some(exec_message(error)),
     };
-    match outcome.termination {
+    match termination {
         Termination::TimedOut => Some(format!(
             "Command timed out after {} seconds",
             format_seconds(timeout.seconds)
         )),
         Termination::Cancelled => Some("Command aborted".to_owned()),
-        Termination::Exited => match outcome.status {
+        Termination::Exited => match status {
             Some(ExitStatus::Code(0)) => None,
             Some(ExitStatus::Code(code)) => Some(format!("Command exited with code {code}")),
             Some(status @ ExitStatus::Signal(signal)) => Some(format!(
@@ -508,7 +516,6 @@ mod tests {
 
     use super::*;
     use crate::ops::BackendId;
-    use crate::output::AccumulatorStats;
     use crate::testing::StdFiles;
 
     /// One step of a [`ScriptedBash`] run.
@@ -753,11 +760,7 @@ mod tests {
         }
 
         fn stats(&self) -> AccumulatorStats {
-            self.tool
-                .last_stats
-                .lock()
-                .unwrap()
-                .expect("a run finished")
+            self.tool.last_output_stats().expect("a run finished")
         }
 
         fn spill_dir(&self) -> PathBuf {
