@@ -536,7 +536,7 @@ mod tests {
         /// report whether the send was accepted.
         LateSend {
             go: Arc<Notify>,
-            accepted: Arc<Mutex<Option<bool>>>,
+            accepted: tokio::sync::oneshot::Sender<bool>,
         },
     }
 
@@ -609,7 +609,7 @@ mod tests {
                         tokio::spawn(async move {
                             go.notified().await;
                             let ok = sender.send(b"late\n".to_vec()).await.is_ok();
-                            *accepted.lock().unwrap() = Some(ok);
+                            let _ = accepted.send(ok);
                         });
                     }
                 }
@@ -1206,13 +1206,13 @@ mod tests {
     #[tokio::test]
     async fn output_sent_after_exec_returned_is_ignored() {
         let go = Arc::new(Notify::new());
-        let accepted = Arc::new(Mutex::new(None));
+        let (accepted, was_accepted) = tokio::sync::oneshot::channel();
         let h = Harness::new(ScriptedBash::exits(
             vec![
                 chunk("before\n"),
                 Step::LateSend {
                     go: go.clone(),
-                    accepted: accepted.clone(),
+                    accepted,
                 },
             ],
             Some(ExitStatus::Code(0)),
@@ -1220,14 +1220,10 @@ mod tests {
         let result = h.call(json!({"command": "x"})).await;
         assert_eq!(text(&result), "before\n");
         go.notify_one();
-        for _ in 0..1000 {
-            if accepted.lock().unwrap().is_some() {
-                break;
-            }
-            tokio::task::yield_now().await;
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert_eq!(*accepted.lock().unwrap(), Some(false), "late send refused");
+        assert!(
+            !was_accepted.await.unwrap(),
+            "a send after exec returned is refused"
+        );
     }
 
     #[tokio::test]
