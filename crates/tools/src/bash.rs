@@ -1204,7 +1204,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn output_sent_after_exec_returned_is_ignored() {
+    async fn leaked_sender_does_not_hold_the_call_and_late_output_is_ignored() {
         let go = Arc::new(Notify::new());
         let (accepted, was_accepted) = tokio::sync::oneshot::channel();
         let h = Harness::new(ScriptedBash::exits(
@@ -1217,7 +1217,10 @@ mod tests {
             ],
             Some(ExitStatus::Code(0)),
         ));
-        let result = h.call(json!({"command": "x"})).await;
+        // The backend still holds a sender: the call must not wait for it to be dropped.
+        let result = tokio::time::timeout(Duration::from_secs(60), h.call(json!({"command": "x"})))
+            .await
+            .expect("the call returns although a sender is still alive");
         assert_eq!(text(&result), "before\n");
         go.notify_one();
         assert!(
