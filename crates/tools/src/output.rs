@@ -504,29 +504,16 @@ impl OutputAccumulator {
                 }
                 self.segments.push_back(text);
             } else {
-                // Small pieces fill fixed-size segments, so capacity tracks what is held.
-                let mut rest = text.as_str();
-                while !rest.is_empty() {
-                    // A fresh segment always has room, so this loop always progresses.
-                    let room = match self.segments.back() {
-                        Some(last) if last.capacity() >= SEGMENT_BYTES => {
-                            SEGMENT_BYTES.saturating_sub(last.len())
-                        }
-                        _ => 0,
-                    };
-                    let mut take = room.min(rest.len());
-                    while !rest.is_char_boundary(take) {
-                        take -= 1;
+                // Small pieces are gathered into segments of at most SEGMENT_BYTES that grow by
+                // doubling, so capacity stays close to what is held.
+                match self.segments.back_mut() {
+                    Some(last) if last.len() + text.len() <= SEGMENT_BYTES => last.push_str(&text),
+                    _ => {
+                        let capacity = text.len().next_power_of_two().clamp(4096, SEGMENT_BYTES);
+                        let mut segment = String::with_capacity(capacity);
+                        segment.push_str(&text);
+                        self.segments.push_back(segment);
                     }
-                    if take == 0 {
-                        self.segments
-                            .push_back(String::with_capacity(SEGMENT_BYTES));
-                        continue;
-                    }
-                    if let Some(last) = self.segments.back_mut() {
-                        last.push_str(&rest[..take]);
-                    }
-                    rest = &rest[take..];
                 }
             }
             while let Some(front) = self.segments.front() {
@@ -988,6 +975,28 @@ pub(crate) mod tests {
             out.snapshot.full_output.path(),
             Some(&PathBuf::from("/spill/x.log"))
         );
+    }
+
+    #[tokio::test]
+    async fn tail_capacity_stays_close_to_what_is_held() {
+        // Small pieces, and small pieces interleaved with large ones (the worst case for
+        // segment reuse), over many times the kept size.
+        let (_dir, files) = files();
+        let mut acc = OutputAccumulator::new(files, Limits::default());
+        for i in 0..16_000 {
+            acc.push(format!("{i:>99}\n").into_bytes()).await;
+            if i % 8 == 0 {
+                acc.push(vec![b'L'; SEGMENT_BYTES]).await;
+            }
+        }
+        let (out, stats) = acc.finish().await;
+        assert!(
+            stats.tail_capacity_high_water <= TAIL_KEEP_BYTES + TAIL_KEEP_BYTES / 4,
+            "high-water {}",
+            stats.tail_capacity_high_water
+        );
+        assert!(out.structured_output.len() <= TAIL_KEEP_BYTES);
+        assert!(out.snapshot.text.ends_with("15999"));
     }
 
     #[tokio::test]
