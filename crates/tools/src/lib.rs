@@ -6,8 +6,14 @@
 //! every tool with identical behaviour.
 #![warn(missing_docs)]
 
+pub mod bash;
+pub mod find;
+pub mod grep;
 pub mod ops;
+pub mod output;
 pub mod paths;
+pub mod sanitize;
+pub mod search_format;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod truncate;
