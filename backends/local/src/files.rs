@@ -202,6 +202,11 @@ impl Shared {
     fn write_file_sync(&self, path: &Path, data: &[u8]) -> Result<(), FsError> {
         let mut target = path.to_path_buf();
         for _ in 0..=MAX_SYMLINK_HOPS {
+            if self.roots.is_root_path(&target) {
+                return Err(FsError::IsADirectory {
+                    path: path.to_path_buf(),
+                });
+            }
             let name = match target.components().next_back() {
                 Some(Component::Normal(name)) => name.to_os_string(),
                 _ => {

@@ -153,14 +153,15 @@ impl Roots {
         }
     }
 
-    /// The slow path after `EXDEV`: resolve the real path, then open it beneath the root that
-    /// contains it, refusing any symlink on the way (the real path has none, so one appearing
-    /// now is a race and is refused).
+    /// The slow path after `EXDEV`: resolve the real path (of the longest existing prefix,
+    /// keeping a missing tail as is), then open it beneath the root that contains it,
+    /// refusing any symlink on the way (the real path has none, so one appearing now is a
+    /// race and is refused).
     fn open_real(&self, path: &Path, flags: OFlag, op: &'static str) -> Result<Opened, FsError> {
         let outside = || FsError::OutsideRoot {
             path: path.to_path_buf(),
         };
-        let real = std::fs::canonicalize(path).map_err(|_| outside())?;
+        let real = real_path_lenient(path).ok_or_else(outside)?;
         let (root, rel) = self.select_canonical(&real).ok_or_else(outside)?;
         match open_beneath(
             root.fd.as_fd(),
@@ -172,6 +173,13 @@ impl Roots {
             Err(Errno::EXDEV | Errno::ELOOP) => Err(outside()),
             Err(errno) => Err(fs_error(op, path, errno)),
         }
+    }
+
+    /// Whether `path` is the canonical path or configured spelling of a root.
+    pub fn is_root_path(&self, path: &Path) -> bool {
+        self.roots
+            .iter()
+            .any(|root| root.path == path || root.alias.as_deref() == Some(path))
     }
 
     /// Open a canonical path beneath its root refusing every symlink (for paths produced by
@@ -264,6 +272,28 @@ impl Roots {
                 _ => return Err(not_found()),
             }
             existing = existing.parent().ok_or_else(not_found)?;
+        }
+    }
+}
+
+/// `realpath` of the longest existing prefix of `path`, joined with the rest. Only used to
+/// pick the root for a second, kernel-confined open; never trusted on its own.
+fn real_path_lenient(path: &Path) -> Option<PathBuf> {
+    let mut existing = path;
+    let mut rest: Vec<&OsStr> = Vec::new();
+    loop {
+        match std::fs::canonicalize(existing) {
+            Ok(mut real) => {
+                for part in rest.iter().rev() {
+                    real.push(part);
+                }
+                return Some(real);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                rest.push(existing.file_name()?);
+                existing = existing.parent()?;
+            }
+            Err(_) => return None,
         }
     }
 }

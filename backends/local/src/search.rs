@@ -985,6 +985,54 @@ mod tests {
     }
 
     #[test]
+    fn walk_errors_become_path_and_reason() {
+        let denied = std::io::Error::from_raw_os_error(13);
+        let err = ignore::Error::WithDepth {
+            depth: 2,
+            err: Box::new(ignore::Error::WithPath {
+                path: PathBuf::from("/ws/closed"),
+                err: Box::new(ignore::Error::Io(denied)),
+            }),
+        };
+        assert_eq!(
+            describe(&err),
+            (
+                Some(PathBuf::from("/ws/closed")),
+                "Permission denied (os error 13)".to_string()
+            )
+        );
+        let partial = ignore::Error::Partial(vec![ignore::Error::WithPath {
+            path: PathBuf::from("/ws/.gitignore"),
+            err: Box::new(ignore::Error::WithLineNumber {
+                line: 3,
+                err: Box::new(ignore::Error::Glob {
+                    glob: Some("a[".into()),
+                    err: "unclosed character class".into(),
+                }),
+            }),
+        }]);
+        let (path, reason) = describe(&partial);
+        assert_eq!(path, Some(PathBuf::from("/ws/.gitignore")));
+        assert!(reason.starts_with("line 3: "), "{reason}");
+        let view = PathView {
+            canonical: Path::new("/real/ws"),
+            requested: Path::new("/link/ws"),
+        };
+        let notes: Vec<Note> = (0..MAX_ERRORS + 3)
+            .map(|i| {
+                (
+                    PathBuf::from(format!("/real/ws/f{i:04}")),
+                    "denied".to_string(),
+                )
+            })
+            .collect();
+        let rendered = render_errors(notes, &view);
+        assert_eq!(rendered.len(), MAX_ERRORS + 1);
+        assert_eq!(rendered[0], "/link/ws/f0000: denied");
+        assert_eq!(rendered[MAX_ERRORS], "3 more unreadable entries not listed");
+    }
+
+    #[test]
     fn globs_with_and_without_slash() {
         let name = PathGlob::new("*.rs").unwrap();
         assert!(name.is_match(Path::new("a/b/c.rs"), Path::new("/ws/a/b/c.rs")));
