@@ -39,6 +39,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Shared;
+use crate::roots::Verdict;
 
 /// Time between SIGTERM and SIGKILL when a command is stopped.
 pub(crate) const KILL_GRACE: Duration = Duration::from_secs(1);
@@ -172,18 +173,22 @@ impl LocalBash {
         let missing = || ExecError::MissingCwd {
             cwd: cwd.to_path_buf(),
         };
-        let absolute = if cwd.is_absolute() {
-            cwd.to_path_buf()
-        } else {
-            self.shared.root.join(cwd)
-        };
+        let absolute = self.shared.absolute(cwd);
         match self
             .shared
             .roots
             .open(&absolute, OFlag::O_PATH | OFlag::O_DIRECTORY, "open")
         {
             Ok(opened) => {
-                crate::roots::fd_path(std::os::fd::AsFd::as_fd(&opened.fd)).map_err(|_| missing())
+                let canonical = crate::roots::fd_path(std::os::fd::AsFd::as_fd(&opened.fd))
+                    .map_err(|_| missing())?;
+                match self.shared.verdict(&canonical) {
+                    Verdict::Denied => Err(ExecError::Sandbox {
+                        layer: "filesystem",
+                        reason: format!("working directory {} is denied by policy", cwd.display()),
+                    }),
+                    Verdict::Protected | Verdict::Free => Ok(canonical),
+                }
             }
             Err(FsError::OutsideRoot { .. }) => Err(ExecError::Sandbox {
                 layer: "filesystem",

@@ -95,7 +95,7 @@ struct ReadHandle {
 impl Shared {
     /// Paths are absolute in the backend's namespace; a relative one is taken from the
     /// workspace root.
-    fn absolute(&self, path: &Path) -> PathBuf {
+    pub(crate) fn absolute(&self, path: &Path) -> PathBuf {
         if path.is_absolute() {
             path.to_path_buf()
         } else {

@@ -92,11 +92,7 @@ fn fs_reason(err: &FsError) -> String {
 
 impl Shared {
     fn resolve_start(&self, requested: &Path) -> Result<Start, SearchError> {
-        let absolute = if requested.is_absolute() {
-            requested.to_path_buf()
-        } else {
-            self.root.join(requested)
-        };
+        let absolute = self.absolute(requested);
         let note = |reason: String| Start::Refused(format!("{}: {reason}", requested.display()));
         let opened = match self.roots.open(&absolute, OFlag::O_PATH, "open") {
             Ok(opened) => opened,
@@ -572,6 +568,7 @@ fn grep_blocking(
         context,
         max_matches,
     } = request;
+    let path = shared.absolute(&path);
     let matcher = RegexMatcherBuilder::new()
         .case_insensitive(ignore_case)
         .fixed_strings(literal)
@@ -758,6 +755,7 @@ fn find_blocking(
         path,
         max_results,
     } = request;
+    let path = shared.absolute(&path);
     let glob = PathGlob::new(&pattern)?;
     if cancel.is_cancelled() {
         return Err(SearchError::Cancelled);

@@ -154,6 +154,17 @@ async fn stdin_is_closed_and_cwd_is_honoured() {
         ),
         "{outcome:?}"
     );
+    let denied = Fixture::with(|spec, _| spec.denied = vec!["private/**".into()]);
+    std::fs::create_dir(denied.at("private")).unwrap();
+    let mut req = request(&denied, "true", Duration::from_secs(30));
+    req.cwd = denied.at("private");
+    let (_, outcome) = run(denied.bash().as_ref(), req, CancellationToken::new()).await;
+    match outcome {
+        Err(err @ ExecError::Sandbox { .. }) => {
+            assert!(err.to_string().contains("is denied by policy"), "{err}")
+        }
+        other => panic!("expected a sandbox error, got {other:?}"),
+    }
 }
 
 /// On timeout the whole group dies, including a child the shell started, and the output

@@ -196,6 +196,36 @@ async fn protected_paths_are_readable_but_never_mutated() {
     assert!(!files.metadata(&config).await.unwrap().writable);
     assert!(!files.metadata(&fx.at(".git")).await.unwrap().writable);
 
+    // A link created by a command (bash) is judged on its target just the same.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    let outcome = fx
+        .bash()
+        .exec(
+            cordon_tools::ops::ExecRequest {
+                command: "ln -s .git/config smuggle && ln -s .git smuggle-dir".into(),
+                cwd: fx.ws.clone(),
+                timeout: std::time::Duration::from_secs(30),
+                env: Vec::new(),
+            },
+            tokio_util::sync::CancellationToken::new(),
+            tx,
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, Some(cordon_tools::ops::ExitStatus::Code(0)));
+    for path in [fx.at("smuggle"), fx.at("smuggle-dir/config")] {
+        assert!(
+            matches!(
+                files.write_file(&path, b"evil").await,
+                Err(FsError::Protected { .. })
+            ),
+            "{}",
+            path.display()
+        );
+    }
+    assert_eq!(snapshot(&config), before);
+
     // `.git` as a file (worktree pointer) cannot be replaced as a whole either.
     let fx = Fixture::new();
     let pointer = fx.put(".git", "gitdir: /elsewhere\n");
