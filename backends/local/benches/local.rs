@@ -153,22 +153,6 @@ async fn grep_tree(tree: &Path, runs: usize) {
             context: 0,
             max_matches: limit,
         };
-        let mut ours = Vec::new();
-        let mut matches = 0;
-        for _ in 0..runs + 1 {
-            let start = Instant::now();
-            let out = search
-                .grep(request.clone(), CancellationToken::new())
-                .await
-                .unwrap();
-            ours.push(start.elapsed());
-            matches = out.files.iter().map(|f| f.lines.len()).sum::<usize>();
-        }
-        ours.remove(0);
-        println!(
-            "grep {label} (`{literal}`, {matches} lines): cordon p50 {}",
-            millis(percentile(&mut ours, 0.5))
-        );
         let variants: [(&str, Vec<&str>); 3] = [
             ("rg", vec!["rg", "-F", literal, &tree_arg]),
             (
@@ -176,7 +160,7 @@ async fn grep_tree(tree: &Path, runs: usize) {
                 vec!["rg", "--sort", "path", "-F", literal, &tree_arg],
             ),
             (
-                "rg (same rules: --hidden --no-require-git -g !.git --sort path)",
+                "rg with cordon's rules (--hidden --no-require-git -g !.git --sort path)",
                 vec![
                     "rg",
                     "--hidden",
@@ -191,14 +175,36 @@ async fn grep_tree(tree: &Path, runs: usize) {
                 ],
             ),
         ];
-        for (name, args) in variants {
-            let mut samples: Vec<Duration> =
-                (0..runs).filter_map(|_| time_command(&args)).collect();
+        // Warm the page cache, then interleave the contenders round by round so that load
+        // from other processes hits them alike.
+        let _ = search.grep(request.clone(), CancellationToken::new()).await;
+        let mut ours = Vec::new();
+        let mut theirs: Vec<Vec<Duration>> = vec![Vec::new(); variants.len()];
+        let mut matches = 0;
+        for _ in 0..runs {
+            let start = Instant::now();
+            let out = search
+                .grep(request.clone(), CancellationToken::new())
+                .await
+                .unwrap();
+            ours.push(start.elapsed());
+            matches = out.files.iter().map(|f| f.lines.len()).sum::<usize>();
+            for ((_, args), samples) in variants.iter().zip(theirs.iter_mut()) {
+                if let Some(elapsed) = time_command(args) {
+                    samples.push(elapsed);
+                }
+            }
+        }
+        println!(
+            "grep {label} (`{literal}`, {matches} lines): cordon p50 {}",
+            millis(percentile(&mut ours, 0.5))
+        );
+        for ((name, _), mut samples) in variants.into_iter().zip(theirs) {
             if samples.is_empty() {
                 println!("  {name}: not available");
-                continue;
+            } else {
+                println!("  {name}: p50 {}", millis(percentile(&mut samples, 0.5)));
             }
-            println!("  {name}: p50 {}", millis(percentile(&mut samples, 0.5)));
         }
     }
 }
