@@ -121,7 +121,7 @@ impl LocalBackend {
             access: Access::ReadOnly,
             kind: RootKind::Spill,
         });
-        let rules = PathRules::new(&canonical, home.as_deref(), &spec.protected, &spec.denied)?;
+        let rules = PathRules::new(&canonical, home.as_deref(), &spec)?;
         let shell = exec::find_shell();
         let shared = Arc::new(Shared {
             id: BackendId::new(format!("local:{}", canonical.display())),

@@ -120,15 +120,31 @@ pub(crate) fn spawn_shell(launch: ShellLaunch<'_>) -> io::Result<tokio::process:
     cmd.spawn()
 }
 
+/// The inputs of a command's environment besides the host's variables.
+pub(crate) struct EnvLayers<'a> {
+    /// `env.pass` and `env.set`.
+    pub spec: &'a SandboxSpec,
+    /// `HOME`.
+    pub home: Option<&'a Path>,
+    /// `TMPDIR`.
+    pub tmp: &'a Path,
+    /// The request's own variables (applied last).
+    pub request: &'a [(String, String)],
+}
+
 /// Build a command's environment: the baseline (`PATH`, `HOME`, `LANG`, `TERM`, `TMPDIR`),
 /// then host variables named in `spec.env.pass`, then `spec.env.set`, then the request's.
+/// `host` looks up the host's variables.
 pub(crate) fn build_env(
-    spec: &SandboxSpec,
-    home: Option<&Path>,
-    tmp: &Path,
-    request_env: &[(String, String)],
+    layers: EnvLayers<'_>,
     host: impl Fn(&str) -> Option<OsString>,
 ) -> BTreeMap<OsString, OsString> {
+    let EnvLayers {
+        spec,
+        home,
+        tmp,
+        request: request_env,
+    } = layers;
     let mut env: BTreeMap<OsString, OsString> = BTreeMap::new();
     let mut set = |key: &str, value: OsString| {
         env.insert(OsString::from(key), value);
@@ -259,13 +275,13 @@ impl BashOperations for LocalBash {
             });
         }
         let cwd = self.resolve_cwd(&cwd)?;
-        let env = build_env(
-            &self.shared.spec,
-            self.shared.home.as_deref(),
-            self.shared.state.tmp.path(),
-            &env,
-            |name| std::env::var_os(name),
-        );
+        let layers = EnvLayers {
+            spec: &self.shared.spec,
+            home: self.shared.home.as_deref(),
+            tmp: self.shared.state.tmp.path(),
+            request: &env,
+        };
+        let env = build_env(layers, |name| std::env::var_os(name));
         let (read_end, write_end) =
             nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Spawn {
                 source: io::Error::from(e),
@@ -452,13 +468,14 @@ mod tests {
             "SECRET" => Some(OsString::from("hunter2")),
             _ => None,
         };
-        let env = build_env(
-            &spec,
-            Some(Path::new("/home/me")),
-            Path::new("/tmp/cordon-0/tmp-1-ab"),
-            &[("RUST_LOG".into(), "trace".into())],
-            host,
-        );
+        let request = [("RUST_LOG".to_string(), "trace".to_string())];
+        let layers = EnvLayers {
+            spec: &spec,
+            home: Some(Path::new("/home/me")),
+            tmp: Path::new("/tmp/cordon-0/tmp-1-ab"),
+            request: &request,
+        };
+        let env = build_env(layers, host);
         let expected: BTreeMap<OsString, OsString> = [
             ("CARGO_HOME", "/host/cargo"),
             ("HOME", "/home/me"),

@@ -86,6 +86,25 @@ fn kind_name(stat: &FileStat) -> &'static str {
     }
 }
 
+/// One file replacement: the target's directory and name, what exists there now, the new
+/// content, and the path as requested (for errors).
+struct Replacement<'a> {
+    dir: &'a Opened,
+    name: &'a OsStr,
+    existing: Option<FileStat>,
+    data: &'a [u8],
+    path: &'a Path,
+}
+
+/// Where [`write_replace`] writes: `name` in `dir`, ending with `mode` (and `owner`, when
+/// given).
+pub(crate) struct ReplaceTarget<'a> {
+    pub dir: BorrowedFd<'a>,
+    pub name: &'a OsStr,
+    pub mode: u32,
+    pub owner: Option<(u32, u32)>,
+}
+
 /// A file opened for reading, with its size.
 struct ReadHandle {
     file: File,
@@ -245,22 +264,38 @@ impl Shared {
                         path: path.to_path_buf(),
                     });
                 }
-                Ok(stat) => return self.replace_in_dir(&dir, &name, Some(stat), data, path),
-                Err(Errno::ENOENT) => return self.replace_in_dir(&dir, &name, None, data, path),
+                Ok(stat) => {
+                    return self.replace_in_dir(Replacement {
+                        dir: &dir,
+                        name: &name,
+                        existing: Some(stat),
+                        data,
+                        path,
+                    });
+                }
+                Err(Errno::ENOENT) => {
+                    return self.replace_in_dir(Replacement {
+                        dir: &dir,
+                        name: &name,
+                        existing: None,
+                        data,
+                        path,
+                    });
+                }
                 Err(e) => return Err(fs_error("inspect", path, e)),
             }
         }
         Err(fs_error("resolve", path, Errno::ELOOP))
     }
 
-    fn replace_in_dir(
-        &self,
-        dir: &Opened,
-        name: &OsStr,
-        existing: Option<FileStat>,
-        data: &[u8],
-        path: &Path,
-    ) -> Result<(), FsError> {
+    fn replace_in_dir(&self, replacement: Replacement<'_>) -> Result<(), FsError> {
+        let Replacement {
+            dir,
+            name,
+            existing,
+            data,
+            path,
+        } = replacement;
         let dir_real = fd_path(dir.fd.as_fd()).map_err(|e| FsError::from_io("resolve", path, e))?;
         let canonical = dir_real.join(name);
         self.check_mutation(&canonical, path)?;
@@ -290,10 +325,14 @@ impl Shared {
         };
         let owner = existing.map(|stat| (stat.st_uid, stat.st_gid));
         let keep_owner = owner.filter(|_| self.ident.uid().is_root());
-        write_replace(dir.fd.as_fd(), name, mode, keep_owner, |file| {
-            file.write_all(data)
-        })
-        .map_err(|(op, e)| FsError::from_io(op, path, e))
+        let target = ReplaceTarget {
+            dir: dir.fd.as_fd(),
+            name,
+            mode,
+            owner: keep_owner,
+        };
+        write_replace(target, |file| file.write_all(data))
+            .map_err(|(op, e)| FsError::from_io(op, path, e))
     }
 
     fn create_dir_all_sync(&self, path: &Path) -> Result<(), FsError> {
@@ -522,16 +561,19 @@ fn temp_name(name: &OsStr) -> OsString {
     OsString::from(OsStr::from_bytes(&out))
 }
 
-/// Replace `name` in `dir` atomically: create a temp file `O_EXCL` next to it, let `fill`
+/// Replace `target.name` in `target.dir` atomically: create a temp file `O_EXCL` next to it, let `fill`
 /// write it, set `mode` (and `owner` when given), rename it over `name`. On any failure the
 /// temp file is removed and the target is untouched. Errors carry the failing step.
 pub(crate) fn write_replace(
-    dir: BorrowedFd<'_>,
-    name: &OsStr,
-    mode: u32,
-    owner: Option<(u32, u32)>,
+    target: ReplaceTarget<'_>,
     fill: impl FnOnce(&mut File) -> io::Result<()>,
 ) -> Result<(), (&'static str, io::Error)> {
+    let ReplaceTarget {
+        dir,
+        name,
+        mode,
+        owner,
+    } = target;
     let (tmp, fd) = loop {
         let tmp = temp_name(name);
         match nix::fcntl::openat(
@@ -666,7 +708,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("target.txt"), b"original").unwrap();
         let fd = open_root_dir(dir.path()).unwrap();
-        let err = write_replace(fd.as_fd(), OsStr::new("target.txt"), 0o644, None, |file| {
+        let target = ReplaceTarget {
+            dir: fd.as_fd(),
+            name: OsStr::new("target.txt"),
+            mode: 0o644,
+            owner: None,
+        };
+        let err = write_replace(target, |file| {
             file.write_all(b"half of the new cont")?;
             Err(io::Error::other("disk on fire"))
         })
@@ -684,10 +732,13 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let fd = open_root_dir(dir.path()).unwrap();
-        write_replace(fd.as_fd(), OsStr::new("new.txt"), 0o640, None, |file| {
-            file.write_all(b"hello")
-        })
-        .unwrap();
+        let target = ReplaceTarget {
+            dir: fd.as_fd(),
+            name: OsStr::new("new.txt"),
+            mode: 0o640,
+            owner: None,
+        };
+        write_replace(target, |file| file.write_all(b"hello")).unwrap();
         assert_eq!(names(dir.path()), vec!["new.txt".to_string()]);
         let meta = std::fs::metadata(dir.path().join("new.txt")).unwrap();
         assert_eq!(meta.permissions().mode() & 0o777, 0o640);

@@ -26,6 +26,8 @@ use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
 use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::unistd::{Gid, Uid};
 
+use cordon_core::sandbox::SandboxSpec;
+
 use crate::LocalError;
 
 /// How often `openat2` is retried when the kernel reports a concurrent rename (`EAGAIN`).
@@ -419,17 +421,17 @@ impl GlobPair {
 }
 
 impl PathRules {
-    /// Compile the spec's globs. `workspace` is the canonical workspace root.
+    /// Compile the spec's `protected` and `denied` globs. `workspace` is the canonical
+    /// workspace root, `home` expands `~/`.
     pub fn new(
         workspace: &Path,
         home: Option<&Path>,
-        protected: &[String],
-        denied: &[String],
+        spec: &SandboxSpec,
     ) -> Result<Self, LocalError> {
         Ok(PathRules {
             workspace: workspace.to_path_buf(),
-            protected: compile_globs(protected, home)?,
-            denied: compile_globs(denied, home)?,
+            protected: compile_globs(&spec.protected, home)?,
+            denied: compile_globs(&spec.denied, home)?,
         })
     }
 
@@ -598,13 +600,12 @@ mod tests {
 
     fn rules(protected: &[&str], denied: &[&str]) -> PathRules {
         let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        PathRules::new(
-            Path::new("/ws"),
-            Some(Path::new("/home/me")),
-            &strings(protected),
-            &strings(denied),
-        )
-        .unwrap()
+        let spec = SandboxSpec {
+            protected: strings(protected),
+            denied: strings(denied),
+            ..SandboxSpec::default()
+        };
+        PathRules::new(Path::new("/ws"), Some(Path::new("/home/me")), &spec).unwrap()
     }
 
     #[test]
@@ -663,7 +664,11 @@ mod tests {
 
     #[test]
     fn invalid_glob_names_the_pattern() {
-        let err = PathRules::new(Path::new("/ws"), None, &["a[".to_string()], &[]).unwrap_err();
+        let spec = SandboxSpec {
+            protected: vec!["a[".to_string()],
+            ..SandboxSpec::default()
+        };
+        let err = PathRules::new(Path::new("/ws"), None, &spec).unwrap_err();
         assert!(err.to_string().contains("`a[`"), "{err}");
     }
 
