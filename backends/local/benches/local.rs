@@ -72,6 +72,16 @@ async fn small_files() {
         files.metadata(&file).await.unwrap();
         stats.push(start.elapsed());
     }
+    let mut handoffs = Vec::new();
+    for _ in 0..5000 {
+        let start = Instant::now();
+        tokio::task::spawn_blocking(|| ()).await.unwrap();
+        handoffs.push(start.elapsed());
+    }
+    println!(
+        "spawn_blocking round trip alone (why small reads run inline): p50 {}",
+        micros(percentile(&mut handoffs, 0.5))
+    );
     println!(
         "read_file 2 KB:  p50 {}  p90 {}",
         micros(percentile(&mut reads, 0.5)),

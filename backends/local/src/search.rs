@@ -115,6 +115,12 @@ impl Shared {
         if self.verdict(&canonical) == Verdict::Denied {
             return Ok(note("access denied by policy".into()));
         }
+        if canonical.components().any(|c| c.as_os_str() == ".git") {
+            return Ok(note(
+                "inside a .git directory, which is never searched (use read to open a file there)"
+                    .into(),
+            ));
+        }
         let stat = match fstat(&opened.fd) {
             Ok(stat) => stat,
             Err(e) => return Ok(note(io::Error::from(e).to_string())),

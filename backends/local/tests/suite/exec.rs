@@ -180,7 +180,7 @@ async fn timeout_kills_the_whole_process_group() {
     );
     let (output, outcome) = run(
         bash.as_ref(),
-        request(&fx, &script, Duration::from_secs(1)),
+        request(&fx, &script, Duration::from_secs(3)),
         CancellationToken::new(),
     )
     .await;
@@ -203,7 +203,7 @@ async fn sigterm_ignored_then_sigkill() {
     );
     let (output, outcome) = run(
         bash.as_ref(),
-        request(&fx, &script, Duration::from_secs(1)),
+        request(&fx, &script, Duration::from_secs(3)),
         CancellationToken::new(),
     )
     .await;

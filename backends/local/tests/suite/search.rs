@@ -173,6 +173,18 @@ async fn dot_git_is_never_entered() {
     fx.put("sub/code.rs", "ref: refs in code\n");
     let out = grep(search.as_ref(), grep_req(&fx.ws, "ref: refs")).await;
     assert_eq!(grep_files(&out, &fx.ws), vec!["sub/code.rs"]);
+    let git = fx.at(".git");
+    let out = grep(search.as_ref(), grep_req(&git, "ref")).await;
+    assert!(out.files.is_empty());
+    assert_eq!(
+        out.errors,
+        vec![format!(
+            "{}: inside a .git directory, which is never searched (use read to open a file there)",
+            git.display()
+        )]
+    );
+    let out = find(search.as_ref(), find_req(&git, "*")).await;
+    assert!(out.paths.is_empty() && out.errors.len() == 1);
     for pattern in ["**", "HEAD", ".git/*", "*"] {
         let out = find(search.as_ref(), find_req(&fx.ws, pattern)).await;
         assert!(
