@@ -17,6 +17,47 @@
 //! that produced the spec.
 //!
 //! Linux only: on other systems [`LocalBackend::new`] returns [`LocalError::Unsupported`].
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use cordon_backend_local::{LocalBackend, LocalConfig, SandboxSpec};
+//! use cordon_tools::ops::{Backend, FsError, GrepRequest};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let backend = LocalBackend::new(LocalConfig {
+//!     spec: SandboxSpec { protected: vec![".git/**".into()], ..SandboxSpec::default() },
+//!     ..LocalConfig::new(dir.path())
+//! })?;
+//! let files = backend.files();
+//! let notes = backend.root().join("notes.txt");
+//! files.write_file(&notes, b"hello\nworld\n").await?;
+//! assert_eq!(files.read_file(&notes).await?, b"hello\nworld\n");
+//! // Outside every root: refused by the kernel, whatever the spelling.
+//! let escape = backend.root().join("../etc/passwd");
+//! assert!(matches!(files.read_file(&escape).await, Err(FsError::OutsideRoot { .. })));
+//!
+//! let found = backend
+//!     .search()
+//!     .grep(
+//!         GrepRequest {
+//!             pattern: "wor".into(),
+//!             path: backend.root().to_path_buf(),
+//!             glob: None,
+//!             ignore_case: false,
+//!             literal: true,
+//!             context: 0,
+//!             max_matches: 101,
+//!         },
+//!         CancellationToken::new(),
+//!     )
+//!     .await?;
+//! assert_eq!(found.files[0].lines[0].number, 2);
+//! backend.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
 #![warn(missing_docs)]
 
 use std::path::PathBuf;

@@ -455,7 +455,11 @@ impl PathRules {
             if candidate.parent().is_none() {
                 break;
             }
-            let rel = relative_to(candidate, &self.workspace);
+            // Borrowed (no allocation) for the common case of a path inside the workspace.
+            let rel: std::borrow::Cow<'_, Path> = match candidate.strip_prefix(&self.workspace) {
+                Ok(rel) => rel.into(),
+                Err(_) => relative_to(candidate, &self.workspace).into(),
+            };
             if self.denied.is_match(&rel, candidate) {
                 return Verdict::Denied;
             }
@@ -474,8 +478,12 @@ impl PathRules {
         if self.denied.is_empty() {
             return false;
         }
-        let rel = relative_to(canonical, &self.workspace);
-        self.denied.is_match(&rel, canonical)
+        match canonical.strip_prefix(&self.workspace) {
+            Ok(rel) => self.denied.is_match(rel, canonical),
+            Err(_) => self
+                .denied
+                .is_match(&relative_to(canonical, &self.workspace), canonical),
+        }
     }
 }
 
