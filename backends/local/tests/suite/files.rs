@@ -390,6 +390,18 @@ async fn readable_and_writable_roots() {
     });
     let files = fx.files();
     let base = fx.ws.parent().unwrap().to_path_buf();
+    let mut roots = fx.backend.allowed_roots();
+    roots.sort();
+    assert_eq!(
+        roots,
+        vec![
+            (base.join("cache"), true),
+            (fx.backend.spill_dir().to_path_buf(), false),
+            (base.join("toolchain"), false),
+            (fx.ws.clone(), true),
+        ],
+        "missing roots are skipped"
+    );
     let core = base.join("toolchain/lib/core.rs");
     assert_eq!(files.read_file(&core).await.unwrap(), b"pub fn core() {}\n");
     symlink(base.join("toolchain"), fx.at("tc")).unwrap();
