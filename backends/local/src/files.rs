@@ -313,6 +313,7 @@ impl Shared {
                         path: path.to_path_buf(),
                     });
                 }
+                // setuid/setgid/sticky are not carried over to content the agent wrote.
                 stat.st_mode & 0o777
             }
             None => {
