@@ -1,2 +1,198 @@
-//! `cordon-backend-local`: Cordon's local backend: kernel-confined file operations, in-process search, sandboxed commands.
+//! `cordon-backend-local`: Cordon's local backend. It runs the agent's tool calls on this host,
+//! inside the roots a [`SandboxSpec`] allows:
+//!
+//! - file operations ([`cordon_tools::ops::FileOperations`]) confined by the kernel: every path
+//!   is opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` relative to an open
+//!   directory fd of an allowed root, protected and denied globs are judged on the canonical
+//!   path, writes are atomic (temp file + `renameat` in the same directory fd);
+//! - searches ([`cordon_tools::ops::SearchOperations`]) with ripgrep's libraries in process,
+//!   parallel but with a deterministic, path-sorted result;
+//! - commands ([`cordon_tools::ops::BashOperations`]) through `bash -c` in their own process
+//!   group, with a scrubbed environment, merged output, and a timeout/cancel that kills the
+//!   whole group. The OS sandbox (Landlock, seccomp, rlimits) is applied by `cordon-sandbox`
+//!   at the single spawn step; until it is wired in, commands only run when the spec allows a
+//!   degraded sandbox (fail closed).
+//!
+//! It does not own the tools' output formats (those live in `cordon-tools`) nor the policy
+//! that produced the spec.
+//!
+//! Linux only: on other systems [`LocalBackend::new`] returns [`LocalError::Unsupported`].
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use cordon_backend_local::{LocalBackend, LocalConfig, SandboxSpec};
+//! use cordon_tools::ops::{Backend, FsError, GrepRequest};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let backend = LocalBackend::new(LocalConfig {
+//!     spec: SandboxSpec { protected: vec![".git/**".into()], ..SandboxSpec::default() },
+//!     ..LocalConfig::new(dir.path())
+//! })?;
+//! let files = backend.files();
+//! let notes = backend.root().join("notes.txt");
+//! files.write_file(&notes, b"hello\nworld\n").await?;
+//! assert_eq!(files.read_file(&notes).await?, b"hello\nworld\n");
+//! // Outside every root: refused by the kernel, whatever the spelling.
+//! let escape = backend.root().join("../etc/passwd");
+//! assert!(matches!(files.read_file(&escape).await, Err(FsError::OutsideRoot { .. })));
+//!
+//! let found = backend
+//!     .search()
+//!     .grep(
+//!         GrepRequest {
+//!             pattern: "wor".into(),
+//!             path: backend.root().to_path_buf(),
+//!             glob: None,
+//!             ignore_case: false,
+//!             literal: true,
+//!             context: 0,
+//!             max_matches: 101,
+//!         },
+//!         CancellationToken::new(),
+//!     )
+//!     .await?;
+//! assert_eq!(found.files[0].lines[0].number, 2);
+//! backend.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
 #![warn(missing_docs)]
+
+use std::path::PathBuf;
+
+pub use cordon_core::sandbox::SandboxSpec;
+
+#[cfg(target_os = "linux")]
+mod backend;
+#[cfg(target_os = "linux")]
+mod exec;
+#[cfg(target_os = "linux")]
+mod files;
+#[cfg(target_os = "linux")]
+mod roots;
+#[cfg(target_os = "linux")]
+mod search;
+#[cfg(target_os = "linux")]
+mod state;
+#[cfg(not(target_os = "linux"))]
+mod unsupported;
+
+#[cfg(target_os = "linux")]
+pub use backend::LocalBackend;
+#[cfg(not(target_os = "linux"))]
+pub use unsupported::LocalBackend;
+
+/// How to build a [`LocalBackend`].
+#[derive(Clone, Debug)]
+pub struct LocalConfig {
+    /// The workspace root (a host directory). Relative paths are taken from the current
+    /// directory; the backend works with its canonical form.
+    pub root: PathBuf,
+    /// What commands and file operations may touch.
+    pub spec: SandboxSpec,
+    /// The home directory used for `~` (spec roots and model paths) and as `HOME` of
+    /// commands. `None`: the host's `$HOME`, else the password database entry.
+    pub home: Option<PathBuf>,
+    /// Where Cordon keeps its per-user state (spill files, private temp dirs):
+    /// `<base>/cordon-<uid>/`. `None`: the system temp dir (`$TMPDIR` or `/tmp`).
+    pub state_base: Option<PathBuf>,
+}
+
+impl LocalConfig {
+    /// A config for `root` with the default sandbox spec.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        LocalConfig {
+            root: root.into(),
+            spec: SandboxSpec::default(),
+            home: None,
+            state_base: None,
+        }
+    }
+}
+
+impl Default for LocalConfig {
+    /// The current directory as workspace root, default spec.
+    fn default() -> Self {
+        LocalConfig::new(".")
+    }
+}
+
+/// Why a [`LocalBackend`] could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// The workspace root does not exist or cannot be opened.
+    #[error("failed to open workspace root {path}: {source}")]
+    OpenRoot {
+        /// The configured root.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The workspace root is not a directory.
+    #[error("failed to use workspace root {path}: not a directory")]
+    RootNotDirectory {
+        /// The configured root.
+        path: PathBuf,
+    },
+    /// An extra readable or writable root exists but cannot be opened.
+    #[error("failed to open sandbox root {path}: {source}")]
+    OpenExtraRoot {
+        /// The root after `~` expansion.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A protected or denied glob does not parse.
+    #[error("failed to compile path glob `{pattern}`: {source}")]
+    Glob {
+        /// The glob as given in the spec.
+        pattern: String,
+        /// The parser error.
+        #[source]
+        source: globset::Error,
+    },
+    /// The kernel cannot confine path resolution (`openat2` needs Linux 5.6). Fail closed.
+    #[error(
+        "failed to confine file operations: openat2 with RESOLVE_BENEATH is unavailable: {source}"
+    )]
+    Openat2Unavailable {
+        /// The probe's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A state directory (spill files, private temp dirs) could not be created or opened.
+    #[error("failed to {op} state directory {path}: {source}")]
+    StateDir {
+        /// The step, e.g. "create", "open".
+        op: &'static str,
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A state directory exists but is not safe to use (a symlink, or owned by another user).
+    #[error("refusing to use state directory {path}: {reason}")]
+    UnsafeStateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why it is unsafe.
+        reason: String,
+    },
+    /// Reading a fact about this process (identity, umask) failed.
+    #[error("failed to read process {what}: {source}")]
+    ProcessInfo {
+        /// What was being read.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The local backend only exists on Linux.
+    #[error("failed to create local backend: only Linux is supported")]
+    Unsupported,
+}

@@ -1,0 +1,758 @@
+//! [`FileOperations`] of the local backend: every path is opened beneath an allowed root by the
+//! kernel ([`crate::roots`]), judged on its canonical path against the protected/denied globs,
+//! and written atomically: a temp file created `O_EXCL` in the target's own directory fd, then
+//! `renameat` over the target within that fd.
+//!
+//! Writes are atomic against concurrent readers and against Cordon crashing or being killed
+//! (a reader sees the old or the new file, never a mix), but not against power loss: there is
+//! no `fsync`, because agents write many small files and the journal of a modern filesystem
+//! makes the rename durable soon after anyway.
+//!
+//! Hardlinks: a hardlink inside a root to a file outside is the same inode, so `read_file`
+//! returns the outside file's content (the kernel cannot tell names of one inode apart);
+//! `write_file` replaces the directory entry with a new inode, so the outside file is never
+//! modified through it.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use cordon_tools::ops::{
+    BackendId, DirEntry, FileKind, FileMeta, FileOperations, FsError, SpillWriter,
+};
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, ResolveFlag, readlinkat, renameat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
+
+use crate::backend::Shared;
+use crate::roots::{
+    Access, MAX_SYMLINK_HOPS, Opened, RootKind, Verdict, fd_path, file_type, fs_error, name_bytes,
+    open_beneath,
+};
+
+/// Reads up to this size run inline on the async worker: a few syscalls on the page cache
+/// cost less than the hand-off to the blocking pool. Larger reads go to `spawn_blocking`.
+const INLINE_READ_LIMIT: u64 = 256 * 1024;
+
+/// [`FileOperations`] over the backend's confined roots.
+#[derive(Debug)]
+pub(crate) struct LocalFiles {
+    shared: Arc<Shared>,
+}
+
+impl LocalFiles {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        LocalFiles { shared }
+    }
+
+    async fn blocking<T, F>(&self, op: &'static str, path: &Path, f: F) -> Result<T, FsError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Shared) -> Result<T, FsError> + Send + 'static,
+    {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || f(&shared))
+            .await
+            .map_err(|join| FsError::Io {
+                op,
+                path: path.to_path_buf(),
+                source: io::Error::other(join.to_string()),
+            })?
+    }
+}
+
+fn kind_of(stat: &FileStat) -> FileKind {
+    match file_type(stat) {
+        SFlag::S_IFREG => FileKind::File,
+        SFlag::S_IFDIR => FileKind::Dir,
+        SFlag::S_IFLNK => FileKind::Symlink,
+        _ => FileKind::Other,
+    }
+}
+
+fn kind_name(stat: &FileStat) -> &'static str {
+    match file_type(stat) {
+        SFlag::S_IFIFO => "a FIFO",
+        SFlag::S_IFSOCK => "a socket",
+        SFlag::S_IFCHR => "a character device",
+        SFlag::S_IFBLK => "a block device",
+        _ => "not a regular file",
+    }
+}
+
+/// One file replacement: the target's directory and name, what exists there now, the new
+/// content, and the path as requested (for errors).
+struct Replacement<'a> {
+    dir: &'a Opened,
+    name: &'a OsStr,
+    existing: Option<FileStat>,
+    data: &'a [u8],
+    path: &'a Path,
+}
+
+/// Where [`write_replace`] writes: `name` in `dir`, ending with `mode` (and `owner`, when
+/// given).
+pub(crate) struct ReplaceTarget<'a> {
+    pub dir: BorrowedFd<'a>,
+    pub name: &'a OsStr,
+    pub mode: u32,
+    pub owner: Option<(u32, u32)>,
+}
+
+/// A file opened for reading, with its size.
+struct ReadHandle {
+    file: File,
+    size: u64,
+}
+
+impl Shared {
+    /// Paths are absolute in the backend's namespace; a relative one is taken from the
+    /// workspace root.
+    pub(crate) fn absolute(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.root.join(path)
+        }
+    }
+
+    /// The verdict for a canonical path; Cordon's own spill directory is exempt.
+    pub(crate) fn verdict(&self, canonical: &Path) -> Verdict {
+        if canonical.starts_with(&self.state.spill_path) {
+            Verdict::Free
+        } else {
+            self.rules.judge(canonical)
+        }
+    }
+
+    /// Refuse reading through `opened` when its canonical path is denied.
+    pub(crate) fn check_readable(&self, opened: &Opened, path: &Path) -> Result<(), FsError> {
+        if !self.rules.has_denied() {
+            return Ok(());
+        }
+        let canonical =
+            fd_path(opened.fd.as_fd()).map_err(|e| FsError::from_io("resolve", path, e))?;
+        match self.verdict(&canonical) {
+            Verdict::Denied => Err(FsError::Denied { path: canonical }),
+            Verdict::Protected | Verdict::Free => Ok(()),
+        }
+    }
+
+    /// Refuse mutating a canonical path that is denied, protected, in a read-only root or in
+    /// the spill directory.
+    fn check_mutation(&self, canonical: &Path, path: &Path) -> Result<(), FsError> {
+        let (root, _) =
+            self.roots
+                .select_canonical(canonical)
+                .ok_or_else(|| FsError::OutsideRoot {
+                    path: path.to_path_buf(),
+                })?;
+        match self.verdict(canonical) {
+            Verdict::Denied => {
+                return Err(FsError::Denied {
+                    path: canonical.to_path_buf(),
+                });
+            }
+            Verdict::Protected => {
+                return Err(FsError::Protected {
+                    path: canonical.to_path_buf(),
+                });
+            }
+            Verdict::Free => {}
+        }
+        match (root.kind, root.access) {
+            (RootKind::Spill, _) | (_, Access::ReadOnly) => Err(FsError::PermissionDenied {
+                path: path.to_path_buf(),
+            }),
+            (RootKind::Workspace | RootKind::Extra, Access::ReadWrite) => Ok(()),
+        }
+    }
+
+    fn open_for_read(&self, path: &Path) -> Result<ReadHandle, FsError> {
+        let opened = self.roots.open(
+            path,
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY,
+            "open",
+        )?;
+        self.check_readable(&opened, path)?;
+        let stat = fstat(&opened.fd).map_err(|e| fs_error("inspect", path, e))?;
+        match file_type(&stat) {
+            SFlag::S_IFREG => {}
+            SFlag::S_IFDIR => {
+                return Err(FsError::IsADirectory {
+                    path: path.to_path_buf(),
+                });
+            }
+            _ => {
+                return Err(FsError::Io {
+                    op: "read",
+                    path: path.to_path_buf(),
+                    source: io::Error::new(io::ErrorKind::InvalidInput, kind_name(&stat)),
+                });
+            }
+        }
+        Ok(ReadHandle {
+            file: File::from(opened.fd),
+            size: u64::try_from(stat.st_size).unwrap_or(0),
+        })
+    }
+
+    fn read_all(handle: ReadHandle, limit: Option<usize>, path: &Path) -> Result<Vec<u8>, FsError> {
+        let ReadHandle { file, size } = handle;
+        let expected = usize::try_from(size).unwrap_or(usize::MAX);
+        let mut buf = Vec::with_capacity(match limit {
+            Some(limit) => limit.min(expected),
+            None => expected.saturating_add(1),
+        });
+        let result = match limit {
+            Some(limit) => file.take(limit as u64).read_to_end(&mut buf),
+            None => (&file).read_to_end(&mut buf),
+        };
+        result.map_err(|e| FsError::from_io("read", path, e))?;
+        Ok(buf)
+    }
+
+    fn write_file_sync(&self, path: &Path, data: &[u8]) -> Result<(), FsError> {
+        let mut target = path.to_path_buf();
+        for _ in 0..=MAX_SYMLINK_HOPS {
+            if self.roots.is_root_path(&target) {
+                return Err(FsError::IsADirectory {
+                    path: path.to_path_buf(),
+                });
+            }
+            let name = match target.components().next_back() {
+                Some(Component::Normal(name)) => name.to_os_string(),
+                _ => {
+                    return Err(FsError::IsADirectory {
+                        path: path.to_path_buf(),
+                    });
+                }
+            };
+            let parent = target.parent().unwrap_or(Path::new("/")).to_path_buf();
+            let dir = self
+                .roots
+                .open(&parent, OFlag::O_PATH | OFlag::O_DIRECTORY, "open")
+                .map_err(|e| match e {
+                    FsError::OutsideRoot { .. } => FsError::OutsideRoot {
+                        path: path.to_path_buf(),
+                    },
+                    other => other,
+                })?;
+            match fstatat(&dir.fd, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(stat) if file_type(&stat) == SFlag::S_IFLNK => {
+                    // Replace the file the link points to (resolved and confined again), never
+                    // the link itself.
+                    let link = readlinkat(&dir.fd, name.as_os_str())
+                        .map_err(|e| fs_error("read link", path, e))?;
+                    let link = PathBuf::from(link);
+                    target = if link.is_absolute() {
+                        link
+                    } else {
+                        fd_path(dir.fd.as_fd())
+                            .map_err(|e| FsError::from_io("resolve", path, e))?
+                            .join(link)
+                    };
+                }
+                Ok(stat) if file_type(&stat) == SFlag::S_IFDIR => {
+                    return Err(FsError::IsADirectory {
+                        path: path.to_path_buf(),
+                    });
+                }
+                Ok(stat) => {
+                    return self.replace_in_dir(Replacement {
+                        dir: &dir,
+                        name: &name,
+                        existing: Some(stat),
+                        data,
+                        path,
+                    });
+                }
+                Err(Errno::ENOENT) => {
+                    return self.replace_in_dir(Replacement {
+                        dir: &dir,
+                        name: &name,
+                        existing: None,
+                        data,
+                        path,
+                    });
+                }
+                Err(e) => return Err(fs_error("inspect", path, e)),
+            }
+        }
+        Err(fs_error("resolve", path, Errno::ELOOP))
+    }
+
+    fn replace_in_dir(&self, replacement: Replacement<'_>) -> Result<(), FsError> {
+        let Replacement {
+            dir,
+            name,
+            existing,
+            data,
+            path,
+        } = replacement;
+        let dir_real = fd_path(dir.fd.as_fd()).map_err(|e| FsError::from_io("resolve", path, e))?;
+        let canonical = dir_real.join(name);
+        self.check_mutation(&canonical, path)?;
+        let mode = match &existing {
+            Some(stat) => {
+                if file_type(stat) != SFlag::S_IFREG {
+                    return Err(FsError::Io {
+                        op: "write",
+                        path: path.to_path_buf(),
+                        source: io::Error::new(io::ErrorKind::InvalidInput, kind_name(stat)),
+                    });
+                }
+                if !self.ident.can_write(stat) {
+                    return Err(FsError::PermissionDenied {
+                        path: path.to_path_buf(),
+                    });
+                }
+                // setuid/setgid/sticky are not carried over to content the agent wrote.
+                stat.st_mode & 0o777
+            }
+            None => {
+                let dir_stat = fstat(&dir.fd).map_err(|e| fs_error("inspect", &dir_real, e))?;
+                if !self.ident.can_write(&dir_stat) {
+                    return Err(FsError::PermissionDenied { path: dir_real });
+                }
+                0o644 & !self.umask
+            }
+        };
+        let owner = existing.map(|stat| (stat.st_uid, stat.st_gid));
+        let keep_owner = owner.filter(|_| self.ident.uid().is_root());
+        let target = ReplaceTarget {
+            dir: dir.fd.as_fd(),
+            name,
+            mode,
+            owner: keep_owner,
+        };
+        write_replace(target, |file| file.write_all(data))
+            .map_err(|(op, e)| FsError::from_io(op, path, e))
+    }
+
+    fn create_dir_all_sync(&self, path: &Path) -> Result<(), FsError> {
+        let canonical = self.roots.canonicalize(path)?;
+        self.check_mutation(&canonical, path)?;
+        let (root, rel) =
+            self.roots
+                .select_canonical(&canonical)
+                .ok_or_else(|| FsError::OutsideRoot {
+                    path: path.to_path_buf(),
+                })?;
+        let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
+        let strict = ResolveFlag::RESOLVE_NO_SYMLINKS;
+        let mut parent = open_beneath(root.fd.as_fd(), Path::new(""), dir_flags, strict)
+            .map_err(|e| fs_error("open", &root.path, e))?;
+        let mut prefix = PathBuf::new();
+        for component in rel.components() {
+            let Component::Normal(name) = component else {
+                return Err(FsError::NotFound {
+                    path: path.to_path_buf(),
+                });
+            };
+            prefix.push(name);
+            let current = root.path.join(&prefix);
+            match open_beneath(root.fd.as_fd(), &prefix, dir_flags, strict) {
+                Ok(fd) => parent = fd,
+                Err(Errno::ENOENT) => {
+                    let parent_stat =
+                        fstat(&parent).map_err(|e| fs_error("inspect", &current, e))?;
+                    if !self.ident.can_write(&parent_stat) {
+                        return Err(FsError::PermissionDenied {
+                            path: current.parent().unwrap_or(&root.path).to_path_buf(),
+                        });
+                    }
+                    match mkdirat(&parent, name, Mode::from_bits_truncate(0o777)) {
+                        Ok(()) | Err(Errno::EEXIST) => {}
+                        Err(e) => return Err(fs_error("create directory", &current, e)),
+                    }
+                    parent = open_beneath(root.fd.as_fd(), &prefix, dir_flags, strict)
+                        .map_err(|e| dir_step_error(&current, e))?;
+                }
+                Err(e) => return Err(dir_step_error(&current, e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn metadata_sync(&self, path: &Path) -> Result<FileMeta, FsError> {
+        let opened = self.roots.open(path, OFlag::O_PATH, "inspect")?;
+        let stat = fstat(&opened.fd).map_err(|e| fs_error("inspect", path, e))?;
+        let canonical =
+            fd_path(opened.fd.as_fd()).map_err(|e| FsError::from_io("resolve", path, e))?;
+        let verdict = self.verdict(&canonical);
+        if verdict == Verdict::Denied {
+            return Err(FsError::Denied { path: canonical });
+        }
+        let root_writable =
+            self.roots
+                .select_canonical(&canonical)
+                .is_some_and(|(root, _)| match (root.kind, root.access) {
+                    (RootKind::Spill, _) | (_, Access::ReadOnly) => false,
+                    (RootKind::Workspace | RootKind::Extra, Access::ReadWrite) => true,
+                });
+        let writable = root_writable && verdict == Verdict::Free && self.ident.can_write(&stat);
+        Ok(FileMeta {
+            kind: kind_of(&stat),
+            size: u64::try_from(stat.st_size).unwrap_or(0),
+            mode: stat.st_mode & 0o7777,
+            writable,
+        })
+    }
+
+    fn read_dir_sync(&self, path: &Path) -> Result<Vec<DirEntry>, FsError> {
+        let opened = self
+            .roots
+            .open(path, OFlag::O_RDONLY | OFlag::O_DIRECTORY, "list")?;
+        let canonical =
+            fd_path(opened.fd.as_fd()).map_err(|e| FsError::from_io("resolve", path, e))?;
+        if self.verdict(&canonical) == Verdict::Denied {
+            return Err(FsError::Denied { path: canonical });
+        }
+        let mut dir = nix::dir::Dir::from_fd(opened.fd).map_err(|e| fs_error("list", path, e))?;
+        let mut out = Vec::new();
+        for entry in dir.iter() {
+            let entry = entry.map_err(|e| fs_error("list", path, e))?;
+            let raw = entry.file_name().to_bytes();
+            if raw == b"." || raw == b".." {
+                continue;
+            }
+            let name_os = OsStr::from_bytes(raw);
+            let name = name_os.to_string_lossy().into_owned();
+            let entry_canonical = canonical.join(name_os);
+            if self.rules.has_denied() && self.verdict(&entry_canonical) == Verdict::Denied {
+                out.push(DirEntry {
+                    name,
+                    kind: None,
+                    error: Some("access denied by policy".into()),
+                });
+                continue;
+            }
+            let kind = match entry.file_type() {
+                Some(nix::dir::Type::File) => Ok(FileKind::File),
+                Some(nix::dir::Type::Directory) => Ok(FileKind::Dir),
+                Some(
+                    nix::dir::Type::Fifo
+                    | nix::dir::Type::CharacterDevice
+                    | nix::dir::Type::BlockDevice
+                    | nix::dir::Type::Socket,
+                ) => Ok(FileKind::Other),
+                Some(nix::dir::Type::Symlink) | None => self.entry_kind(&entry_canonical),
+            };
+            out.push(match kind {
+                Ok(kind) => DirEntry {
+                    name,
+                    kind: Some(kind),
+                    error: None,
+                },
+                Err(reason) => DirEntry {
+                    name,
+                    kind: None,
+                    error: Some(reason),
+                },
+            });
+        }
+        Ok(out)
+    }
+
+    /// The kind of a listed entry after following it (confined), or why it has none.
+    fn entry_kind(&self, entry: &Path) -> Result<FileKind, String> {
+        let is_link =
+            || std::fs::symlink_metadata(entry).is_ok_and(|meta| meta.file_type().is_symlink());
+        match self.roots.open(entry, OFlag::O_PATH, "inspect") {
+            Ok(opened) => {
+                if self.rules.has_denied() {
+                    let real = fd_path(opened.fd.as_fd()).map_err(|e| e.to_string())?;
+                    if self.verdict(&real) == Verdict::Denied {
+                        return Err("symlink points to a path denied by policy".into());
+                    }
+                }
+                fstat(&opened.fd)
+                    .map(|stat| kind_of(&stat))
+                    .map_err(|e| io::Error::from(e).to_string())
+            }
+            Err(FsError::NotFound { .. }) if is_link() => {
+                Err("dangling symlink (its target does not exist)".into())
+            }
+            Err(FsError::OutsideRoot { .. }) => {
+                Err("symlink points outside the allowed roots".into())
+            }
+            Err(FsError::Io { source, .. })
+                if source.raw_os_error() == Some(Errno::ELOOP as i32) =>
+            {
+                Err("symlink loop".into())
+            }
+            Err(other) => Err(other.to_string()),
+        }
+    }
+
+    fn canonicalize_sync(&self, path: &Path) -> Result<PathBuf, FsError> {
+        let canonical = self.roots.canonicalize(path)?;
+        match self.verdict(&canonical) {
+            Verdict::Denied => Err(FsError::Denied { path: canonical }),
+            Verdict::Protected | Verdict::Free => Ok(canonical),
+        }
+    }
+
+    fn create_spill_file_sync(&self) -> Result<(PathBuf, File), FsError> {
+        loop {
+            let name = format!("cordon-bash-{:016x}.log", fastrand::u64(..));
+            let path = self.state.spill_path.join(&name);
+            match nix::fcntl::openat(
+                &self.state.spill_fd,
+                name.as_str(),
+                OFlag::O_WRONLY
+                    | OFlag::O_CREAT
+                    | OFlag::O_EXCL
+                    | OFlag::O_NOFOLLOW
+                    | OFlag::O_CLOEXEC,
+                Mode::from_bits_truncate(0o600),
+            ) {
+                Ok(fd) => return Ok((path, File::from(fd))),
+                Err(Errno::EEXIST) => continue,
+                Err(e) => return Err(fs_error("create spill file", &path, e)),
+            }
+        }
+    }
+}
+
+fn dir_step_error(current: &Path, errno: Errno) -> FsError {
+    match errno {
+        // A symlink appeared on a path that had none a moment ago: refuse, do not follow.
+        Errno::ELOOP | Errno::EXDEV => FsError::OutsideRoot {
+            path: current.to_path_buf(),
+        },
+        other => fs_error("open", current, other),
+    }
+}
+
+/// Removes a temp file unless disarmed (the rename succeeded).
+struct TempGuard<'a> {
+    dir: BorrowedFd<'a>,
+    name: OsString,
+    armed: bool,
+}
+
+impl Drop for TempGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = unlinkat(self.dir, self.name.as_os_str(), UnlinkatFlags::NoRemoveDir);
+        }
+    }
+}
+
+/// The temp name for replacing `name`: hidden, recognisable, unique, short enough.
+fn temp_name(name: &OsStr) -> OsString {
+    let bytes = name_bytes(name);
+    let mut prefix_len = bytes.len().min(64);
+    // Keep UTF-8 names valid UTF-8 in the temp name (purely cosmetic for `ls`).
+    while prefix_len > 0 && std::str::from_utf8(&bytes[..prefix_len]).is_err() {
+        prefix_len -= 1;
+    }
+    let mut out = Vec::with_capacity(prefix_len + 32);
+    out.push(b'.');
+    out.extend_from_slice(&bytes[..prefix_len]);
+    out.extend_from_slice(format!(".cordon-{:016x}.tmp", fastrand::u64(..)).as_bytes());
+    OsString::from(OsStr::from_bytes(&out))
+}
+
+/// Replace `target.name` in `target.dir` atomically: create a temp file `O_EXCL` next to it, let `fill`
+/// write it, set `mode` (and `owner` when given), rename it over `name`. On any failure the
+/// temp file is removed and the target is untouched. Errors carry the failing step.
+pub(crate) fn write_replace(
+    target: ReplaceTarget<'_>,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+) -> Result<(), (&'static str, io::Error)> {
+    let ReplaceTarget {
+        dir,
+        name,
+        mode,
+        owner,
+    } = target;
+    let (tmp, fd) = loop {
+        let tmp = temp_name(name);
+        match nix::fcntl::openat(
+            dir,
+            tmp.as_os_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        ) {
+            Ok(fd) => break (tmp, fd),
+            Err(Errno::EEXIST) => continue,
+            Err(e) => return Err(("create temp file for", io::Error::from(e))),
+        }
+    };
+    let mut guard = TempGuard {
+        dir,
+        name: tmp,
+        armed: true,
+    };
+    let mut file = File::from(fd);
+    fill(&mut file).map_err(|e| ("write", e))?;
+    if let Some((uid, gid)) = owner {
+        // Keep the owner when we can (running as root); a failure only changes ownership.
+        let _ = nix::unistd::fchown(
+            &file,
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(gid)),
+        );
+    }
+    fchmod(&file, Mode::from_bits_truncate(mode)).map_err(|e| ("set permissions of", e.into()))?;
+    drop(file);
+    renameat(dir, guard.name.as_os_str(), dir, name).map_err(|e| ("rename", e.into()))?;
+    guard.armed = false;
+    Ok(())
+}
+
+#[async_trait]
+impl FileOperations for LocalFiles {
+    fn backend_id(&self) -> &BackendId {
+        &self.shared.id
+    }
+
+    fn root(&self) -> &Path {
+        &self.shared.root
+    }
+
+    fn home(&self) -> Option<&Path> {
+        self.shared.home.as_deref()
+    }
+
+    async fn read_file(&self, path: &Path) -> Result<Vec<u8>, FsError> {
+        let path = self.shared.absolute(path);
+        let handle = self.shared.open_for_read(&path)?;
+        if handle.size <= INLINE_READ_LIMIT {
+            return Shared::read_all(handle, None, &path);
+        }
+        let for_task = path.clone();
+        self.blocking("read", &path, move |_| {
+            Shared::read_all(handle, None, &for_task)
+        })
+        .await
+    }
+
+    async fn read_head(&self, path: &Path, max_bytes: usize) -> Result<Vec<u8>, FsError> {
+        let path = self.shared.absolute(path);
+        let handle = self.shared.open_for_read(&path)?;
+        if handle.size.min(max_bytes as u64) <= INLINE_READ_LIMIT {
+            return Shared::read_all(handle, Some(max_bytes), &path);
+        }
+        let for_task = path.clone();
+        self.blocking("read", &path, move |_| {
+            Shared::read_all(handle, Some(max_bytes), &for_task)
+        })
+        .await
+    }
+
+    async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), FsError> {
+        let path = self.shared.absolute(path);
+        let data = data.to_vec();
+        let for_task = path.clone();
+        self.blocking("write", &path, move |shared| {
+            shared.write_file_sync(&for_task, &data)
+        })
+        .await
+    }
+
+    async fn create_dir_all(&self, path: &Path) -> Result<(), FsError> {
+        let path = self.shared.absolute(path);
+        let for_task = path.clone();
+        self.blocking("create directory", &path, move |shared| {
+            shared.create_dir_all_sync(&for_task)
+        })
+        .await
+    }
+
+    async fn metadata(&self, path: &Path) -> Result<FileMeta, FsError> {
+        self.shared.metadata_sync(&self.shared.absolute(path))
+    }
+
+    async fn read_dir(&self, path: &Path) -> Result<Vec<DirEntry>, FsError> {
+        let path = self.shared.absolute(path);
+        let for_task = path.clone();
+        self.blocking("list", &path, move |shared| shared.read_dir_sync(&for_task))
+            .await
+    }
+
+    async fn canonicalize(&self, path: &Path) -> Result<PathBuf, FsError> {
+        self.shared.canonicalize_sync(&self.shared.absolute(path))
+    }
+
+    async fn create_spill_file(&self) -> Result<(PathBuf, SpillWriter), FsError> {
+        let (path, file) = self.shared.create_spill_file_sync()?;
+        Ok((path, Box::new(tokio::fs::File::from_std(file))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::roots::open_root_dir;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn failed_fill_removes_the_temp_file_and_keeps_the_target() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("target.txt"), b"original").unwrap();
+        let fd = open_root_dir(dir.path()).unwrap();
+        let target = ReplaceTarget {
+            dir: fd.as_fd(),
+            name: OsStr::new("target.txt"),
+            mode: 0o644,
+            owner: None,
+        };
+        let err = write_replace(target, |file| {
+            file.write_all(b"half of the new cont")?;
+            Err(io::Error::other("disk on fire"))
+        })
+        .unwrap_err();
+        assert_eq!(err.0, "write");
+        assert_eq!(names(dir.path()), vec!["target.txt".to_string()]);
+        assert_eq!(
+            std::fs::read(dir.path().join("target.txt")).unwrap(),
+            b"original"
+        );
+    }
+
+    #[test]
+    fn successful_replace_sets_mode_and_leaves_no_temp() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fd = open_root_dir(dir.path()).unwrap();
+        let target = ReplaceTarget {
+            dir: fd.as_fd(),
+            name: OsStr::new("new.txt"),
+            mode: 0o640,
+            owner: None,
+        };
+        write_replace(target, |file| file.write_all(b"hello")).unwrap();
+        assert_eq!(names(dir.path()), vec!["new.txt".to_string()]);
+        let meta = std::fs::metadata(dir.path().join("new.txt")).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+    }
+
+    #[test]
+    fn temp_names_are_hidden_unique_and_bounded() {
+        let long = "é".repeat(100);
+        let a = temp_name(OsStr::new(&long));
+        let b = temp_name(OsStr::new(&long));
+        assert_ne!(a, b);
+        assert!(a.len() < 120, "{}", a.len());
+        let text = a.to_str().expect("utf-8 kept");
+        assert!(text.starts_with('.') && text.ends_with(".tmp"));
+    }
+}

@@ -1,0 +1,714 @@
+//! The allowed roots and kernel-confined path resolution.
+//!
+//! Each root (workspace, extra readable/writable roots, the spill directory) keeps an
+//! `O_PATH | O_DIRECTORY` fd open. A path is opened by picking the most specific root that
+//! lexically contains it and calling `openat2` relative to that root's fd with
+//! `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`: `..` escapes, absolute symlinks and symlinks
+//! pointing out of the root are refused by the kernel (`EXDEV`). When that happens the path is
+//! resolved once more from its real path, and opened beneath the root that contains the real
+//! path with `RESOLVE_NO_SYMLINKS` added — so a symlink into another allowed root works, and
+//! nothing else does (never weaker than a single-root open).
+//!
+//! This module also owns the protected/denied glob rules ([`PathRules`]) and the
+//! unprivileged-writability judgement ([`Identity`]). It does not do any file I/O beyond
+//! opening and naming fds.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use cordon_tools::ops::FsError;
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+use nix::sys::stat::{FileStat, Mode, SFlag};
+use nix::unistd::{Gid, Uid};
+
+use cordon_core::sandbox::SandboxSpec;
+
+use crate::LocalError;
+
+/// How often `openat2` is retried when the kernel reports a concurrent rename (`EAGAIN`).
+const EAGAIN_RETRIES: usize = 16;
+
+/// Whether a root may be written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Read-only (extra readable roots, a read-only workspace, the spill directory).
+    ReadOnly,
+    /// Read and write (protected paths excepted).
+    ReadWrite,
+}
+
+/// What a root is for; the spill directory is exempt from protected/denied globs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RootKind {
+    /// The workspace root.
+    Workspace,
+    /// An extra root from the spec.
+    Extra,
+    /// Cordon's spill directory for full command output.
+    Spill,
+}
+
+/// One allowed root with its open directory fd.
+#[derive(Debug)]
+pub(crate) struct Root {
+    /// The canonical path.
+    pub path: PathBuf,
+    /// The absolute spelling it was configured with, when that differs from `path`.
+    pub alias: Option<PathBuf>,
+    /// `O_PATH | O_DIRECTORY` fd of the root.
+    pub fd: OwnedFd,
+    /// Read-only or read-write.
+    pub access: Access,
+    /// Workspace, extra root or spill directory.
+    pub kind: RootKind,
+}
+
+/// A path opened beneath a root. Which root applies to it is decided from its canonical
+/// path ([`Roots::select_canonical`]), not from the root it was reached through.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    /// The fd, opened with the caller's flags.
+    pub fd: OwnedFd,
+}
+
+/// The set of allowed roots, most specific first.
+#[derive(Debug)]
+pub(crate) struct Roots {
+    roots: Vec<Root>,
+}
+
+impl Roots {
+    /// Build from roots; duplicates (same canonical path) are merged, read-write winning.
+    pub fn new(mut roots: Vec<Root>) -> Self {
+        roots.sort_by(|a, b| {
+            b.path
+                .components()
+                .count()
+                .cmp(&a.path.components().count())
+                .then_with(|| a.path.cmp(&b.path))
+        });
+        let mut merged: Vec<Root> = Vec::with_capacity(roots.len());
+        for root in roots {
+            match merged.iter_mut().find(|r| r.path == root.path) {
+                Some(existing) => {
+                    if root.access == Access::ReadWrite {
+                        existing.access = Access::ReadWrite;
+                    }
+                    if root.kind == RootKind::Workspace {
+                        existing.kind = RootKind::Workspace;
+                    }
+                }
+                None => merged.push(root),
+            }
+        }
+        Roots { roots: merged }
+    }
+
+    /// All roots, most specific first.
+    pub fn iter(&self) -> impl Iterator<Item = &Root> {
+        self.roots.iter()
+    }
+
+    /// The most specific root whose canonical path or configured alias lexically contains
+    /// `path`, with the remaining relative part.
+    pub fn select<'p>(&self, path: &'p Path) -> Option<(&Root, &'p Path)> {
+        // Prefer canonical spellings over aliases: an alias may be a symlink into a
+        // different, more specific root.
+        for root in &self.roots {
+            if let Ok(rel) = path.strip_prefix(&root.path) {
+                return Some((root, rel));
+            }
+        }
+        for root in &self.roots {
+            if let Some(alias) = &root.alias
+                && let Ok(rel) = path.strip_prefix(alias)
+            {
+                return Some((root, rel));
+            }
+        }
+        None
+    }
+
+    /// The most specific root containing a canonical path (aliases not considered).
+    pub fn select_canonical<'p>(&self, path: &'p Path) -> Option<(&Root, &'p Path)> {
+        self.roots
+            .iter()
+            .find_map(|root| path.strip_prefix(&root.path).ok().map(|rel| (root, rel)))
+    }
+
+    /// Open `path` (absolute) beneath the root that contains it, following symlinks that stay
+    /// inside allowed roots. `flags` get `O_CLOEXEC` added.
+    pub fn open(&self, path: &Path, flags: OFlag, op: &'static str) -> Result<Opened, FsError> {
+        let outside = || FsError::OutsideRoot {
+            path: path.to_path_buf(),
+        };
+        let (root, rel) = self.select(path).ok_or_else(outside)?;
+        match open_beneath(root.fd.as_fd(), rel, flags, ResolveFlag::empty()) {
+            Ok(fd) => Ok(Opened { fd }),
+            Err(Errno::EXDEV) => self.open_real(path, flags, op),
+            Err(errno) => Err(fs_error(op, path, errno)),
+        }
+    }
+
+    /// The slow path after `EXDEV`: resolve the real path (of the longest existing prefix,
+    /// keeping a missing tail as is), then open it beneath the root that contains it,
+    /// refusing any symlink on the way (the real path has none, so one appearing now is a
+    /// race and is refused).
+    fn open_real(&self, path: &Path, flags: OFlag, op: &'static str) -> Result<Opened, FsError> {
+        let outside = || FsError::OutsideRoot {
+            path: path.to_path_buf(),
+        };
+        let real = real_path_lenient(path).ok_or_else(outside)?;
+        let (root, rel) = self.select_canonical(&real).ok_or_else(outside)?;
+        match open_beneath(
+            root.fd.as_fd(),
+            rel,
+            flags,
+            ResolveFlag::RESOLVE_NO_SYMLINKS,
+        ) {
+            Ok(fd) => Ok(Opened { fd }),
+            Err(Errno::EXDEV | Errno::ELOOP) => Err(outside()),
+            Err(errno) => Err(fs_error(op, path, errno)),
+        }
+    }
+
+    /// Whether `path` is the canonical path or configured spelling of a root.
+    pub fn is_root_path(&self, path: &Path) -> bool {
+        self.roots
+            .iter()
+            .any(|root| root.path == path || root.alias.as_deref() == Some(path))
+    }
+
+    /// Open a canonical path beneath its root refusing every symlink (for paths produced by
+    /// a walk that did not follow links, or by [`Roots::canonicalize`]).
+    pub fn open_canonical(
+        &self,
+        path: &Path,
+        flags: OFlag,
+        op: &'static str,
+    ) -> Result<Opened, FsError> {
+        let outside = || FsError::OutsideRoot {
+            path: path.to_path_buf(),
+        };
+        let (root, rel) = self.select_canonical(path).ok_or_else(outside)?;
+        match open_beneath(
+            root.fd.as_fd(),
+            rel,
+            flags,
+            ResolveFlag::RESOLVE_NO_SYMLINKS,
+        ) {
+            Ok(fd) => Ok(Opened { fd }),
+            Err(Errno::EXDEV) => Err(outside()),
+            Err(errno) => Err(fs_error(op, path, errno)),
+        }
+    }
+
+    /// The canonical path of `path`: symlinks resolved (confined as in [`Roots::open`]); for
+    /// a missing path, the canonical existing parent joined with the missing components. A
+    /// dangling symlink resolves to its (missing) target. Components after a missing one must
+    /// be plain names (`..` after a missing directory fails like the kernel would).
+    pub fn canonicalize(&self, path: &Path) -> Result<PathBuf, FsError> {
+        self.canonicalize_depth(path, 0)
+    }
+
+    fn canonicalize_depth(&self, path: &Path, depth: usize) -> Result<PathBuf, FsError> {
+        if depth > MAX_SYMLINK_HOPS {
+            return Err(fs_error("resolve", path, Errno::ELOOP));
+        }
+        let mut existing = path;
+        let mut missing: Vec<&OsStr> = Vec::new();
+        loop {
+            match self.open(existing, OFlag::O_PATH, "resolve") {
+                Ok(opened) => {
+                    let mut real = fd_path(opened.fd.as_fd())
+                        .map_err(|e| FsError::from_io("resolve", path, e))?;
+                    let Some((first, rest)) = missing.split_last() else {
+                        return Ok(real);
+                    };
+                    // A dangling symlink as the first missing component: follow it.
+                    if let Ok(target) = nix::fcntl::readlinkat(opened.fd.as_fd(), *first) {
+                        let target = PathBuf::from(target);
+                        let mut next = if target.is_absolute() {
+                            target
+                        } else {
+                            real.join(target)
+                        };
+                        for name in rest.iter().rev() {
+                            next.push(name);
+                        }
+                        return self
+                            .canonicalize_depth(&next, depth + 1)
+                            .map_err(|e| match e {
+                                FsError::OutsideRoot { .. } => FsError::OutsideRoot {
+                                    path: path.to_path_buf(),
+                                },
+                                other => other,
+                            });
+                    }
+                    for name in missing.iter().rev() {
+                        real.push(name);
+                    }
+                    return Ok(real);
+                }
+                Err(FsError::NotFound { .. }) => {}
+                Err(other) => {
+                    return Err(match other {
+                        FsError::OutsideRoot { .. } => FsError::OutsideRoot {
+                            path: path.to_path_buf(),
+                        },
+                        other => other,
+                    });
+                }
+            }
+            let not_found = || FsError::NotFound {
+                path: path.to_path_buf(),
+            };
+            match existing.components().next_back() {
+                Some(Component::Normal(name)) => missing.push(name),
+                Some(Component::CurDir) => {}
+                _ => return Err(not_found()),
+            }
+            existing = existing.parent().ok_or_else(not_found)?;
+        }
+    }
+}
+
+/// `realpath` of the longest existing prefix of `path`, joined with the rest. Only used to
+/// pick the root for a second, kernel-confined open; never trusted on its own.
+fn real_path_lenient(path: &Path) -> Option<PathBuf> {
+    let mut existing = path;
+    let mut rest: Vec<&OsStr> = Vec::new();
+    loop {
+        match std::fs::canonicalize(existing) {
+            Ok(mut real) => {
+                for part in rest.iter().rev() {
+                    real.push(part);
+                }
+                return Some(real);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                rest.push(existing.file_name()?);
+                existing = existing.parent()?;
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Symlink hops followed by hand (dangling links on write/canonicalize), as the kernel's
+/// own limit.
+pub(crate) const MAX_SYMLINK_HOPS: usize = 40;
+
+/// `openat2` beneath `dir` with `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | extra`.
+pub(crate) fn open_beneath(
+    dir: BorrowedFd<'_>,
+    rel: &Path,
+    flags: OFlag,
+    extra: ResolveFlag,
+) -> Result<OwnedFd, Errno> {
+    let rel: &Path = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS | extra);
+    let mut attempt = 0;
+    loop {
+        match openat2(dir, rel, how) {
+            Err(Errno::EAGAIN) if attempt < EAGAIN_RETRIES => attempt += 1,
+            Err(Errno::EINTR) => {}
+            result => return result,
+        }
+    }
+}
+
+/// Map an errno of step `op` on `path` to the matching [`FsError`].
+pub(crate) fn fs_error(op: &'static str, path: &Path, errno: Errno) -> FsError {
+    FsError::from_io(op, path, io::Error::from(errno))
+}
+
+/// The real path of an open fd (`/proc/self/fd/N`).
+pub(crate) fn fd_path(fd: BorrowedFd<'_>) -> io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// Open a root directory as `O_PATH | O_DIRECTORY`.
+pub(crate) fn open_root_dir(path: &Path) -> io::Result<OwnedFd> {
+    nix::fcntl::open(
+        path,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io::Error::from)
+}
+
+/// Fail closed when the kernel lacks `openat2` + `RESOLVE_BENEATH`.
+pub(crate) fn probe_openat2(root: BorrowedFd<'_>) -> Result<(), LocalError> {
+    match open_beneath(root, Path::new("."), OFlag::O_PATH, ResolveFlag::empty()) {
+        Ok(_) => Ok(()),
+        Err(errno) => Err(LocalError::Openat2Unavailable {
+            source: io::Error::from(errno),
+        }),
+    }
+}
+
+/// `path` relative to `base`, with `..` components when `path` is not below `base`
+/// (both absolute and canonical).
+pub(crate) fn relative_to(path: &Path, base: &Path) -> PathBuf {
+    if let Ok(rel) = path.strip_prefix(base) {
+        return rel.to_path_buf();
+    }
+    let path_parts: Vec<Component<'_>> = path.components().collect();
+    let base_parts: Vec<Component<'_>> = base.components().collect();
+    let common = path_parts
+        .iter()
+        .zip(&base_parts)
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut out = PathBuf::new();
+    for _ in common..base_parts.len() {
+        out.push("..");
+    }
+    for part in &path_parts[common..] {
+        out.push(part.as_os_str());
+    }
+    out
+}
+
+/// A path's verdict under the protected/denied globs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Neither readable nor writable.
+    Denied,
+    /// Readable, never writable.
+    Protected,
+    /// No glob applies.
+    Free,
+}
+
+/// Compiled protected and denied globs. Patterns are relative to the workspace root, or
+/// absolute (`~/` expanded); `*` does not cross `/`, `**` does; `dir/**` also matches `dir`.
+/// A path is judged with all its ancestors, so a protected or denied directory covers
+/// everything below it.
+#[derive(Debug)]
+pub(crate) struct PathRules {
+    workspace: PathBuf,
+    protected: GlobPair,
+    denied: GlobPair,
+}
+
+#[derive(Debug)]
+struct GlobPair {
+    relative: GlobSet,
+    absolute: GlobSet,
+}
+
+impl GlobPair {
+    fn is_empty(&self) -> bool {
+        self.relative.is_empty() && self.absolute.is_empty()
+    }
+
+    fn is_match(&self, rel: &Path, abs: &Path) -> bool {
+        self.relative.is_match(rel) || self.absolute.is_match(abs)
+    }
+}
+
+impl PathRules {
+    /// Compile the spec's `protected` and `denied` globs. `workspace` is the canonical
+    /// workspace root, `home` expands `~/`.
+    pub fn new(
+        workspace: &Path,
+        home: Option<&Path>,
+        spec: &SandboxSpec,
+    ) -> Result<Self, LocalError> {
+        Ok(PathRules {
+            workspace: workspace.to_path_buf(),
+            protected: compile_globs(&spec.protected, home)?,
+            denied: compile_globs(&spec.denied, home)?,
+        })
+    }
+
+    /// Whether any denied glob exists (callers skip the canonical-path lookup otherwise).
+    pub fn has_denied(&self) -> bool {
+        !self.denied.is_empty()
+    }
+
+    /// Whether any glob exists at all.
+    pub fn is_empty(&self) -> bool {
+        self.denied.is_empty() && self.protected.is_empty()
+    }
+
+    /// Judge a canonical path and all its ancestors.
+    pub fn judge(&self, canonical: &Path) -> Verdict {
+        if self.is_empty() {
+            return Verdict::Free;
+        }
+        let mut protected = false;
+        for candidate in canonical.ancestors() {
+            if candidate.parent().is_none() {
+                break;
+            }
+            // Borrowed (no allocation) for the common case of a path inside the workspace.
+            let rel: std::borrow::Cow<'_, Path> = match candidate.strip_prefix(&self.workspace) {
+                Ok(rel) => rel.into(),
+                Err(_) => relative_to(candidate, &self.workspace).into(),
+            };
+            if self.denied.is_match(&rel, candidate) {
+                return Verdict::Denied;
+            }
+            protected = protected || self.protected.is_match(&rel, candidate);
+        }
+        if protected {
+            Verdict::Protected
+        } else {
+            Verdict::Free
+        }
+    }
+
+    /// Whether a walked entry itself (not its ancestors, which the walk already judged) is
+    /// denied.
+    pub fn is_denied_entry(&self, canonical: &Path) -> bool {
+        if self.denied.is_empty() {
+            return false;
+        }
+        match canonical.strip_prefix(&self.workspace) {
+            Ok(rel) => self.denied.is_match(rel, canonical),
+            Err(_) => self
+                .denied
+                .is_match(&relative_to(canonical, &self.workspace), canonical),
+        }
+    }
+}
+
+fn compile_globs(patterns: &[String], home: Option<&Path>) -> Result<GlobPair, LocalError> {
+    let mut relative = GlobSetBuilder::new();
+    let mut absolute = GlobSetBuilder::new();
+    for pattern in patterns {
+        let expanded = match (pattern.strip_prefix("~/"), home) {
+            (Some(rest), Some(home)) => format!("{}/{rest}", home.display()),
+            _ => pattern.clone(),
+        };
+        let trimmed = expanded.strip_prefix("./").unwrap_or(&expanded);
+        let mut variants = vec![trimmed.to_string()];
+        // `dir/**` also covers `dir` itself: no replacing a protected directory as a whole.
+        if let Some(dir) = trimmed.strip_suffix("/**")
+            && !dir.is_empty()
+        {
+            variants.push(dir.to_string());
+        }
+        for variant in variants {
+            let glob = GlobBuilder::new(&variant)
+                .literal_separator(true)
+                .backslash_escape(true)
+                .build()
+                .map_err(|source| LocalError::Glob {
+                    pattern: pattern.clone(),
+                    source,
+                })?;
+            if variant.starts_with('/') {
+                absolute.add(glob);
+            } else {
+                relative.add(glob);
+            }
+        }
+    }
+    let build = |builder: GlobSetBuilder| {
+        builder.build().map_err(|source| LocalError::Glob {
+            pattern: patterns.join(", "),
+            source,
+        })
+    };
+    Ok(GlobPair {
+        relative: build(relative)?,
+        absolute: build(absolute)?,
+    })
+}
+
+/// Who this process is, for judging writability as an unprivileged process would.
+#[derive(Clone, Debug)]
+pub(crate) struct Identity {
+    uid: Uid,
+    gid: Gid,
+    groups: Vec<Gid>,
+}
+
+impl Identity {
+    /// The effective uid, gid and supplementary groups of this process.
+    pub fn current() -> Result<Self, LocalError> {
+        let groups = nix::unistd::getgroups().map_err(|e| LocalError::ProcessInfo {
+            what: "supplementary groups",
+            source: io::Error::from(e),
+        })?;
+        Ok(Identity {
+            uid: nix::unistd::geteuid(),
+            gid: nix::unistd::getegid(),
+            groups,
+        })
+    }
+
+    /// The effective uid.
+    pub fn uid(&self) -> Uid {
+        self.uid
+    }
+
+    /// Whether the mode bits of `stat` let this identity write, ignoring root's override
+    /// (sandboxed commands run without capabilities). For a directory, writing means
+    /// creating entries, which also needs search (`x`) permission.
+    pub fn can_write(&self, stat: &FileStat) -> bool {
+        let mode = stat.st_mode;
+        let (write, exec) = if Uid::from_raw(stat.st_uid) == self.uid {
+            (0o200, 0o100)
+        } else if Gid::from_raw(stat.st_gid) == self.gid
+            || self.groups.contains(&Gid::from_raw(stat.st_gid))
+        {
+            (0o020, 0o010)
+        } else {
+            (0o002, 0o001)
+        };
+        let is_dir = SFlag::from_bits_truncate(mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR;
+        mode & write != 0 && (!is_dir || mode & exec != 0)
+    }
+}
+
+/// The file type bits of a stat.
+pub(crate) fn file_type(stat: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits())
+}
+
+/// The process umask, read without changing it (`/proc/self/status`, Linux 4.7+). Falls
+/// back to the conventional 0o022 only if the kernel does not report it.
+pub(crate) fn current_umask() -> Result<u32, LocalError> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").map_err(|source| LocalError::ProcessInfo {
+            what: "umask",
+            source,
+        })?;
+    Ok(status
+        .lines()
+        .find_map(|line| line.strip_prefix("Umask:"))
+        .and_then(|value| u32::from_str_radix(value.trim(), 8).ok())
+        .unwrap_or(0o022))
+}
+
+/// A file name as bytes-safe `OsStr` (for building temp names).
+pub(crate) fn name_bytes(name: &OsStr) -> &[u8] {
+    name.as_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(protected: &[&str], denied: &[&str]) -> PathRules {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let spec = SandboxSpec {
+            protected: strings(protected),
+            denied: strings(denied),
+            ..SandboxSpec::default()
+        };
+        PathRules::new(Path::new("/ws"), Some(Path::new("/home/me")), &spec).unwrap()
+    }
+
+    #[test]
+    fn relative_to_handles_inside_and_outside_paths() {
+        assert_eq!(
+            relative_to(Path::new("/ws/a/b"), Path::new("/ws")),
+            PathBuf::from("a/b")
+        );
+        assert_eq!(
+            relative_to(Path::new("/ws"), Path::new("/ws")),
+            PathBuf::from("")
+        );
+        assert_eq!(
+            relative_to(Path::new("/other/x"), Path::new("/ws/sub")),
+            PathBuf::from("../../other/x")
+        );
+    }
+
+    #[test]
+    fn protected_dir_glob_covers_the_dir_and_everything_below() {
+        let rules = rules(&[".git/**"], &[]);
+        assert_eq!(rules.judge(Path::new("/ws/.git")), Verdict::Protected);
+        assert_eq!(
+            rules.judge(Path::new("/ws/.git/config")),
+            Verdict::Protected
+        );
+        assert_eq!(
+            rules.judge(Path::new("/ws/.git/hooks/pre-commit")),
+            Verdict::Protected
+        );
+        assert_eq!(rules.judge(Path::new("/ws/.gitignore")), Verdict::Free);
+        assert_eq!(rules.judge(Path::new("/ws/sub/.git/config")), Verdict::Free);
+    }
+
+    #[test]
+    fn denied_beats_protected_and_covers_descendants() {
+        let rules = rules(&["secrets/**"], &["secrets", "**/.env", "~/.ssh/**"]);
+        assert_eq!(rules.judge(Path::new("/ws/secrets/key")), Verdict::Denied);
+        assert_eq!(rules.judge(Path::new("/ws/a/b/.env")), Verdict::Denied);
+        assert_eq!(rules.judge(Path::new("/ws/.env")), Verdict::Denied);
+        assert_eq!(
+            rules.judge(Path::new("/home/me/.ssh/id_ed25519")),
+            Verdict::Denied
+        );
+        assert_eq!(rules.judge(Path::new("/ws/.envrc")), Verdict::Free);
+        assert!(rules.is_denied_entry(Path::new("/ws/x/.env")));
+        assert!(!rules.is_denied_entry(Path::new("/ws/x/env")));
+    }
+
+    #[test]
+    fn single_star_does_not_cross_directories() {
+        let rules = rules(&[], &["*.pem"]);
+        assert_eq!(rules.judge(Path::new("/ws/key.pem")), Verdict::Denied);
+        assert_eq!(rules.judge(Path::new("/ws/sub/key.pem")), Verdict::Free);
+    }
+
+    #[test]
+    fn invalid_glob_names_the_pattern() {
+        let spec = SandboxSpec {
+            protected: vec!["a[".to_string()],
+            ..SandboxSpec::default()
+        };
+        let err = PathRules::new(Path::new("/ws"), None, &spec).unwrap_err();
+        assert!(err.to_string().contains("`a[`"), "{err}");
+    }
+
+    #[test]
+    fn writability_ignores_root_override() {
+        let ident = Identity {
+            uid: Uid::from_raw(1000),
+            gid: Gid::from_raw(1000),
+            groups: vec![Gid::from_raw(27)],
+        };
+        let stat = |uid: u32, gid: u32, mode: u32| {
+            let mut st = some_stat();
+            st.st_uid = uid;
+            st.st_gid = gid;
+            st.st_mode = mode;
+            st
+        };
+        assert!(ident.can_write(&stat(1000, 0, 0o100644)));
+        assert!(!ident.can_write(&stat(1000, 0, 0o100444)));
+        assert!(ident.can_write(&stat(0, 27, 0o100664)));
+        assert!(!ident.can_write(&stat(0, 0, 0o100644)));
+        assert!(ident.can_write(&stat(0, 0, 0o100666)));
+        assert!(
+            !ident.can_write(&stat(1000, 0, 0o040600)),
+            "dir needs x to create entries"
+        );
+        assert!(ident.can_write(&stat(1000, 0, 0o040700)));
+    }
+
+    /// A real `FileStat` (of `/`) whose fields the test then overwrites.
+    fn some_stat() -> FileStat {
+        let fd = open_root_dir(Path::new("/")).unwrap();
+        nix::sys::stat::fstat(fd).unwrap()
+    }
+}

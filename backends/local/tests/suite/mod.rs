@@ -1,0 +1,7 @@
+//! One module per area; `support` holds the shared fixture.
+
+mod exec;
+mod files;
+mod search;
+mod state;
+mod support;
