@@ -6,8 +6,12 @@
 //! every tool with identical behaviour.
 #![warn(missing_docs)]
 
+mod file_tool;
+pub mod ls;
 pub mod ops;
 pub mod paths;
+pub mod queue;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod truncate;
+pub mod write;
