@@ -7,10 +7,12 @@
 #![warn(missing_docs)]
 
 mod file_tool;
+pub mod image;
 pub mod ls;
 pub mod ops;
 pub mod paths;
 pub mod queue;
+pub mod read;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod truncate;
