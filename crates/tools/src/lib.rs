@@ -6,6 +6,8 @@
 //! every tool with identical behaviour.
 #![warn(missing_docs)]
 
+pub mod edit;
+pub mod edit_diff;
 mod file_tool;
 pub mod image;
 pub mod ls;
