@@ -490,3 +490,701 @@ fn render_result(path: &str, count: usize, done: &Done) -> AgentToolResult {
     }
     AgentToolResult::text(text).with_details(details)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::process::Command;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::file_tool::test_util::{call, call_with, error, text};
+    use crate::queue::probe::{Op, ProbeFiles, wait_for};
+    use crate::testing::StdFiles;
+    use crate::write::WriteTool;
+
+    fn tool(root: &Path) -> EditTool {
+        EditTool::new(Arc::new(StdFiles::new(root)))
+    }
+
+    fn one(old_text: &str, new_text: &str) -> Value {
+        json!([{"oldText": old_text, "newText": new_text}])
+    }
+
+    async fn edit_file(dir: &Path, file: &str, edits: Value) -> Result<AgentToolResult, ToolError> {
+        call(&tool(dir), json!({"path": file, "edits": edits})).await
+    }
+
+    fn read(dir: &Path, file: &str) -> String {
+        std::fs::read_to_string(dir.join(file)).unwrap()
+    }
+
+    #[test]
+    fn definition_matches_reference() {
+        let dir = tempfile::tempdir().unwrap();
+        let tool = tool(dir.path());
+        assert_eq!(tool.name(), "edit");
+        assert_eq!(tool.description(), DESCRIPTION);
+        assert_eq!(tool.prompt_guidelines().len(), 4);
+        let schema = tool.parameters();
+        assert_eq!(schema["required"], json!(["path", "edits"]));
+        let properties = schema["properties"].as_object().unwrap();
+        assert!(!properties.contains_key("oldText") && !properties.contains_key("newText"));
+        assert_eq!(
+            schema["properties"]["edits"]["items"]["required"],
+            json!(["oldText", "newText"])
+        );
+    }
+
+    #[test]
+    fn shim_folds_legacy_fields() {
+        let prepared = prepare_edit_arguments(json!({
+            "path": "a.txt", "oldText": "before", "newText": "after"
+        }));
+        assert_eq!(
+            prepared,
+            json!({"path": "a.txt", "edits": [{"oldText": "before", "newText": "after"}]})
+        );
+        let prepared = prepare_edit_arguments(json!({
+            "path": "a.txt",
+            "edits": [{"oldText": "one", "newText": "1"}],
+            "oldText": "two", "newText": "2"
+        }));
+        assert_eq!(
+            prepared["edits"],
+            json!([{"oldText": "one", "newText": "1"}, {"oldText": "two", "newText": "2"}])
+        );
+    }
+
+    #[test]
+    fn shim_passes_valid_and_non_object_input_unchanged() {
+        let valid = json!({"path": "a.txt", "edits": [{"oldText": "a", "newText": "b"}]});
+        assert_eq!(prepare_edit_arguments(valid.clone()), valid);
+        for value in [Value::Null, json!("garbage"), json!(5), json!([1, 2])] {
+            assert_eq!(prepare_edit_arguments(value.clone()), value);
+        }
+        // Only one legacy field: not folded.
+        let half = json!({"path": "a", "oldText": "x"});
+        assert_eq!(prepare_edit_arguments(half.clone()), half);
+    }
+
+    #[test]
+    fn shim_parses_stringified_edits() {
+        let prepared = prepare_edit_arguments(json!({
+            "path": "a.txt",
+            "edits": "[{\"oldText\": \"a\", \"newText\": \"b\"}]"
+        }));
+        assert_eq!(prepared["edits"], json!([{"oldText": "a", "newText": "b"}]));
+        // Not JSON at all: left for validation to reject.
+        let prepared = prepare_edit_arguments(json!({"path": "a.txt", "edits": "not json"}));
+        assert_eq!(prepared["edits"], json!("not json"));
+    }
+
+    #[test]
+    fn shim_repairs_raw_control_characters() {
+        let raw = "[{\"oldText\": \"line1\nline2\", \"newText\": \"a\tb\r\nc\"}]";
+        assert!(serde_json::from_str::<Value>(raw).is_err());
+        let prepared = prepare_edit_arguments(json!({"path": "a.txt", "edits": raw}));
+        assert_eq!(
+            prepared["edits"],
+            json!([{"oldText": "line1\nline2", "newText": "a\tb\r\nc"}])
+        );
+        // Escaped quotes and backslashes inside strings do not confuse the repair.
+        let raw = "[{\"oldText\": \"say \\\"hi\\\"\n\\\\\", \"newText\": \"x\u{1}\"}]";
+        let prepared = prepare_edit_arguments(json!({"path": "a.txt", "edits": raw}));
+        assert_eq!(
+            prepared["edits"],
+            json!([{"oldText": "say \"hi\"\n\\", "newText": "x\u{1}"}])
+        );
+    }
+
+    #[test]
+    fn shim_parses_arrays_of_strings_and_single_objects() {
+        let prepared = prepare_edit_arguments(json!({
+            "path": "a.txt",
+            "edits": ["{\"oldText\": \"a\", \"newText\": \"b\"}", {"oldText": "c", "newText": "d"}]
+        }));
+        assert_eq!(
+            prepared["edits"],
+            json!([{"oldText": "a", "newText": "b"}, {"oldText": "c", "newText": "d"}])
+        );
+        let prepared = prepare_edit_arguments(json!({
+            "path": "a.txt", "edits": {"oldText": "a", "newText": "b"}
+        }));
+        assert_eq!(prepared["edits"], json!([{"oldText": "a", "newText": "b"}]));
+        let prepared = prepare_edit_arguments(json!({
+            "path": "a.txt", "edits": "{\"oldText\": \"a\", \"newText\": \"b\"}"
+        }));
+        assert_eq!(prepared["edits"], json!([{"oldText": "a", "newText": "b"}]));
+    }
+
+    #[tokio::test]
+    async fn prepared_legacy_arguments_execute() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("legacy.txt"), "before\n").unwrap();
+        let tool = tool(dir.path());
+        let args = tool.prepare_arguments(json!({
+            "path": "legacy.txt", "oldText": "before", "newText": "after"
+        }));
+        let result = call(&tool, args).await.unwrap();
+        assert_eq!(
+            result.content,
+            vec![cordon_core::protocol::Content::text(
+                "Successfully replaced 1 block(s) in legacy.txt."
+            )]
+        );
+        assert_eq!(read(dir.path(), "legacy.txt"), "after\n");
+    }
+
+    #[tokio::test]
+    async fn replaces_text_and_returns_diff_and_patch() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "Hello, world!\n").unwrap();
+        let result = edit_file(dir.path(), "a.txt", one("world", "testing"))
+            .await
+            .unwrap();
+        assert_eq!(text(&result), "Successfully replaced 1 block(s) in a.txt.");
+        let details = result.details.unwrap();
+        assert_eq!(
+            details["diff"],
+            json!("-1 Hello, world!\n+1 Hello, testing!")
+        );
+        assert_eq!(
+            details["patch"],
+            json!("--- a.txt\n+++ a.txt\n@@ -1 +1 @@\n-Hello, world!\n+Hello, testing!\n")
+        );
+        assert_eq!(details["firstChangedLine"], json!(1));
+        assert_eq!(read(dir.path(), "a.txt"), "Hello, testing!\n");
+    }
+
+    #[tokio::test]
+    async fn multiple_disjoint_edits() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("edit.txt"), "alpha\nbeta\ngamma\ndelta\n").unwrap();
+        let edits = json!([
+            {"oldText": "alpha", "newText": "ALPHA"},
+            {"oldText": "gamma", "newText": "GAMMA"}
+        ]);
+        let result = edit_file(dir.path(), "edit.txt", edits).await.unwrap();
+        assert_eq!(
+            text(&result),
+            "Successfully replaced 2 block(s) in edit.txt."
+        );
+        assert_eq!(read(dir.path(), "edit.txt"), "ALPHA\nbeta\nGAMMA\ndelta\n");
+    }
+
+    #[tokio::test]
+    async fn multi_edit_diff_collapses_gaps() {
+        let dir = tempfile::tempdir().unwrap();
+        let content: String = (1..=600).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(dir.path().join("big.txt"), content).unwrap();
+        let edits = json!([
+            {"oldText": "line 10\n", "newText": "LINE 10\n"},
+            {"oldText": "line 300\n", "newText": "LINE 300\n"},
+            {"oldText": "line 590\n", "newText": "LINE 590\n"}
+        ]);
+        let result = edit_file(dir.path(), "big.txt", edits).await.unwrap();
+        let diff = result.details.unwrap()["diff"].as_str().unwrap().to_owned();
+        assert!(diff.contains("..."));
+        assert!(!diff.contains("line 250"));
+        assert!(diff.lines().count() < 50);
+    }
+
+    #[tokio::test]
+    async fn every_input_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "a\nb\na b\n").unwrap();
+        let cases: Vec<(Value, &str)> = vec![
+            (
+                json!([]),
+                "Edit tool input is invalid. edits must contain at least one replacement.",
+            ),
+            (
+                json!("not json"),
+                "Edit tool input is invalid. edits must contain at least one replacement.",
+            ),
+            (
+                json!([{"oldText": "a"}]),
+                "Edit tool input is invalid. edits[0] must be an object with string oldText and newText.",
+            ),
+            (
+                json!([{"oldText": "a", "newText": "b"}, 7]),
+                "Edit tool input is invalid. edits[1] must be an object with string oldText and newText.",
+            ),
+        ];
+        for (edits, expected) in cases {
+            let message = error(edit_file(dir.path(), "f.txt", edits).await);
+            assert_eq!(message, expected);
+        }
+        let message = error(call(&tool(dir.path()), json!({"path": "f.txt"})).await);
+        assert_eq!(
+            message,
+            "Edit tool input is invalid. edits must contain at least one replacement."
+        );
+        assert_eq!(read(dir.path(), "f.txt"), "a\nb\na b\n");
+    }
+
+    #[tokio::test]
+    async fn every_replacement_error_reaches_the_model() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "foo foo foo\nbar\n").unwrap();
+        let cases: Vec<(Value, &str)> = vec![
+            (one("", "x"), "oldText must not be empty in f.txt."),
+            (
+                json!([{"oldText": "bar", "newText": "x"}, {"oldText": "", "newText": "y"}]),
+                "edits[1].oldText must not be empty in f.txt.",
+            ),
+            (
+                one("zzz", "x"),
+                "Could not find the exact text in f.txt. The old text must match exactly including all whitespace and newlines. Fuzzy matching",
+            ),
+            (
+                json!([{"oldText": "bar", "newText": "x"}, {"oldText": "zzz", "newText": "y"}]),
+                "Could not find edits[1] in f.txt. The oldText must match exactly including all whitespace and newlines. Fuzzy matching",
+            ),
+            (
+                one("foo", "x"),
+                "Found 3 occurrences of the text in f.txt. The text must be unique. Please provide more context to make it unique.",
+            ),
+            (
+                json!([{"oldText": "bar", "newText": "x"}, {"oldText": "foo", "newText": "y"}]),
+                "Found 3 occurrences of edits[1] in f.txt. Each oldText must be unique. Please provide more context to make it unique.",
+            ),
+            (
+                json!([{"oldText": "foo foo foo\nb", "newText": "x"}, {"oldText": "bar", "newText": "y"}]),
+                "edits[0] and edits[1] overlap in f.txt. Merge them into one edit or target disjoint regions.",
+            ),
+            (
+                one("bar", "bar"),
+                "No changes made to f.txt. The replacement produced identical content. This might indicate an issue with special characters or the text not existing as expected.",
+            ),
+            (
+                json!([{"oldText": "bar", "newText": "bar"}, {"oldText": "foo foo foo", "newText": "foo foo foo"}]),
+                "No changes made to f.txt. The replacements produced identical content.",
+            ),
+        ];
+        for (edits, expected) in cases {
+            let message = error(edit_file(dir.path(), "f.txt", edits.clone()).await);
+            assert!(message.starts_with(expected), "{edits}: {message}");
+        }
+        assert_eq!(read(dir.path(), "f.txt"), "foo foo foo\nbar\n");
+    }
+
+    #[tokio::test]
+    async fn failed_edit_applies_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "one\ntwo\nthree\n").unwrap();
+        let edits = json!([
+            {"oldText": "one", "newText": "ONE"},
+            {"oldText": "missing", "newText": "x"}
+        ]);
+        let message = error(edit_file(dir.path(), "f.txt", edits).await);
+        assert!(message.starts_with("Could not find edits[1]"));
+        assert_eq!(read(dir.path(), "f.txt"), "one\ntwo\nthree\n");
+    }
+
+    #[tokio::test]
+    async fn missing_file_is_enoent() {
+        let dir = tempfile::tempdir().unwrap();
+        let message = error(edit_file(dir.path(), "missing.txt", one("a", "b")).await);
+        assert_eq!(
+            message,
+            "Could not edit file: missing.txt. Error code: ENOENT."
+        );
+    }
+
+    #[tokio::test]
+    async fn read_only_file_is_eacces() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ro.txt");
+        std::fs::write(&file, "a\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444)).unwrap();
+        let message = error(edit_file(dir.path(), "ro.txt", one("a", "b")).await);
+        assert_eq!(message, "Could not edit file: ro.txt. Error code: EACCES.");
+        assert_eq!(read(dir.path(), "ro.txt"), "a\n");
+    }
+
+    #[tokio::test]
+    async fn directory_is_eisdir() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let message = error(edit_file(dir.path(), "sub", one("a", "b")).await);
+        assert_eq!(message, "Could not edit file: sub. Error code: EISDIR.");
+    }
+
+    #[tokio::test]
+    async fn unreadable_and_broken_backends() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("secret.txt"), "a\n").unwrap();
+        std::fs::write(dir.path().join("broken.txt"), "a\n").unwrap();
+        let (probe, _events) = ProbeFiles::new(dir.path());
+        probe.fail(Op::Read, "secret.txt", |path| FsError::PermissionDenied {
+            path: path.to_path_buf(),
+        });
+        probe.fail(Op::Metadata, "broken.txt", |path| FsError::Backend {
+            op: "stat",
+            path: path.to_path_buf(),
+            reason: "disk offline".to_owned(),
+        });
+        let tool = EditTool::new(Arc::new(probe));
+        let root = tool.files.root().to_path_buf();
+        let message =
+            error(call(&tool, json!({"path": "secret.txt", "edits": one("a", "b")})).await);
+        assert_eq!(
+            message,
+            "Could not edit file: secret.txt. Error code: EACCES."
+        );
+        let message =
+            error(call(&tool, json!({"path": "broken.txt", "edits": one("a", "b")})).await);
+        assert_eq!(
+            message,
+            format!(
+                "Could not edit file: broken.txt. failed to stat {}: backend unavailable: disk \
+                 offline.",
+                root.join("broken.txt").display()
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn non_utf8_file_is_refused_and_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = b"caf\xe9 au lait\nsecond line\n";
+        std::fs::write(dir.path().join("latin1.txt"), bytes).unwrap();
+        let message = error(edit_file(dir.path(), "latin1.txt", one("second", "2nd")).await);
+        assert_eq!(
+            message,
+            "Could not edit file: latin1.txt. It is not valid UTF-8 text (invalid byte at offset \
+             3), so edit will not rewrite it. Use bash to change binary or non-UTF-8 files."
+        );
+        assert_eq!(std::fs::read(dir.path().join("latin1.txt")).unwrap(), bytes);
+    }
+
+    #[tokio::test]
+    async fn preserves_bom_and_crlf() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("bom.txt"),
+            "\u{FEFF}first\r\nsecond\r\nthird\r\n",
+        )
+        .unwrap();
+        let result = edit_file(dir.path(), "bom.txt", one("second\n", "REPLACED\n"))
+            .await
+            .unwrap();
+        assert_eq!(
+            read(dir.path(), "bom.txt"),
+            "\u{FEFF}first\r\nREPLACED\r\nthird\r\n"
+        );
+        let details = result.details.unwrap();
+        assert_eq!(
+            details["diff"],
+            json!(" 1 first\n-2 second\n+2 REPLACED\n 3 third")
+        );
+        let edits = json!([
+            {"oldText": "first", "newText": "FIRST"},
+            {"oldText": "third", "newText": "THIRD\nfourth"}
+        ]);
+        edit_file(dir.path(), "bom.txt", edits).await.unwrap();
+        assert_eq!(
+            read(dir.path(), "bom.txt"),
+            "\u{FEFF}FIRST\r\nREPLACED\r\nTHIRD\r\nfourth\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn mixed_line_endings_survive() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("m.txt"), "a\r\nb\nc\r\nd\n").unwrap();
+        edit_file(dir.path(), "m.txt", one("c", "C")).await.unwrap();
+        assert_eq!(read(dir.path(), "m.txt"), "a\r\nb\nC\r\nd\n");
+    }
+
+    #[tokio::test]
+    async fn fuzzy_match_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("q.txt"),
+            "let s = \u{201C}hi\u{201D};   \nkeep   \n",
+        )
+        .unwrap();
+        let result = edit_file(
+            dir.path(),
+            "q.txt",
+            one("let s = \"hi\";", "let s = \"bye\";"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            text(&result),
+            "Successfully replaced 1 block(s) in q.txt. (fuzzy match: whitespace/quotes/Unicode \
+             normalised)"
+        );
+        assert_eq!(result.details.unwrap()["fuzzyEdits"], json!([0]));
+        assert_eq!(read(dir.path(), "q.txt"), "let s = \"bye\";\nkeep   \n");
+        let edits = json!([
+            {"oldText": "keep   ", "newText": "kept"},
+            {"oldText": "let s = \u{201C}bye\u{201D};", "newText": "x"}
+        ]);
+        let result = edit_file(dir.path(), "q.txt", edits).await.unwrap();
+        assert_eq!(
+            text(&result),
+            "Successfully replaced 2 block(s) in q.txt. (fuzzy match for edits[1]: \
+             whitespace/quotes/Unicode normalised)"
+        );
+    }
+
+    #[tokio::test]
+    async fn edits_through_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("target.txt"), "old\n").unwrap();
+        std::os::unix::fs::symlink("target.txt", dir.path().join("link.txt")).unwrap();
+        edit_file(dir.path(), "link.txt", one("old", "new"))
+            .await
+            .unwrap();
+        assert_eq!(read(dir.path(), "target.txt"), "new\n");
+        assert!(
+            std::fs::symlink_metadata(dir.path().join("link.txt"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+    }
+
+    /// Run a command in `dir`, failing the test with its output when it fails.
+    fn run(dir: &Path, program: &str, args: &[&str]) {
+        let output = Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|e| panic!("`{program}` is required for this test: {e}"));
+        assert!(
+            output.status.success(),
+            "{program} {args:?} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// Apply `patch` to `original` in a scratch directory with `patch -p0` and with
+    /// `git apply -p0`, and return both results.
+    fn apply_with_real_tools(file: &str, original: &[u8], patch: &str) -> (Vec<u8>, Vec<u8>) {
+        let scratch = tempfile::tempdir().unwrap();
+        let mut results = Vec::new();
+        for (tool, args) in [
+            ("patch", vec!["-p0", "--quiet", "-i", "change.patch"]),
+            ("git", vec!["apply", "-p0", "change.patch"]),
+        ] {
+            let work = scratch.path().join(tool);
+            std::fs::create_dir_all(work.join(Path::new(file).parent().unwrap())).unwrap();
+            std::fs::write(work.join(file), original).unwrap();
+            std::fs::write(work.join("change.patch"), patch).unwrap();
+            if tool == "git" {
+                run(&work, "git", &["apply", "-p0", "--check", "change.patch"]);
+            }
+            run(&work, tool, &args);
+            results.push(std::fs::read(work.join(file)).unwrap());
+        }
+        let git = results.pop().unwrap();
+        let patch = results.pop().unwrap();
+        (patch, git)
+    }
+
+    #[tokio::test]
+    async fn patch_applies_with_patch_and_git_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        let mut original: String = (1..=40).map(|i| format!("line {i}\n")).collect();
+        original.push_str("no newline at the end");
+        let cases: Vec<(&str, String, Value)> = vec![
+            (
+                "src/lf.txt",
+                original.clone(),
+                json!([
+                    {"oldText": "line 3\n", "newText": "LINE 3\nextra\n"},
+                    {"oldText": "line 20\nline 21\n", "newText": ""},
+                    {"oldText": "at the end", "newText": "at the end!\n"}
+                ]),
+            ),
+            (
+                "src/crlf.txt",
+                format!("\u{FEFF}{}", original.replace('\n', "\r\n")),
+                json!([{"oldText": "line 1\nline 2", "newText": "first\nsecond\nthird"}]),
+            ),
+            (
+                "src/fuzzy.txt",
+                "a \u{2018}q\u{2019}   \nb\nc   \n".to_owned(),
+                json!([{"oldText": "a 'q'\nb", "newText": "A\nB"}]),
+            ),
+        ];
+        for (file, content, edits) in cases {
+            std::fs::write(dir.path().join(file), &content).unwrap();
+            let result = edit_file(dir.path(), file, edits).await.unwrap();
+            let patch = result.details.unwrap()["patch"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            assert!(
+                patch.starts_with(&format!("--- {file}\n+++ {file}\n@@ ")),
+                "{patch}"
+            );
+            let expected = std::fs::read(dir.path().join(file)).unwrap();
+            let (by_patch, by_git) = apply_with_real_tools(file, content.as_bytes(), &patch);
+            assert_eq!(by_patch, expected, "patch -p0 result for {file}");
+            assert_eq!(by_git, expected, "git apply result for {file}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_edits_of_one_file_both_land() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "alpha\nbeta\ngamma\n").unwrap();
+        let (probe, mut events) = ProbeFiles::new(dir.path());
+        let release = probe.gate(Op::Read, "f.txt");
+        let tool = Arc::new(EditTool::new(Arc::new(probe)));
+        let first = {
+            let tool = tool.clone();
+            tokio::spawn(async move {
+                call(
+                    &*tool,
+                    json!({"path": "f.txt", "edits": one("alpha", "ALPHA")}),
+                )
+                .await
+            })
+        };
+        wait_for(&mut events, Op::Read, "f.txt", true).await;
+        let second = {
+            let tool = tool.clone();
+            tokio::spawn(async move {
+                call(
+                    &*tool,
+                    json!({"path": "f.txt", "edits": one("beta", "BETA")}),
+                )
+                .await
+            })
+        };
+        release.send(()).unwrap();
+        first.await.unwrap().unwrap();
+        second.await.unwrap().unwrap();
+        assert_eq!(read(dir.path(), "f.txt"), "ALPHA\nBETA\ngamma\n");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn edit_and_write_share_the_queue_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("real.txt"), "original\n").unwrap();
+        std::os::unix::fs::symlink("real.txt", dir.path().join("alias.txt")).unwrap();
+        let (probe, mut events) = ProbeFiles::new(dir.path());
+        let release = probe.gate(Op::Read, "real.txt");
+        let files: Arc<dyn FileOperations> = Arc::new(probe);
+        let edit = Arc::new(EditTool::new(files.clone()));
+        let write = Arc::new(WriteTool::new(files));
+        let first = {
+            let edit = edit.clone();
+            tokio::spawn(async move {
+                call(
+                    &*edit,
+                    json!({"path": "real.txt", "edits": one("original", "edited")}),
+                )
+                .await
+            })
+        };
+        wait_for(&mut events, Op::Read, "real.txt", true).await;
+        let second = {
+            let write = write.clone();
+            tokio::spawn(async move {
+                call(
+                    &*write,
+                    json!({"path": "alias.txt", "content": "replacement\n"}),
+                )
+                .await
+            })
+        };
+        release.send(()).unwrap();
+        first.await.unwrap().unwrap();
+        second.await.unwrap().unwrap();
+        // The write queued behind the edit, so it lands last.
+        assert_eq!(read(dir.path(), "real.txt"), "replacement\n");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cancelled_edit_holds_the_queue_until_its_write_settles() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "alpha\nbeta\n").unwrap();
+        let (probe, mut events) = ProbeFiles::new(dir.path());
+        let release = probe.gate(Op::Write, "f.txt");
+        let tool = Arc::new(EditTool::new(Arc::new(probe)));
+        let cancel = CancellationToken::new();
+        let first = {
+            let tool = tool.clone();
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                let args = json!({"path": "f.txt", "edits": one("alpha", "ALPHA")});
+                call_with(&*tool, args, cancel).await
+            })
+        };
+        wait_for(&mut events, Op::Write, "f.txt", true).await;
+        cancel.cancel();
+        let second = {
+            let tool = tool.clone();
+            tokio::spawn(async move {
+                call(
+                    &*tool,
+                    json!({"path": "f.txt", "edits": one("beta", "BETA")}),
+                )
+                .await
+            })
+        };
+        // The second edit must not even read while the first write is in flight. A bounded
+        // wait can only miss a bug on a slow machine, never fail a correct implementation.
+        let early = tokio::time::timeout(
+            std::time::Duration::from_millis(150),
+            wait_for(&mut events, Op::Read, "f.txt", true),
+        )
+        .await;
+        assert!(
+            early.is_err(),
+            "second edit started while the first write was in flight"
+        );
+        release.send(()).unwrap();
+        assert_eq!(error(first.await.unwrap()), "Operation aborted");
+        second.await.unwrap().unwrap();
+        // The aborted edit's write landed and the second edit read it.
+        assert_eq!(read(dir.path(), "f.txt"), "ALPHA\nBETA\n");
+    }
+
+    #[tokio::test]
+    async fn cancelled_before_start_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "a\n").unwrap();
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let args = json!({"path": "f.txt", "edits": one("a", "b")});
+        assert_eq!(
+            error(call_with(&tool(dir.path()), args, cancel).await),
+            "Operation aborted"
+        );
+        assert_eq!(read(dir.path(), "f.txt"), "a\n");
+    }
+
+    #[tokio::test]
+    async fn edits_a_large_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut content = String::with_capacity(12 << 20);
+        for i in 0..200_000 {
+            content.push_str(&format!("{i:08} some text on this line\n"));
+        }
+        std::fs::write(dir.path().join("big.txt"), &content).unwrap();
+        let result = edit_file(dir.path(), "big.txt", one("00150000 some", "00150000 SOME"))
+            .await
+            .unwrap();
+        let details = result.details.unwrap();
+        assert_eq!(details["firstChangedLine"], json!(150_001));
+        let patch = details["patch"].as_str().unwrap();
+        assert!(patch.contains("@@ -149997,9 +149997,9 @@"), "{patch}");
+        let edited = read(dir.path(), "big.txt");
+        assert_eq!(edited.len(), content.len());
+        assert!(edited.contains("00150000 SOME text"));
+    }
+}
