@@ -17,9 +17,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::edit_diff::{
-    DIFF_CONTEXT_LINES, EditFailure, Replacement, apply_edits, display_diff, to_lf, unified_patch,
-};
+use crate::edit_diff::{EditDiff, EditFailure, Replacement, apply_edits, edit_diff};
 use crate::file_tool::{ABORTED, decode_args, fs_error_text};
 use crate::ops::{FileKind, FileOperations, FsError};
 use crate::paths::resolve_to_cwd;
@@ -460,14 +458,11 @@ fn compute_edit(bytes: Vec<u8>, edits: &[(String, String)], path: &str) -> Resul
 
 /// The success result: message, numbered diff, unified patch and first changed line.
 fn render_result(path: &str, count: usize, done: &Done) -> AgentToolResult {
-    let strip =
-        |text: &str| -> String { to_lf(text.strip_prefix(UTF8_BOM).unwrap_or(text)).into_owned() };
-    let (diff, first_changed_line) = display_diff(
-        &strip(&done.original),
-        &strip(&done.edited),
-        DIFF_CONTEXT_LINES,
-    );
-    let patch = unified_patch(path, &done.original, &done.edited);
+    let EditDiff {
+        diff,
+        first_changed_line,
+        patch,
+    } = edit_diff(path, &done.original, &done.edited);
     let mut text = format!("Successfully replaced {count} block(s) in {path}.");
     match done.fuzzy_edits.as_slice() {
         [] => {}

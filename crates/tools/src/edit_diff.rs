@@ -687,14 +687,214 @@ fn push_fuzzy_line(line: &str, out: &mut String) {
     }
 }
 
+/// The display diff, first changed line and patch of one edit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EditDiff {
+    /// Numbered display diff of the LF, BOM-less texts ([`display_diff`]).
+    pub diff: String,
+    /// New-file line number of the first change.
+    pub first_changed_line: Option<usize>,
+    /// Unified patch of the exact texts ([`unified_patch`]).
+    pub patch: String,
+}
+
+/// [`display_diff`] (on the LF, BOM-less forms) and [`unified_patch`] (on the exact texts) of
+/// an edit, sharing one diff when the two forms are the same text.
+pub fn edit_diff(path: &str, original: &str, edited: &str) -> EditDiff {
+    const BOM: char = '\u{FEFF}';
+    let old_lf = to_lf(original.strip_prefix(BOM).unwrap_or(original));
+    let new_lf = to_lf(edited.strip_prefix(BOM).unwrap_or(edited));
+    let patch_window = Window::new(original, edited, DIFF_CONTEXT_LINES);
+    let patch_diff = patch_window.diff();
+    let patch = format_patch(path, &patch_window, &patch_diff);
+    let same_text = std::ptr::eq(old_lf.as_ptr(), original.as_ptr())
+        && std::ptr::eq(new_lf.as_ptr(), edited.as_ptr())
+        && old_lf.len() == original.len()
+        && new_lf.len() == edited.len();
+    let (diff, first_changed_line) = if same_text {
+        render_display(
+            &old_lf,
+            &new_lf,
+            &patch_window,
+            &patch_diff,
+            DIFF_CONTEXT_LINES,
+        )
+    } else {
+        let window = Window::new(&old_lf, &new_lf, DIFF_CONTEXT_LINES);
+        render_display(
+            &old_lf,
+            &new_lf,
+            &window,
+            &window.diff(),
+            DIFF_CONTEXT_LINES,
+        )
+    };
+    EditDiff {
+        diff,
+        first_changed_line,
+        patch,
+    }
+}
+
 /// A numbered display diff of two LF texts (reference `generateDiffString`): `+`/`-`/` `
 /// prefixes, line numbers padded to a common width, at most `context` unchanged lines around
 /// each change and `...` for gaps. Also returns the new-file line of the first change.
 pub fn display_diff(old: &str, new: &str, context: usize) -> (String, Option<usize>) {
-    let diff = line_diff(old, new);
+    let window = Window::new(old, new, context);
+    render_display(old, new, &window, &window.diff(), context)
+}
+
+/// A unified diff of `old` to `new` with `--- path` / `+++ path` headers and
+/// [`DIFF_CONTEXT_LINES`] lines of context, as `patch -p0` and `git apply -p0` accept it.
+pub fn unified_patch(path: &str, old: &str, new: &str) -> String {
+    let window = Window::new(old, new, DIFF_CONTEXT_LINES);
+    format_patch(path, &window, &window.diff())
+}
+
+/// The part of two texts a diff has to look at: everything outside it is a common prefix or
+/// suffix of whole lines. It keeps up to `context` unchanged lines on each side, so hunks and
+/// display context come out as if the whole texts had been diffed, in time linear in the
+/// texts plus the diff of the window.
+struct Window<'a> {
+    old: &'a str,
+    new: &'a str,
+    /// Lines before the window (same in both texts).
+    lines_before: usize,
+    /// Whether lines follow the window.
+    lines_after: bool,
+}
+
+impl<'a> Window<'a> {
+    fn new(old: &'a str, new: &'a str, context: usize) -> Self {
+        let (old_bytes, new_bytes) = (old.as_bytes(), new.as_bytes());
+        let prefix = common_prefix(old_bytes, new_bytes);
+        // Back to the start of the line holding the first difference.
+        let changed_start = memchr::memrchr(b'\n', &old_bytes[..prefix]).map_or(0, |at| at + 1);
+        let suffix = common_suffix(&old_bytes[changed_start..], &new_bytes[changed_start..]);
+        // The suffix must start at a line start in both texts: after a newline inside it.
+        let suffix_start = old.len() - suffix;
+        let changed_end = match memchr::memchr(b'\n', &old_bytes[suffix_start..]) {
+            Some(at) if suffix > 0 => suffix_start + at + 1,
+            _ => old.len(),
+        };
+        let kept_suffix = old.len() - changed_end;
+        let mut start = changed_start;
+        for _ in 0..context {
+            if start == 0 {
+                break;
+            }
+            start = memchr::memrchr(b'\n', &old_bytes[..start - 1]).map_or(0, |at| at + 1);
+        }
+        let mut old_end = changed_end;
+        for _ in 0..context {
+            match memchr::memchr(b'\n', &old_bytes[old_end..]) {
+                Some(at) => old_end += at + 1,
+                None => {
+                    old_end = old.len();
+                    break;
+                }
+            }
+        }
+        let new_end = new.len() - kept_suffix + (old_end - changed_end);
+        Window {
+            old: &old[start..old_end],
+            new: &new[start..new_end],
+            lines_before: memchr::memchr_iter(b'\n', &old_bytes[..start]).count(),
+            lines_after: old_end < old.len(),
+        }
+    }
+
+    /// The whole texts as one window (tests compare against it).
+    #[cfg(test)]
+    fn whole(old: &'a str, new: &'a str) -> Self {
+        Window {
+            old,
+            new,
+            lines_before: 0,
+            lines_after: false,
+        }
+    }
+
+    fn diff(&self) -> TextDiff<'a, 'a, str> {
+        TextDiff::configure()
+            .algorithm(Algorithm::Myers)
+            .timeout(DIFF_DEADLINE)
+            .diff_lines(self.old, self.new)
+    }
+}
+
+/// Length of the common prefix of two byte strings.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    const CHUNK: usize = 4096;
+    let limit = a.len().min(b.len());
+    let mut at = 0;
+    while at + CHUNK <= limit && a[at..at + CHUNK] == b[at..at + CHUNK] {
+        at += CHUNK;
+    }
+    at + a[at..limit]
+        .iter()
+        .zip(&b[at..limit])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// Length of the common suffix of two byte strings.
+fn common_suffix(a: &[u8], b: &[u8]) -> usize {
+    const CHUNK: usize = 4096;
+    let limit = a.len().min(b.len());
+    let (a_end, b_end) = (a.len(), b.len());
+    let mut len = 0;
+    while len + CHUNK <= limit
+        && a[a_end - len - CHUNK..a_end - len] == b[b_end - len - CHUNK..b_end - len]
+    {
+        len += CHUNK;
+    }
+    len + a[..a_end - len]
+        .iter()
+        .rev()
+        .zip(b[..b_end - len].iter().rev())
+        .take(limit - len)
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+fn render_display(
+    old: &str,
+    new: &str,
+    window: &Window<'_>,
+    diff: &TextDiff<'_, '_, str>,
+    context: usize,
+) -> (String, Option<usize>) {
     let total_lines = |text: &str| memchr::memchr_iter(b'\n', text.as_bytes()).count() + 1;
     let width = total_lines(old).max(total_lines(new)).to_string().len();
-    let parts = diff_parts(diff.ops());
+    let mut parts = diff_parts(diff.ops());
+    // Lines outside the window are unchanged lines of the first and last runs.
+    if window.lines_before > 0 {
+        match parts.first_mut() {
+            Some(Part::Equal { hidden_before, .. }) => *hidden_before = window.lines_before,
+            _ => parts.insert(
+                0,
+                Part::Equal {
+                    hidden_before: window.lines_before,
+                    range: 0..0,
+                    hidden_after: 0,
+                },
+            ),
+        }
+    }
+    if window.lines_after {
+        match parts.last_mut() {
+            Some(Part::Equal { hidden_after, .. }) => *hidden_after = 1,
+            _ => {
+                let end = diff.old_len();
+                parts.push(Part::Equal {
+                    hidden_before: 0,
+                    range: end..end,
+                    hidden_after: 1,
+                });
+            }
+        }
+    }
     let mut out: Vec<String> = Vec::new();
     let mut old_no = 1usize;
     let mut new_no = 1usize;
@@ -703,8 +903,8 @@ pub fn display_diff(old: &str, new: &str, context: usize) -> (String, Option<usi
     let line = |text: &str| text.strip_suffix('\n').unwrap_or(text).to_owned();
     let gap = format!(" {} ...", " ".repeat(width));
     for (i, part) in parts.iter().enumerate() {
-        match *part {
-            Part::Removed(ref range) => {
+        match part {
+            Part::Removed(range) => {
                 first_changed.get_or_insert(new_no);
                 for index in range.clone() {
                     let text = line(diff.old_slice(index).unwrap_or(""));
@@ -713,7 +913,7 @@ pub fn display_diff(old: &str, new: &str, context: usize) -> (String, Option<usi
                 }
                 last_was_change = true;
             }
-            Part::Added(ref range) => {
+            Part::Added(range) => {
                 first_changed.get_or_insert(new_no);
                 for index in range.clone() {
                     let text = line(diff.new_slice(index).unwrap_or(""));
@@ -722,36 +922,51 @@ pub fn display_diff(old: &str, new: &str, context: usize) -> (String, Option<usi
                 }
                 last_was_change = true;
             }
-            Part::Equal(ref range) => {
+            Part::Equal {
+                hidden_before,
+                range,
+                hidden_after,
+            } => {
                 let next_is_change = i + 1 < parts.len();
-                let count = range.len();
-                let show = |index: usize,
-                            out: &mut Vec<String>,
-                            old_no: &mut usize,
-                            new_no: &mut usize| {
-                    let text = line(diff.old_slice(index).unwrap_or(""));
-                    out.push(format!(" {:>width$} {text}", *old_no));
-                    *old_no += 1;
-                    *new_no += 1;
-                };
-                let (shown_head, shown_tail) = match (last_was_change, next_is_change) {
+                let count = hidden_before + range.len() + hidden_after;
+                let (head, tail) = match (last_was_change, next_is_change) {
                     (true, true) if count <= context * 2 => (count, 0),
                     (true, true) => (context, context),
                     (true, false) => (count.min(context), 0),
                     (false, true) => (0, count.min(context)),
                     (false, false) => (0, 0),
                 };
-                for index in range.start..range.start + shown_head {
-                    show(index, &mut out, &mut old_no, &mut new_no);
+                // Hidden lines are only ever at the outer ends, away from any change; clamp
+                // anyway so a shown line is always a real one.
+                let head = if *hidden_before == 0 {
+                    head.min(range.len())
+                } else {
+                    0
+                };
+                let tail = if *hidden_after == 0 {
+                    tail.min(range.len() - head)
+                } else {
+                    0
+                };
+                let context_line = |index: usize, number: usize| {
+                    let text = line(diff.old_slice(index).unwrap_or(""));
+                    format!(" {number:>width$} {text}")
+                };
+                for index in range.start..range.start + head {
+                    out.push(context_line(index, old_no));
+                    old_no += 1;
+                    new_no += 1;
                 }
-                let skipped = count - shown_head - shown_tail;
+                let skipped = count - head - tail;
                 if skipped > 0 && (last_was_change || next_is_change) {
                     out.push(gap.clone());
                 }
                 old_no += skipped;
                 new_no += skipped;
-                for index in range.end - shown_tail..range.end {
-                    show(index, &mut out, &mut old_no, &mut new_no);
+                for index in range.end - tail..range.end {
+                    out.push(context_line(index, old_no));
+                    old_no += 1;
+                    new_no += 1;
                 }
                 last_was_change = false;
             }
@@ -760,27 +975,53 @@ pub fn display_diff(old: &str, new: &str, context: usize) -> (String, Option<usi
     (out.join("\n"), first_changed)
 }
 
-/// A unified diff of `old` to `new` with `--- path` / `+++ path` headers and
-/// [`DIFF_CONTEXT_LINES`] lines of context, as `patch -p0` and `git apply -p0` accept it.
-pub fn unified_patch(path: &str, old: &str, new: &str) -> String {
-    line_diff(old, new)
-        .unified_diff()
-        .context_radius(DIFF_CONTEXT_LINES)
-        .header(path, path)
-        .to_string()
+/// The unified patch of a windowed diff, hunk line numbers shifted to the whole file.
+fn format_patch(path: &str, window: &Window<'_>, diff: &TextDiff<'_, '_, str>) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    // `-start,len` (1-based), `-start` for one line, `-before,0` for none (as `diff -u`).
+    let range = |start: usize, end: usize| -> String {
+        let len = end - start;
+        let start = start + window.lines_before;
+        match len {
+            0 => format!("{start},0"),
+            1 => format!("{}", start + 1),
+            _ => format!("{},{len}", start + 1),
+        }
+    };
+    for hunk in diff.grouped_ops(DIFF_CONTEXT_LINES) {
+        let (Some(first), Some(last)) = (hunk.first(), hunk.last()) else {
+            continue;
+        };
+        if out.is_empty() {
+            let _ = write!(out, "--- {path}\n+++ {path}\n");
+        }
+        let _ = writeln!(
+            out,
+            "@@ -{} +{} @@",
+            range(first.old_range().start, last.old_range().end),
+            range(first.new_range().start, last.new_range().end)
+        );
+        for op in &hunk {
+            for change in diff.iter_changes(op) {
+                let _ = write!(out, "{}{}", change.tag(), change.value());
+                if change.missing_newline() {
+                    out.push_str("\n\\ No newline at end of file\n");
+                }
+            }
+        }
+    }
+    out
 }
 
-fn line_diff<'a>(old: &'a str, new: &'a str) -> TextDiff<'a, 'a, str> {
-    TextDiff::configure()
-        .algorithm(Algorithm::Myers)
-        .timeout(DIFF_DEADLINE)
-        .diff_lines(old, new)
-}
-
-/// A run of the diff: unchanged lines (old indices), removed lines (old indices) or added
-/// lines (new indices).
+/// A run of the diff: unchanged lines (old indices, with unchanged lines outside the diffed
+/// window counted before and after), removed lines (old indices) or added lines (new indices).
 enum Part {
-    Equal(std::ops::Range<usize>),
+    Equal {
+        hidden_before: usize,
+        range: std::ops::Range<usize>,
+        hidden_after: usize,
+    },
     Removed(std::ops::Range<usize>),
     Added(std::ops::Range<usize>),
 }
@@ -790,8 +1031,12 @@ fn diff_parts(ops: &[DiffOp]) -> Vec<Part> {
     for op in ops {
         match *op {
             DiffOp::Equal { old_index, len, .. } => match parts.last_mut() {
-                Some(Part::Equal(range)) if range.end == old_index => range.end += len,
-                _ => parts.push(Part::Equal(old_index..old_index + len)),
+                Some(Part::Equal { range, .. }) if range.end == old_index => range.end += len,
+                _ => parts.push(Part::Equal {
+                    hidden_before: 0,
+                    range: old_index..old_index + len,
+                    hidden_after: 0,
+                }),
             },
             DiffOp::Delete {
                 old_index, old_len, ..
@@ -1250,6 +1495,79 @@ mod tests {
         .join("\n");
         assert_eq!(diff, expected);
         assert_eq!(first, Some(7));
+    }
+
+    /// Random line-based texts and edits of them.
+    fn random_case(rng: &mut fastrand::Rng) -> (String, String) {
+        let words = ["a", "b", "c", "", "dd", "a b"];
+        let lines: Vec<&str> = (0..rng.usize(0..40))
+            .map(|_| words[rng.usize(..words.len())])
+            .collect();
+        let mut old = lines.join("\n");
+        if rng.bool() {
+            old.push('\n');
+        }
+        let mut new_lines: Vec<String> = old.split('\n').map(str::to_owned).collect();
+        for _ in 0..rng.usize(1..4) {
+            let at = rng.usize(..new_lines.len());
+            match rng.u8(..3) {
+                0 => new_lines[at] = format!("x{}", rng.u8(..)),
+                1 => new_lines.insert(at, "ins".to_owned()),
+                _ => {
+                    new_lines.remove(at);
+                    if new_lines.is_empty() {
+                        new_lines.push(String::new());
+                    }
+                }
+            }
+        }
+        (old, new_lines.join("\n"))
+    }
+
+    #[test]
+    fn windowed_diff_equals_whole_text_diff() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        for case in 0..3000 {
+            let (old, new) = random_case(&mut rng);
+            if old == new {
+                continue;
+            }
+            let whole = Window::whole(&old, &new);
+            let whole_diff = whole.diff();
+            let window = Window::new(&old, &new, DIFF_CONTEXT_LINES);
+            let window_diff = window.diff();
+            assert_eq!(
+                render_display(&old, &new, &window, &window_diff, DIFF_CONTEXT_LINES),
+                render_display(&old, &new, &whole, &whole_diff, DIFF_CONTEXT_LINES),
+                "display, case {case}: {old:?} -> {new:?}"
+            );
+            assert_eq!(
+                format_patch("f", &window, &window_diff),
+                format_patch("f", &whole, &whole_diff),
+                "patch, case {case}: {old:?} -> {new:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn patch_format_matches_similar() {
+        let mut rng = fastrand::Rng::with_seed(5);
+        for _ in 0..500 {
+            let (old, new) = random_case(&mut rng);
+            if old == new {
+                continue;
+            }
+            let reference = TextDiff::from_lines(&old, &new)
+                .unified_diff()
+                .context_radius(DIFF_CONTEXT_LINES)
+                .header("f", "f")
+                .to_string();
+            assert_eq!(
+                unified_patch("f", &old, &new),
+                reference,
+                "{old:?} -> {new:?}"
+            );
+        }
     }
 
     #[test]
