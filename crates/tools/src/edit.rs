@@ -8,7 +8,7 @@
 //! operations only, so a write in flight completes (and keeps the queue) before the call
 //! reports `Operation aborted`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::edit_diff::{EditDiff, EditFailure, Replacement, apply_edits, edit_diff};
 use crate::file_tool::{ABORTED, decode_args, fs_error_text};
-use crate::ops::{FileKind, FileOperations, FsError};
+use crate::ops::{FileKind, FileMeta, FileOperations, FsError};
 use crate::paths::resolve_to_cwd;
 use crate::queue::with_mutation_queue_owned;
 
@@ -235,6 +235,85 @@ impl EditTool {
     pub fn new(files: Arc<dyn FileOperations>) -> Self {
         EditTool { files }
     }
+
+    /// What a call with `args` would change, without writing anything (reference
+    /// `computeEditsDiff`, for a host's preview before approval): the same shim, validation,
+    /// matching and diff as [`AgentTool::execute`], needing read access only and taking no
+    /// queue. The result can be stale by the time the edit itself runs.
+    pub async fn preview(&self, args: Value) -> Result<EditDiff, EditError> {
+        let EditArgs { path, edits } = decode_args("edit", prepare_edit_arguments(args))
+            .map_err(EditError::InvalidArguments)?;
+        let edits = owned_edits(edits)?;
+        let absolute = resolve_to_cwd(&path, self.files.root(), self.files.home());
+        check_target(&*self.files, &absolute, &path, false).await?;
+        let bytes = self
+            .files
+            .read_file(&absolute)
+            .await
+            .map_err(|source| EditError::Access {
+                path: path.clone(),
+                source,
+            })?;
+        let heavy = bytes.len() >= BLOCKING_THRESHOLD;
+        let shown = path.clone();
+        let compute = move || {
+            compute_edit(bytes, &edits, &path)
+                .map(|done| edit_diff(&path, &done.original, &done.edited))
+        };
+        run_cpu_bound(heavy, &shown, compute).await
+    }
+}
+
+/// Run `work` (matching, diffing: proportional to the file size) inline when the file is
+/// small, on a blocking thread when it is `heavy`, so large files do not stall the runtime.
+async fn run_cpu_bound<T: Send + 'static>(
+    heavy: bool,
+    path: &str,
+    work: impl FnOnce() -> Result<T, EditError> + Send + 'static,
+) -> Result<T, EditError> {
+    if !heavy {
+        return work();
+    }
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|_| {
+        Err(EditError::Interrupted {
+            path: path.to_owned(),
+        })
+    })
+}
+
+/// Check that `absolute` is a regular file, and writable when `for_write`.
+async fn check_target(
+    files: &dyn FileOperations,
+    absolute: &Path,
+    path: &str,
+    for_write: bool,
+) -> Result<FileMeta, EditError> {
+    let access = |source: FsError| EditError::Access {
+        path: path.to_owned(),
+        source,
+    };
+    let meta = files.metadata(absolute).await.map_err(access)?;
+    match meta.kind {
+        FileKind::File => {}
+        FileKind::Dir => {
+            return Err(access(FsError::IsADirectory {
+                path: absolute.to_path_buf(),
+            }));
+        }
+        FileKind::Symlink | FileKind::Other => {
+            return Err(access(FsError::Io {
+                op: "edit",
+                path: absolute.to_path_buf(),
+                source: std::io::Error::other("not a regular file"),
+            }));
+        }
+    }
+    if for_write && !meta.writable {
+        return Err(access(FsError::PermissionDenied {
+            path: absolute.to_path_buf(),
+        }));
+    }
+    Ok(meta)
 }
 
 fn parameters() -> &'static Value {
@@ -334,15 +413,10 @@ impl AgentTool for EditTool {
             Ok(Err(source)) => return Err(EditError::Access { path, source }.into()),
             Err(_) => return Err(EditError::Interrupted { path }.into()),
         };
-        let result = if done.original.len() >= BLOCKING_THRESHOLD {
-            let shown = path.clone();
-            tokio::task::spawn_blocking(move || render_result(&shown, count, &done))
-                .await
-                .map_err(|_| EditError::Interrupted { path })?
-        } else {
-            render_result(&path, count, &done)
-        };
-        Ok(result)
+        let heavy = done.original.len() >= BLOCKING_THRESHOLD;
+        let shown = path.clone();
+        let render = move || Ok(render_result(&shown, count, &done));
+        Ok(run_cpu_bound(heavy, &path, render).await?)
     }
 }
 
@@ -378,27 +452,7 @@ async fn edit_in_queue(job: EditJob) -> Result<Done, EditError> {
     if aborted() {
         return Err(EditError::Aborted);
     }
-    let meta = files.metadata(&absolute).await.map_err(access)?;
-    match meta.kind {
-        FileKind::File => {}
-        FileKind::Dir => {
-            return Err(access(FsError::IsADirectory {
-                path: absolute.clone(),
-            }));
-        }
-        FileKind::Symlink | FileKind::Other => {
-            return Err(access(FsError::Io {
-                op: "edit",
-                path: absolute.clone(),
-                source: std::io::Error::other("not a regular file"),
-            }));
-        }
-    }
-    if !meta.writable {
-        return Err(access(FsError::PermissionDenied {
-            path: absolute.clone(),
-        }));
-    }
+    let meta = check_target(&*files, &absolute, &path, true).await?;
     if aborted() {
         return Err(EditError::Aborted);
     }
@@ -410,13 +464,8 @@ async fn edit_in_queue(job: EditJob) -> Result<Done, EditError> {
         let path = path.clone();
         move || compute_edit(bytes, &edits, &path)
     };
-    let done = if meta.size as usize >= BLOCKING_THRESHOLD {
-        tokio::task::spawn_blocking(compute)
-            .await
-            .map_err(|_| EditError::Interrupted { path: path.clone() })??
-    } else {
-        compute()?
-    };
+    let heavy = meta.size >= BLOCKING_THRESHOLD as u64;
+    let done = run_cpu_bound(heavy, &path, compute).await?;
     if aborted() {
         return Err(EditError::Aborted);
     }
@@ -840,6 +889,70 @@ mod tests {
                  offline.",
                 root.join("broken.txt").display()
             )
+        );
+    }
+
+    #[tokio::test]
+    async fn preview_reports_without_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("p.txt"), "one\ntwo\n").unwrap();
+        let tool = tool(dir.path());
+        let preview = tool
+            .preview(json!({"path": "p.txt", "oldText": "two", "newText": "TWO"}))
+            .await
+            .unwrap();
+        assert_eq!(preview.diff, " 1 one\n-2 two\n+2 TWO");
+        assert_eq!(preview.first_changed_line, Some(2));
+        assert!(preview.patch.starts_with("--- p.txt\n+++ p.txt\n"));
+        assert_eq!(read(dir.path(), "p.txt"), "one\ntwo\n");
+        let missing = tool
+            .preview(json!({"path": "missing.txt", "edits": one("a", "b")}))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            missing.to_string(),
+            "Could not edit file: missing.txt. Error code: ENOENT."
+        );
+        let not_found = tool
+            .preview(json!({"path": "p.txt", "edits": one("zzz", "b")}))
+            .await
+            .unwrap_err();
+        assert!(
+            not_found
+                .to_string()
+                .starts_with("Could not find the exact text in p.txt.")
+        );
+    }
+
+    #[tokio::test]
+    async fn preview_of_unreadable_file_is_eacces() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ro.txt"), "a\n").unwrap();
+        std::fs::write(dir.path().join("wo.txt"), "a\n").unwrap();
+        std::fs::set_permissions(
+            dir.path().join("ro.txt"),
+            std::fs::Permissions::from_mode(0o444),
+        )
+        .unwrap();
+        let (probe, _events) = ProbeFiles::new(dir.path());
+        probe.fail(Op::Read, "wo.txt", |path| FsError::PermissionDenied {
+            path: path.to_path_buf(),
+        });
+        let tool = EditTool::new(Arc::new(probe));
+        // Read access is enough for a preview.
+        let preview = tool
+            .preview(json!({"path": "ro.txt", "edits": one("a", "b")}))
+            .await
+            .unwrap();
+        assert_eq!(preview.first_changed_line, Some(1));
+        let error = tool
+            .preview(json!({"path": "wo.txt", "edits": one("a", "b")}))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "Could not edit file: wo.txt. Error code: EACCES."
         );
     }
 

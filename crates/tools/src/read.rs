@@ -897,6 +897,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn reads_nfd_and_curly_quote_variants() {
+        let dir = tempfile::tempdir().unwrap();
+        // macOS stores accents decomposed; models send them composed.
+        std::fs::write(dir.path().join("cafe\u{301}.txt"), "nfd\n").unwrap();
+        assert_eq!(
+            text(&read(dir.path(), json!({"path": "café.txt"})).await),
+            "nfd\n"
+        );
+        // French screenshots: decomposed accent plus a curly apostrophe.
+        let name = "Capture d\u{2019}e\u{301}cran.txt";
+        std::fs::write(dir.path().join(name), "both\n").unwrap();
+        let result = read(dir.path(), json!({"path": "Capture d'écran.txt"})).await;
+        assert_eq!(text(&result), "both\n");
+        // Lower-case am/pm with a narrow no-break space (en_AU).
+        std::fs::write(dir.path().join("Shot 1.02.03\u{202F}pm.txt"), "pm\n").unwrap();
+        let result = read(dir.path(), json!({"path": "Shot 1.02.03 pm.txt"})).await;
+        assert_eq!(text(&result), "pm\n");
+        // The plain name wins when it exists.
+        std::fs::write(dir.path().join("plain's.txt"), "plain\n").unwrap();
+        std::fs::write(dir.path().join("plain\u{2019}s.txt"), "curly\n").unwrap();
+        assert_eq!(
+            text(&read(dir.path(), json!({"path": "plain's.txt"})).await),
+            "plain\n"
+        );
+    }
+
+    #[tokio::test]
     async fn resolves_at_prefix_and_home() {
         let dir = tempfile::tempdir().unwrap();
         let home = tempfile::tempdir_in(dir.path()).unwrap();
