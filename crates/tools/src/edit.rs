@@ -851,6 +851,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn paths_outside_the_roots_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("o.txt");
+        std::fs::write(&target, "a\n").unwrap();
+        let path = target.to_str().unwrap();
+        let message = error(
+            call(
+                &tool(dir.path()),
+                json!({"path": path, "edits": one("a", "b")}),
+            )
+            .await,
+        );
+        assert!(
+            message.starts_with(&format!(
+                "Could not edit file: {path}. The path {path} is outside"
+            )),
+            "{message}"
+        );
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "a\n");
+    }
+
+    #[tokio::test]
     async fn directory_is_eisdir() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("sub")).unwrap();

@@ -506,6 +506,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn paths_outside_the_roots_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("secret.txt");
+        std::fs::write(&target, "secret\n").unwrap();
+        let path = target.to_str().unwrap();
+        let message = error(call(&tool(dir.path()), json!({"path": path})).await);
+        assert!(
+            message.starts_with(&format!(
+                "Could not read file: {path}. The path {path} is outside"
+            )),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
     async fn directory_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("sub")).unwrap();

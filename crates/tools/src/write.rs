@@ -303,6 +303,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn paths_outside_the_roots_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let tool = tool(dir.path());
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("x.txt");
+        let path = target.to_str().unwrap();
+        let message = error(call(&tool, json!({"path": path, "content": "x"})).await);
+        assert_eq!(
+            message,
+            format!(
+                "Could not write file: {path}. The path {path} is outside the directories this \
+                 sandbox may access; use a path inside the workspace."
+            )
+        );
+        assert!(!target.exists());
+    }
+
+    #[tokio::test]
     async fn invalid_arguments_are_reported() {
         let dir = tempfile::tempdir().unwrap();
         let tool = tool(dir.path());
