@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::edit_diff::{EditDiff, EditFailure, Replacement, apply_edits, edit_diff};
 use crate::file_tool::{ABORTED, decode_args, fs_error_text};
-use crate::ops::{FileKind, FileMeta, FileOperations, FsError};
+use crate::ops::{FileKind, FileOperations, FsError};
 use crate::paths::resolve_to_cwd;
 use crate::queue::with_mutation_queue_owned;
 
@@ -287,7 +287,7 @@ async fn check_target(
     absolute: &Path,
     path: &str,
     for_write: bool,
-) -> Result<FileMeta, EditError> {
+) -> Result<(), EditError> {
     let access = |source: FsError| EditError::Access {
         path: path.to_owned(),
         source,
@@ -313,7 +313,7 @@ async fn check_target(
             path: absolute.to_path_buf(),
         }));
     }
-    Ok(meta)
+    Ok(())
 }
 
 fn parameters() -> &'static Value {
@@ -452,7 +452,7 @@ async fn edit_in_queue(job: EditJob) -> Result<Done, EditError> {
     if aborted() {
         return Err(EditError::Aborted);
     }
-    let meta = check_target(&*files, &absolute, &path, true).await?;
+    check_target(&*files, &absolute, &path, true).await?;
     if aborted() {
         return Err(EditError::Aborted);
     }
@@ -460,11 +460,11 @@ async fn edit_in_queue(job: EditJob) -> Result<Done, EditError> {
     if aborted() {
         return Err(EditError::Aborted);
     }
+    let heavy = bytes.len() >= BLOCKING_THRESHOLD;
     let compute = {
         let path = path.clone();
         move || compute_edit(bytes, &edits, &path)
     };
-    let heavy = meta.size >= BLOCKING_THRESHOLD as u64;
     let done = run_cpu_bound(heavy, &path, compute).await?;
     if aborted() {
         return Err(EditError::Aborted);
