@@ -7,13 +7,21 @@
 #![warn(missing_docs)]
 
 pub mod bash;
+pub mod edit;
+pub mod edit_diff;
+mod file_tool;
 pub mod find;
 pub mod grep;
+pub mod image;
+pub mod ls;
 pub mod ops;
 pub mod output;
 pub mod paths;
+pub mod queue;
+pub mod read;
 pub mod sanitize;
 pub mod search_format;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod truncate;
+pub mod write;

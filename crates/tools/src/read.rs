@@ -1,0 +1,978 @@
+//! The `read` tool (SPEC §4, reference §1.1): a text file with offset/limit and continuation
+//! notices, or an image as an inline attachment.
+//!
+//! One [`FileOperations::read_file`] per call. Images are recognised by magic bytes (never by
+//! extension) and prepared by [`crate::image`]. Binary files (NUL bytes or invalid UTF-8 in
+//! the first 8 KiB) get a short note instead of mojibake. Text keeps the reference's notices
+//! and head truncation (2000 lines / 50 KB, never half a line), with these differences: a
+//! trailing newline never counts as an extra line, the hint for an over-long first line
+//! shell-quotes the resolved path, and a negative `offset`/`limit` is an error.
+//! `read` does not take the mutation queue.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use cordon_core::protocol::Content;
+use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::file_tool::{ABORTED, decode_args, fs_error_text, whole_number};
+use crate::image::{SNIFF_BYTES, detect_image_mime, prepare_image};
+use crate::ops::{FileOperations, FsError};
+use crate::paths::{read_path_variants, resolve_to_cwd, shell_quote};
+use crate::truncate::{
+    DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Limits, TruncatedBy, Truncation, count_lines,
+    format_size, truncate_head,
+};
+
+/// How many leading bytes decide whether a file is binary.
+const BINARY_SNIFF_BYTES: usize = 8192;
+
+const DESCRIPTION: &str = "Read the contents of a file. Supports text files and images (jpg, \
+png, gif, webp, bmp). Images are sent as attachments. For text files, output is truncated to \
+2000 lines or 50KB (whichever is hit first). Use offset/limit for large files. When you need \
+the full file, continue with offset until complete.";
+
+/// Options of the `read` tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Scale and re-encode images over 2000×2000 or 4.5 MB of base64 (default `true`). BMP is
+    /// converted to PNG either way.
+    pub auto_resize_images: bool,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            auto_resize_images: true,
+        }
+    }
+}
+
+/// Why a `read` call failed; the text is what the model reads.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The arguments do not match the schema, or `offset`/`limit` are out of range.
+    #[error("{0}")]
+    InvalidArguments(String),
+    /// The call was cancelled.
+    #[error("{ABORTED}")]
+    Aborted,
+    /// Neither the path nor any of its filename variants exists.
+    #[error(
+        "ENOENT: file not found: {path}. Check the path, or use ls or find to locate the file."
+    )]
+    NotFound {
+        /// The path the model sent.
+        path: String,
+    },
+    /// The path is a directory.
+    #[error("EISDIR: {path} is a directory, not a file. Use ls to list its contents.")]
+    IsADirectory {
+        /// The path the model sent.
+        path: String,
+    },
+    /// Any other failure to read the file.
+    #[error("Could not read file: {path}. {}", fs_error_text(.source))]
+    Unreadable {
+        /// The path the model sent.
+        path: String,
+        /// The backend's error.
+        #[source]
+        source: FsError,
+    },
+    /// `offset` points past the last line.
+    #[error("Offset {offset} is beyond end of file ({total} lines total)")]
+    OffsetBeyondEnd {
+        /// The offset the model sent.
+        offset: u64,
+        /// Lines in the file.
+        total: usize,
+    },
+    /// The image worker died (a panic in a decoder).
+    #[error("Could not read file: {path}. Processing the image failed unexpectedly.")]
+    ImageTask {
+        /// The path the model sent.
+        path: String,
+    },
+}
+
+#[derive(Deserialize)]
+struct ReadArgs {
+    path: String,
+    offset: Option<f64>,
+    limit: Option<f64>,
+}
+
+/// The `read` tool over one backend's [`FileOperations`].
+pub struct ReadTool {
+    files: Arc<dyn FileOperations>,
+    options: ReadOptions,
+}
+
+impl ReadTool {
+    /// A `read` tool reading through `files`.
+    pub fn new(files: Arc<dyn FileOperations>, options: ReadOptions) -> Self {
+        ReadTool { files, options }
+    }
+
+    /// Read `path`, falling back to the reference's filename variants when it does not exist.
+    /// Returns the bytes and the path actually read.
+    async fn read_bytes(
+        &self,
+        shown: &str,
+        path: PathBuf,
+    ) -> Result<(Vec<u8>, PathBuf), ReadError> {
+        let first = self.files.read_file(&path).await;
+        let error = match first {
+            Ok(bytes) => return Ok((bytes, path)),
+            Err(FsError::NotFound { .. }) => {
+                let mut found = None;
+                for variant in read_path_variants(&path) {
+                    match self.files.read_file(&variant).await {
+                        Ok(bytes) => {
+                            found = Some(Ok((bytes, variant)));
+                            break;
+                        }
+                        Err(FsError::NotFound { .. } | FsError::NotADirectory { .. }) => {}
+                        Err(other) => {
+                            found = Some(Err(other));
+                            break;
+                        }
+                    }
+                }
+                match found {
+                    Some(Ok(read)) => return Ok(read),
+                    Some(Err(other)) => other,
+                    None => FsError::NotFound { path },
+                }
+            }
+            Err(other) => other,
+        };
+        let path = shown.to_owned();
+        Err(match error {
+            FsError::NotFound { .. } | FsError::NotADirectory { .. } => {
+                ReadError::NotFound { path }
+            }
+            FsError::IsADirectory { .. } => ReadError::IsADirectory { path },
+            source => ReadError::Unreadable { path, source },
+        })
+    }
+}
+
+fn parameters() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        json!({
+            "type": "object",
+            "required": ["path"],
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "description": "Path to the file to read (relative or absolute)"
+                },
+                "offset": {
+                    "type": "number",
+                    "description": "Line number to start reading from (1-indexed)"
+                },
+                "limit": {
+                    "type": "number",
+                    "description": "Maximum number of lines to read"
+                }
+            }
+        })
+    })
+}
+
+#[async_trait]
+impl AgentTool for ReadTool {
+    fn name(&self) -> &str {
+        "read"
+    }
+
+    fn label(&self) -> &str {
+        "read"
+    }
+
+    fn description(&self) -> &str {
+        DESCRIPTION
+    }
+
+    fn parameters(&self) -> &Value {
+        parameters()
+    }
+
+    fn prompt_snippet(&self) -> Option<&str> {
+        Some("Read file contents")
+    }
+
+    fn prompt_guidelines(&self) -> &[&str] {
+        &["Use read to examine files instead of cat or sed."]
+    }
+
+    async fn execute(&self, invocation: ToolInvocation) -> Result<AgentToolResult, ToolError> {
+        let ToolInvocation { args, cancel, .. } = invocation;
+        let ReadArgs {
+            path,
+            offset,
+            limit,
+        } = decode_args("read", args).map_err(ReadError::InvalidArguments)?;
+        let offset = offset
+            .map(|value| whole_number("offset", value, 0))
+            .transpose()
+            .map_err(ReadError::InvalidArguments)?;
+        let limit = limit
+            .map(|value| whole_number("limit", value, 1))
+            .transpose()
+            .map_err(ReadError::InvalidArguments)?;
+        if cancel.is_cancelled() {
+            return Err(ReadError::Aborted.into());
+        }
+        let absolute = resolve_to_cwd(&path, self.files.root(), self.files.home());
+        let (bytes, resolved) = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(ReadError::Aborted.into()),
+            read = self.read_bytes(&path, absolute) => read?,
+        };
+        let head = &bytes[..bytes.len().min(SNIFF_BYTES)];
+        if let Some(mime) = detect_image_mime(head) {
+            let auto_resize = self.options.auto_resize_images;
+            let prepared =
+                tokio::task::spawn_blocking(move || prepare_image(bytes, mime, auto_resize));
+            let prepared = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(ReadError::Aborted.into()),
+                prepared = prepared => prepared.map_err(|_| ReadError::ImageTask { path: path.clone() })?,
+            };
+            return Ok(match prepared {
+                Ok(image) => {
+                    let mut text = format!("Read image file [{}]", image.mime.as_str());
+                    for hint in &image.hints {
+                        text.push('\n');
+                        text.push_str(hint);
+                    }
+                    AgentToolResult {
+                        content: vec![
+                            Content::text(text),
+                            Content::Image {
+                                data: image.data_base64,
+                                mime_type: image.mime.as_str().to_owned(),
+                            },
+                        ],
+                        ..Default::default()
+                    }
+                }
+                Err(omitted) => AgentToolResult::text(format!(
+                    "Read image file [{}]\n{}",
+                    mime.as_str(),
+                    omitted.note()
+                )),
+            });
+        }
+        if let Some(reason) = binary_reason(&bytes) {
+            return Ok(binary_note(&path, bytes.len(), reason));
+        }
+        let text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            // Valid at the start, broken later: show it, with replacement characters.
+            Err(error) => String::from_utf8_lossy(error.as_bytes()).into_owned(),
+        };
+        render_text(
+            text,
+            &TextView {
+                offset,
+                limit,
+                resolved: &resolved,
+            },
+        )
+        .map_err(Into::into)
+    }
+}
+
+/// Why the start of a file says it is not text, if it does.
+fn binary_reason(bytes: &[u8]) -> Option<&'static str> {
+    let head = &bytes[..bytes.len().min(BINARY_SNIFF_BYTES)];
+    if memchr::memchr(0, head).is_some() {
+        return Some("it contains NUL bytes");
+    }
+    match std::str::from_utf8(head) {
+        Ok(_) => None,
+        // A character cut by the sniff window is fine unless the file really ends there.
+        Err(error) if error.error_len().is_none() && head.len() < bytes.len() => None,
+        Err(_) => Some("it is not valid UTF-8 text"),
+    }
+}
+
+fn binary_note(path: &str, size: usize, reason: &str) -> AgentToolResult {
+    AgentToolResult::text(format!(
+        "[Binary file not shown: {path} ({}, {size} bytes) is not text: {reason}. Use bash \
+         (e.g. file, xxd or od) to inspect it.]",
+        format_size(size)
+    ))
+    .with_details(json!({"binary": true, "size": size}))
+}
+
+/// Which part of a text file to show.
+struct TextView<'a> {
+    /// 1-based first line (`0` and `None` mean line 1).
+    offset: Option<u64>,
+    /// Maximum lines.
+    limit: Option<u64>,
+    /// The path actually read (for the `sed` hint).
+    resolved: &'a Path,
+}
+
+/// Byte index where line `index` (0-based) starts; `text.len()` past the end.
+fn line_start(text: &str, index: usize) -> usize {
+    match index {
+        0 => 0,
+        _ => memchr::memchr_iter(b'\n', text.as_bytes())
+            .nth(index - 1)
+            .map_or(text.len(), |newline| newline + 1),
+    }
+}
+
+/// Byte index of the `\n` ending the `count`-th line from `from` (exclusive end of `count`
+/// lines), or `None` when there are not that many line breaks.
+fn end_of_lines(text: &str, from: usize, count: usize) -> Option<usize> {
+    if count == 0 {
+        return Some(from);
+    }
+    memchr::memchr_iter(b'\n', &text.as_bytes()[from..])
+        .nth(count - 1)
+        .map(|newline| from + newline)
+}
+
+fn render_text(mut text: String, view: &TextView<'_>) -> Result<AgentToolResult, ReadError> {
+    let total = count_lines(&text);
+    let start_line = view.offset.map_or(0, |offset| offset.saturating_sub(1));
+    let start_line = usize::try_from(start_line).unwrap_or(usize::MAX);
+    if start_line >= total && !(total == 0 && start_line == 0) {
+        return Err(ReadError::OffsetBeyondEnd {
+            offset: view.offset.unwrap_or(0),
+            total,
+        });
+    }
+    let start = line_start(&text, start_line);
+    let wanted = view
+        .limit
+        .map(|limit| usize::try_from(limit).unwrap_or(usize::MAX))
+        .unwrap_or(usize::MAX)
+        .min(total - start_line);
+    let end_line = start_line + wanted;
+    // The selection ends at the file's end (keeping a final newline) or before the line break
+    // that ends its last line.
+    let end = if end_line >= total {
+        text.len()
+    } else {
+        end_of_lines(&text, start, wanted).unwrap_or(text.len())
+    };
+    let selected = &text[start..end];
+    // Truncation only needs one line more than it may keep; the totals are patched after.
+    let probe_end = end_of_lines(selected, 0, DEFAULT_MAX_LINES + 1).unwrap_or(selected.len());
+    let mut truncation = truncate_head(&selected[..probe_end], Limits::default());
+    if truncation.truncated || probe_end < selected.len() {
+        truncation.total_lines = end_line - start_line;
+        truncation.total_bytes = selected.len();
+        if !truncation.truncated {
+            // Only reachable if line counting disagreed; keep the notice honest.
+            truncation.truncated = true;
+            truncation.truncated_by = Some(TruncatedBy::Lines);
+        }
+    }
+    let first_shown = start_line + 1;
+    if truncation.first_line_exceeds_limit {
+        let line =
+            &selected[..memchr::memchr(b'\n', selected.as_bytes()).unwrap_or(selected.len())];
+        let hint = format!(
+            "[Line {first_shown} is {}, exceeds {} limit. Use bash: sed -n '{first_shown}p' {} | \
+             head -c {DEFAULT_MAX_BYTES}]",
+            format_size(line.len()),
+            format_size(DEFAULT_MAX_BYTES),
+            shell_quote(&view.resolved.to_string_lossy()),
+        );
+        return Ok(with_truncation(hint, truncation));
+    }
+    if truncation.truncated {
+        let last_shown = start_line + truncation.output_lines;
+        let limit_note = match truncation.truncated_by {
+            Some(TruncatedBy::Bytes) => format!(" ({} limit)", format_size(DEFAULT_MAX_BYTES)),
+            Some(TruncatedBy::Lines) | None => String::new(),
+        };
+        let output = format!(
+            "{}\n\n[Showing lines {first_shown}-{last_shown} of {total}{limit_note}. Use offset={} \
+             to continue.]",
+            truncation.content,
+            last_shown + 1
+        );
+        return Ok(with_truncation(output, truncation));
+    }
+    if end_line < total {
+        let output = format!(
+            "{selected}\n\n[{} more lines in file. Use offset={} to continue.]",
+            total - end_line,
+            end_line + 1
+        );
+        return Ok(AgentToolResult::text(output));
+    }
+    // The whole rest of the file fits: hand the buffer over without copying it.
+    text.truncate(end);
+    text.drain(..start);
+    Ok(AgentToolResult::text(text))
+}
+
+fn with_truncation(text: String, mut truncation: Truncation) -> AgentToolResult {
+    // The kept text is already in the content; do not ship it twice.
+    truncation.content = String::new();
+    AgentToolResult::text(text).with_details(json!({ "truncation": truncation }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fmt::Write as _;
+    use std::path::Path;
+
+    use base64::Engine as _;
+    use image::ImageFormat;
+    use serde_json::json;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::file_tool::test_util::{call, call_with, error, text};
+    use crate::image::samples::encoded;
+    use crate::testing::StdFiles;
+
+    fn tool(root: &Path) -> ReadTool {
+        ReadTool::new(Arc::new(StdFiles::new(root)), ReadOptions::default())
+    }
+
+    fn numbered(lines: usize) -> String {
+        let mut out = String::new();
+        for i in 1..=lines {
+            writeln!(out, "Line {i}").unwrap();
+        }
+        out
+    }
+
+    async fn read(dir: &Path, args: Value) -> AgentToolResult {
+        call(&tool(dir), args).await.unwrap()
+    }
+
+    #[test]
+    fn definition_matches_reference() {
+        let dir = tempfile::tempdir().unwrap();
+        let tool = tool(dir.path());
+        assert_eq!(tool.name(), "read");
+        assert_eq!(tool.description(), DESCRIPTION);
+        assert_eq!(tool.prompt_snippet(), Some("Read file contents"));
+        assert_eq!(
+            tool.prompt_guidelines(),
+            ["Use read to examine files instead of cat or sed."]
+        );
+        let schema = tool.parameters();
+        assert_eq!(schema["required"], json!(["path"]));
+        assert_eq!(schema["properties"]["offset"]["type"], "number");
+    }
+
+    #[tokio::test]
+    async fn reads_a_file_that_fits() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "Hello, world!\nLine 2\nLine 3").unwrap();
+        let result = read(dir.path(), json!({"path": "a.txt"})).await;
+        assert_eq!(text(&result), "Hello, world!\nLine 2\nLine 3");
+        assert_eq!(result.details, None);
+        assert!(!result.is_error);
+    }
+
+    #[tokio::test]
+    async fn keeps_the_trailing_newline_of_a_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "one\ntwo\n").unwrap();
+        let result = read(dir.path(), json!({"path": "a.txt"})).await;
+        assert_eq!(text(&result), "one\ntwo\n");
+    }
+
+    #[tokio::test]
+    async fn missing_file_is_enoent() {
+        let dir = tempfile::tempdir().unwrap();
+        let message = error(call(&tool(dir.path()), json!({"path": "nope.txt"})).await);
+        assert_eq!(
+            message,
+            "ENOENT: file not found: nope.txt. Check the path, or use ls or find to locate the \
+             file."
+        );
+    }
+
+    #[tokio::test]
+    async fn paths_outside_the_roots_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("secret.txt");
+        std::fs::write(&target, "secret\n").unwrap();
+        let path = target.to_str().unwrap();
+        let message = error(call(&tool(dir.path()), json!({"path": path})).await);
+        assert!(
+            message.starts_with(&format!(
+                "Could not read file: {path}. The path {path} is outside"
+            )),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn directory_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let message = error(call(&tool(dir.path()), json!({"path": "sub"})).await);
+        assert!(
+            message.starts_with("EISDIR: sub is a directory"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn truncates_by_line_count() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("big.txt"), numbered(2500)).unwrap();
+        let result = read(dir.path(), json!({"path": "big.txt"})).await;
+        let output = text(&result);
+        assert!(output.starts_with("Line 1\nLine 2\n"));
+        assert!(output.contains("Line 2000\n"));
+        assert!(!output.contains("Line 2001"));
+        assert!(
+            output.ends_with("\n\n[Showing lines 1-2000 of 2500. Use offset=2001 to continue.]")
+        );
+        let truncation = &result.details.unwrap()["truncation"];
+        assert_eq!(truncation["truncated"], json!(true));
+        assert_eq!(truncation["truncatedBy"], json!("lines"));
+        assert_eq!(truncation["totalLines"], json!(2500));
+        assert_eq!(truncation["outputLines"], json!(2000));
+    }
+
+    #[tokio::test]
+    async fn truncates_by_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut content = String::new();
+        for i in 1..=500 {
+            writeln!(content, "Line {i}: {}", "x".repeat(200)).unwrap();
+        }
+        std::fs::write(dir.path().join("wide.txt"), content).unwrap();
+        let result = read(dir.path(), json!({"path": "wide.txt"})).await;
+        let output = text(&result);
+        // Lines 1-243 take 51164 bytes with their joining newlines; line 244 would pass 51200.
+        assert!(
+            output.ends_with(
+                "\n\n[Showing lines 1-243 of 500 (50.0KB limit). Use offset=244 to continue.]"
+            ),
+            "{}",
+            &output[output.len() - 100..]
+        );
+        assert!(output.contains("Line 243: "));
+        assert!(!output.contains("Line 244: "));
+        assert_eq!(
+            result.details.unwrap()["truncation"]["truncatedBy"],
+            json!("bytes")
+        );
+    }
+
+    #[tokio::test]
+    async fn offset_shows_the_rest_without_notice() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), numbered(100)).unwrap();
+        let result = read(dir.path(), json!({"path": "f.txt", "offset": 51})).await;
+        let output = text(&result);
+        assert!(output.starts_with("Line 51\n"));
+        assert!(output.ends_with("Line 100\n"));
+        assert!(!output.contains("Line 50\n"));
+        assert!(!output.contains("offset="));
+        assert_eq!(result.details, None);
+    }
+
+    #[tokio::test]
+    async fn limit_adds_a_more_lines_notice() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), numbered(100)).unwrap();
+        let result = read(dir.path(), json!({"path": "f.txt", "limit": 10})).await;
+        let expected: Vec<String> = (1..=10).map(|i| format!("Line {i}")).collect();
+        assert_eq!(
+            text(&result),
+            format!(
+                "{}\n\n[90 more lines in file. Use offset=11 to continue.]",
+                expected.join("\n")
+            )
+        );
+        assert_eq!(result.details, None);
+    }
+
+    #[tokio::test]
+    async fn offset_and_limit_together() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), numbered(100)).unwrap();
+        let result = read(
+            dir.path(),
+            json!({"path": "f.txt", "offset": 41, "limit": 20}),
+        )
+        .await;
+        let output = text(&result);
+        assert!(output.starts_with("Line 41\n"));
+        assert!(output.contains("Line 60\n\n[40 more lines in file. Use offset=61 to continue.]"));
+        assert!(!output.contains("Line 61\n"));
+    }
+
+    #[tokio::test]
+    async fn limit_reaching_the_end_has_no_notice() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), numbered(10)).unwrap();
+        // The trailing newline is not an 11th line, so nothing "more" remains.
+        let result = read(
+            dir.path(),
+            json!({"path": "f.txt", "offset": 6, "limit": 5}),
+        )
+        .await;
+        assert_eq!(text(&result), "Line 6\nLine 7\nLine 8\nLine 9\nLine 10\n");
+        let result = read(
+            dir.path(),
+            json!({"path": "f.txt", "offset": 6, "limit": 50}),
+        )
+        .await;
+        assert_eq!(text(&result), "Line 6\nLine 7\nLine 8\nLine 9\nLine 10\n");
+    }
+
+    #[tokio::test]
+    async fn offset_beyond_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "a\nb\nc\n").unwrap();
+        let tool = tool(dir.path());
+        let message = error(call(&tool, json!({"path": "f.txt", "offset": 100})).await);
+        assert_eq!(message, "Offset 100 is beyond end of file (3 lines total)");
+        // Line 4 would be the phantom line after the final newline.
+        let message = error(call(&tool, json!({"path": "f.txt", "offset": 4})).await);
+        assert_eq!(message, "Offset 4 is beyond end of file (3 lines total)");
+        let last = call(&tool, json!({"path": "f.txt", "offset": 3}))
+            .await
+            .unwrap();
+        assert_eq!(text(&last), "c\n");
+    }
+
+    #[tokio::test]
+    async fn offset_zero_means_line_one() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "a\nb\n").unwrap();
+        let result = read(
+            dir.path(),
+            json!({"path": "f.txt", "offset": 0, "limit": 1}),
+        )
+        .await;
+        assert_eq!(
+            text(&result),
+            "a\n\n[1 more lines in file. Use offset=2 to continue.]"
+        );
+    }
+
+    #[tokio::test]
+    async fn negative_or_fractional_numbers_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "a\n").unwrap();
+        let tool = tool(dir.path());
+        let message = error(call(&tool, json!({"path": "f.txt", "offset": -5})).await);
+        assert_eq!(message, "offset must not be negative, got -5.");
+        let message = error(call(&tool, json!({"path": "f.txt", "limit": -1})).await);
+        assert_eq!(message, "limit must be at least 1, got -1.");
+        let message = error(call(&tool, json!({"path": "f.txt", "limit": 0})).await);
+        assert_eq!(message, "limit must be at least 1, got 0.");
+        let message = error(call(&tool, json!({"path": "f.txt", "offset": 1.5})).await);
+        assert_eq!(message, "offset must be a whole number, got 1.5.");
+    }
+
+    #[tokio::test]
+    async fn trailing_newline_is_not_counted_at_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let content = numbered(2000);
+        std::fs::write(dir.path().join("f.txt"), &content).unwrap();
+        let result = read(dir.path(), json!({"path": "f.txt"})).await;
+        assert_eq!(text(&result), content);
+        assert_eq!(result.details, None);
+        let result = read(dir.path(), json!({"path": "f.txt", "limit": 1999})).await;
+        assert!(
+            text(&result)
+                .ends_with("Line 1999\n\n[1 more lines in file. Use offset=2000 to continue.]")
+        );
+    }
+
+    #[tokio::test]
+    async fn truncation_counts_lines_without_the_phantom_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), numbered(2001)).unwrap();
+        let result = read(dir.path(), json!({"path": "f.txt"})).await;
+        assert!(
+            text(&result).ends_with("[Showing lines 1-2000 of 2001. Use offset=2001 to continue.]")
+        );
+    }
+
+    #[tokio::test]
+    async fn continuation_from_an_offset_reports_file_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), numbered(5000)).unwrap();
+        let result = read(dir.path(), json!({"path": "f.txt", "offset": 2001})).await;
+        let output = text(&result);
+        assert!(output.starts_with("Line 2001\n"));
+        assert!(
+            output.ends_with("[Showing lines 2001-4000 of 5000. Use offset=4001 to continue.]")
+        );
+        let truncation = &result.details.unwrap()["truncation"];
+        assert_eq!(truncation["totalLines"], json!(3000));
+        assert_eq!(truncation["outputLines"], json!(2000));
+    }
+
+    #[tokio::test]
+    async fn first_line_over_the_byte_limit_gives_a_quoted_hint() {
+        let dir = tempfile::tempdir().unwrap();
+        let content = format!("short\n{}\nafter\n", "x".repeat(60_000));
+        std::fs::write(dir.path().join("my file.txt"), content).unwrap();
+        let tool = tool(dir.path());
+        let result = call(&tool, json!({"path": "my file.txt", "offset": 2}))
+            .await
+            .unwrap();
+        let resolved = tool.files.root().join("my file.txt");
+        assert_eq!(
+            text(&result),
+            format!(
+                "[Line 2 is 58.6KB, exceeds 50.0KB limit. Use bash: sed -n '2p' '{}' | head -c 51200]",
+                resolved.display()
+            )
+        );
+        let truncation = &result.details.unwrap()["truncation"];
+        assert_eq!(truncation["firstLineExceedsLimit"], json!(true));
+    }
+
+    #[tokio::test]
+    async fn crlf_lines_keep_their_carriage_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "a\r\nb\r\nc\r\n").unwrap();
+        let result = read(dir.path(), json!({"path": "f.txt", "limit": 2})).await;
+        assert_eq!(
+            text(&result),
+            "a\r\nb\r\n\n[1 more lines in file. Use offset=3 to continue.]"
+        );
+    }
+
+    #[tokio::test]
+    async fn empty_file_reads_as_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("e.txt"), "").unwrap();
+        let result = read(dir.path(), json!({"path": "e.txt"})).await;
+        assert_eq!(text(&result), "");
+        let message = error(call(&tool(dir.path()), json!({"path": "e.txt", "offset": 2})).await);
+        assert_eq!(message, "Offset 2 is beyond end of file (0 lines total)");
+    }
+
+    #[tokio::test]
+    async fn png_bytes_in_a_txt_file_are_an_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let png = encoded(3, 2, ImageFormat::Png);
+        std::fs::write(dir.path().join("image.txt"), &png).unwrap();
+        let result = read(dir.path(), json!({"path": "image.txt"})).await;
+        assert_eq!(text(&result), "Read image file [image/png]");
+        match &result.content[1] {
+            Content::Image { data, mime_type } => {
+                assert_eq!(mime_type, "image/png");
+                assert_eq!(
+                    base64::engine::general_purpose::STANDARD
+                        .decode(data)
+                        .unwrap(),
+                    png
+                );
+            }
+            other => panic!("expected an image block, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn text_in_a_png_file_is_text() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("fake.png"), "definitely not a png\n").unwrap();
+        let result = read(dir.path(), json!({"path": "fake.png"})).await;
+        assert_eq!(result.content.len(), 1);
+        assert_eq!(text(&result), "definitely not a png\n");
+    }
+
+    #[tokio::test]
+    async fn bmp_is_sent_as_png() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("pic.bmp"), encoded(4, 4, ImageFormat::Bmp)).unwrap();
+        let result = read(dir.path(), json!({"path": "pic.bmp"})).await;
+        assert_eq!(
+            text(&result),
+            "Read image file [image/png]\n[Image converted from image/bmp to image/png.]"
+        );
+        match &result.content[1] {
+            Content::Image { data, mime_type } => {
+                assert_eq!(mime_type, "image/png");
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(data)
+                    .unwrap();
+                assert_eq!(bytes[0], 0x89);
+            }
+            other => panic!("expected an image block, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn large_png_is_resized() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("wide.png"),
+            encoded(2100, 42, ImageFormat::Png),
+        )
+        .unwrap();
+        let result = read(dir.path(), json!({"path": "wide.png"})).await;
+        assert_eq!(
+            text(&result),
+            "Read image file [image/png]\n[Image: original 2100x42, displayed at 2000x40. \
+             Multiply coordinates by 1.05 to map to original image.]"
+        );
+        let Content::Image { data, .. } = &result.content[1] else {
+            panic!("expected an image block");
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap();
+        let decoded = image::load_from_memory(&bytes).unwrap();
+        assert_eq!((decoded.width(), decoded.height()), (2000, 40));
+    }
+
+    #[tokio::test]
+    async fn undecodable_image_is_omitted_with_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut png = encoded(30, 30, ImageFormat::Png);
+        png.truncate(40); // signature and IHDR intact, the rest gone
+        std::fs::write(dir.path().join("broken.png"), &png).unwrap();
+        let mut bmp = encoded(30, 30, ImageFormat::Bmp);
+        bmp.truncate(60); // headers intact, pixels gone
+        std::fs::write(dir.path().join("broken.bmp"), &bmp).unwrap();
+        for (file, mime) in [("broken.png", "image/png"), ("broken.bmp", "image/bmp")] {
+            let result = read(dir.path(), json!({"path": file})).await;
+            assert_eq!(
+                text(&result),
+                format!(
+                    "Read image file [{mime}]\n[Image omitted: could not be converted to a \
+                     supported inline image format.]"
+                )
+            );
+            assert_eq!(result.content.len(), 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn binary_files_get_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("blob.bin"),
+            [0x7f, b'E', b'L', b'F', 0, 1, 2, 3],
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("latin1.txt"), b"caf\xe9 au lait\n").unwrap();
+        let result = read(dir.path(), json!({"path": "blob.bin"})).await;
+        assert_eq!(
+            text(&result),
+            "[Binary file not shown: blob.bin (8B, 8 bytes) is not text: it contains NUL bytes. \
+             Use bash (e.g. file, xxd or od) to inspect it.]"
+        );
+        let result = read(dir.path(), json!({"path": "latin1.txt"})).await;
+        assert!(text(&result).contains("is not text: it is not valid UTF-8 text"));
+    }
+
+    #[test]
+    fn binary_sniff_tolerates_a_character_cut_by_the_window() {
+        let mut bytes = vec![b'a'; BINARY_SNIFF_BYTES - 1];
+        bytes.extend_from_slice("é and more".as_bytes());
+        assert_eq!(binary_reason(&bytes), None);
+        let cut = &bytes[..BINARY_SNIFF_BYTES];
+        assert_eq!(binary_reason(cut), Some("it is not valid UTF-8 text"));
+    }
+
+    #[tokio::test]
+    async fn reads_macos_screenshot_name_variants() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = "Screenshot 2024-01-01 at 10.00.00\u{202F}AM.txt";
+        std::fs::write(dir.path().join(real), "shot\n").unwrap();
+        let result = read(
+            dir.path(),
+            json!({"path": "Screenshot 2024-01-01 at 10.00.00 AM.txt"}),
+        )
+        .await;
+        assert_eq!(text(&result), "shot\n");
+        let curly = "it\u{2019}s.txt";
+        std::fs::write(dir.path().join(curly), "quote\n").unwrap();
+        assert_eq!(
+            text(&read(dir.path(), json!({"path": "it's.txt"})).await),
+            "quote\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn reads_nfd_and_curly_quote_variants() {
+        let dir = tempfile::tempdir().unwrap();
+        // macOS stores accents decomposed; models send them composed.
+        std::fs::write(dir.path().join("cafe\u{301}.txt"), "nfd\n").unwrap();
+        assert_eq!(
+            text(&read(dir.path(), json!({"path": "café.txt"})).await),
+            "nfd\n"
+        );
+        // French screenshots: decomposed accent plus a curly apostrophe.
+        let name = "Capture d\u{2019}e\u{301}cran.txt";
+        std::fs::write(dir.path().join(name), "both\n").unwrap();
+        let result = read(dir.path(), json!({"path": "Capture d'écran.txt"})).await;
+        assert_eq!(text(&result), "both\n");
+        // Lower-case am/pm with a narrow no-break space (en_AU).
+        std::fs::write(dir.path().join("Shot 1.02.03\u{202F}pm.txt"), "pm\n").unwrap();
+        let result = read(dir.path(), json!({"path": "Shot 1.02.03 pm.txt"})).await;
+        assert_eq!(text(&result), "pm\n");
+        // The plain name wins when it exists.
+        std::fs::write(dir.path().join("plain's.txt"), "plain\n").unwrap();
+        std::fs::write(dir.path().join("plain\u{2019}s.txt"), "curly\n").unwrap();
+        assert_eq!(
+            text(&read(dir.path(), json!({"path": "plain's.txt"})).await),
+            "plain\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn resolves_at_prefix_and_home() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir_in(dir.path()).unwrap();
+        std::fs::write(home.path().join("notes.txt"), "home\n").unwrap();
+        std::fs::write(dir.path().join("a.txt"), "at\n").unwrap();
+        let files = StdFiles::new(dir.path()).with_home(home.path());
+        let tool = ReadTool::new(Arc::new(files), ReadOptions::default());
+        let result = call(&tool, json!({"path": "@a.txt"})).await.unwrap();
+        assert_eq!(text(&result), "at\n");
+        let result = call(&tool, json!({"path": "~/notes.txt"})).await.unwrap();
+        assert_eq!(text(&result), "home\n");
+    }
+
+    #[tokio::test]
+    async fn cancelled_call_is_aborted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "a\n").unwrap();
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let outcome = call_with(&tool(dir.path()), json!({"path": "f.txt"}), cancel).await;
+        assert_eq!(error(outcome), "Operation aborted");
+    }
+
+    #[test]
+    fn line_helpers() {
+        let text = "a\nbb\nccc";
+        assert_eq!(line_start(text, 0), 0);
+        assert_eq!(line_start(text, 1), 2);
+        assert_eq!(line_start(text, 2), 5);
+        assert_eq!(line_start(text, 3), text.len());
+        assert_eq!(end_of_lines(text, 0, 1), Some(1));
+        assert_eq!(end_of_lines(text, 2, 1), Some(4));
+        assert_eq!(end_of_lines(text, 2, 2), None);
+        assert_eq!(end_of_lines(text, 5, 0), Some(5));
+    }
+}
