@@ -688,6 +688,10 @@ impl FileOperations for LocalFiles {
         let (path, file) = self.shared.create_spill_file_sync()?;
         Ok((path, Box::new(tokio::fs::File::from_std(file))))
     }
+
+    fn spill_dir(&self) -> Option<&Path> {
+        Some(&self.shared.state.spill_path)
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,40 @@
 //! `cordon`: the command-line entry point. A thin layer of argument parsing and wiring over
-//! the library crates.
+//! the library crates (`cordon-runtime` does the work). Exit codes (CONTRACT §2): 0 success,
+//! 1 error result, 2 usage or configuration error with a one-line reason on stderr.
 
-fn main() {
-    println!("cordon");
+mod args;
+mod commands;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::args::Cli;
+
+/// Exit code of a usage or configuration error.
+const EXIT_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return args::report_parse_error(&error),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("cordon: failed to start the async runtime: {error}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("cordon: {}", output::one_line(&error));
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
 }

@@ -83,7 +83,10 @@ pub struct EnvSpec {
 }
 
 /// Everything a backend needs to confine commands and file operations.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+///
+/// The default is the safe baseline: read-write workspace, `.git/**` protected, no network,
+/// default limits, an empty environment allowlist, no degraded sandbox.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxSpec {
     /// Access to the workspace root.
@@ -105,6 +108,22 @@ pub struct SandboxSpec {
     /// Whether the operator accepted a weaker sandbox when a layer is unavailable.
     /// When `false` (the default) a missing layer is a hard error.
     pub allow_degraded: bool,
+}
+
+impl Default for SandboxSpec {
+    fn default() -> Self {
+        SandboxSpec {
+            workspace: RootAccess::ReadWrite,
+            readable_roots: Vec::new(),
+            writable_roots: Vec::new(),
+            protected: vec![".git/**".to_owned()],
+            denied: Vec::new(),
+            network: NetworkMode::Disabled,
+            limits: Limits::default(),
+            env: EnvSpec::default(),
+            allow_degraded: false,
+        }
+    }
 }
 
 mod duration_secs {

@@ -1,2 +1,25 @@
-//! `cordon-runtime`: Cordon's runtime wiring: backend + tools + policy hooks + audit for every entry point.
+//! `cordon-runtime`: the wiring every entry point shares (CLI `exec`/`replay`/`run`, the MCP
+//! server, the test suites). A [`Session`] owns one backend, the tools built over it, and the
+//! hooks that put the policy in front of every call:
+//!
+//! - `before_tool_call`: the paths a call touches are canonicalised by the backend (symlinks
+//!   resolved, confined by the kernel or the remote side) and judged by the policy; `Ask` goes
+//!   to an [`Approver`] when the front end has one and is a denial otherwise; every decision is
+//!   audited.
+//! - `after_tool_call`: secrets are redacted from everything the model sees, a degraded
+//!   sandbox is stated in the details, the finished call is audited.
+//! - partial results (`on_update`) are redacted too, by wrapping each tool.
+//!
+//! It owns no policy logic (`cordon-policy`), no tool logic (`cordon-tools`) and no backend
+//! logic (`backends/*`).
 #![warn(missing_docs)]
+
+mod approval;
+mod audit;
+mod hooks;
+mod registry;
+mod session;
+
+pub use approval::{Approval, ApprovalRequest, Approver};
+pub use audit::{AuditError, AuditLog};
+pub use session::{BackendChoice, RuntimeError, Session, SessionOptions};

@@ -255,6 +255,13 @@ pub trait FileOperations: Send + Sync {
     ///
     /// [`read_file`]: FileOperations::read_file
     async fn create_spill_file(&self) -> Result<(PathBuf, SpillWriter), FsError>;
+
+    /// The directory holding this backend's spill files, if it has one. Reads below it are
+    /// always allowed to the `read` tool (the runtime exempts it from policy read globs), so a
+    /// truncated command's full output stays reachable.
+    fn spill_dir(&self) -> Option<&Path> {
+        None
+    }
 }
 
 /// A command to run (SPEC §4, bash).
