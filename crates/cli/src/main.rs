@@ -3,7 +3,7 @@
 //! 1 error result, 2 usage or configuration error with a one-line reason on stderr.
 
 mod args;
-mod commands;
+mod cmd;
 mod output;
 
 use std::process::ExitCode;
@@ -30,7 +30,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    match runtime.block_on(commands::run(cli)) {
+    match runtime.block_on(cmd::run(cli)) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("cordon: {}", output::one_line(&error));

@@ -1,0 +1,21 @@
+//! One module per subcommand. Each owns its arguments and its run function; `run` dispatches.
+
+pub mod audit;
+pub mod common;
+pub mod exec;
+pub mod policy;
+pub mod replay;
+
+use std::process::ExitCode;
+
+use crate::args::{Cli, Command};
+
+/// Run the parsed command. `Err` is a usage or configuration error (exit 2).
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Exec(args) => exec::exec(args).await,
+        Command::Replay(args) => replay::replay(args).await,
+        Command::Policy(command) => policy::policy(command),
+        Command::Audit(command) => audit::audit(command),
+    }
+}
