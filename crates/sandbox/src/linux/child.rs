@@ -1,0 +1,368 @@
+//! Code that runs in the new child between `clone` and `execve`: the init (PID 1 of the new
+//! PID namespace, which sets up mounts, starts the command and reaps everything) and the
+//! command's own last steps (session, limits, stdio, capabilities, no_new_privs, Landlock,
+//! seccomp, exec).
+//!
+//! Everything here is async-signal-safe: the data is prebuilt by the parent in a
+//! [`ChildPlan`], the code only reads it and calls the raw wrappers of `sys`, never
+//! allocates, locks or panics, and every path ends in `execve` or `_exit`. A failing step is
+//! reported to the parent as `(step, errno, path index)` over the exec pipe.
+
+use std::ffi::{CStr, c_int, c_void};
+use std::os::fd::RawFd;
+
+use crate::error::SetupStep;
+use crate::linux::mounts::MountKind;
+use crate::linux::sys::{self, CStringArray, Errno, SockFilter};
+
+/// Signals the init forwards to every process of the sandbox when the parent sends them.
+pub(crate) const FORWARDED_SIGNALS: [c_int; 9] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGTERM,
+    libc::SIGCONT,
+    libc::SIGWINCH,
+];
+
+/// "No path" in an error record.
+pub(crate) const NO_INDEX: u32 = u32::MAX;
+/// Exit code of a child whose setup failed.
+const SETUP_FAILED_EXIT: c_int = 127;
+/// Exit code of an init whose parent went away.
+const PARENT_GONE_EXIT: c_int = 125;
+
+/// Status record tags written by the init to the control socket.
+pub(crate) const STATUS_EXITED: u32 = 0;
+/// The command was killed by a signal.
+pub(crate) const STATUS_SIGNALED: u32 = 1;
+
+/// One prebuilt mount step.
+pub(crate) struct ChildMount<'a> {
+    /// What to do.
+    pub kind: MountKind,
+    /// Target path.
+    pub path: &'a CStr,
+}
+
+/// Everything the child needs, prebuilt by the parent.
+pub(crate) struct ChildPlan<'a> {
+    /// Run an init in new PID + mount namespaces; otherwise exec the command directly.
+    pub namespaces: bool,
+    /// `(uid_map, gid_map)` contents when a user namespace is created.
+    pub user_maps: Option<(&'a [u8], &'a [u8])>,
+    /// ASCII value for the PID namespace's `pid_max`.
+    pub pid_max: Option<&'a [u8]>,
+    /// Mount steps after `/proc` (pins, protects, masks, shm).
+    pub mounts: &'a [ChildMount<'a>],
+    /// Empty unreadable directory used as a mask.
+    pub mask_dir: &'a CStr,
+    /// Empty unreadable file used as a mask.
+    pub mask_file: &'a CStr,
+    /// Session directory mounted over `/dev/shm`.
+    pub shm_source: &'a CStr,
+    /// Sorted fds the init keeps (everything else is closed).
+    pub keep_fds: &'a [RawFd],
+    /// Write end of the exec pipe (error records; closed at exec).
+    pub exec_fd: RawFd,
+    /// The init's end of the control socket (status out, parent's EOF in).
+    pub control_fd: RawFd,
+    /// Standard input, output, error (all >= 3).
+    pub stdio: [RawFd; 3],
+    /// Working directory.
+    pub cwd: &'a CStr,
+    /// Program path.
+    pub program: &'a CStr,
+    /// argv.
+    pub argv: &'a CStringArray,
+    /// envp.
+    pub envp: &'a CStringArray,
+    /// `(resource, soft, hard)` limits.
+    pub rlimits: &'a [(c_int, u64, u64)],
+    /// Highest capability number.
+    pub last_cap: u32,
+    /// Landlock ruleset to enforce.
+    pub landlock: Option<RawFd>,
+    /// Rights to grant on the fresh `/proc` (added to the ruleset by the init: Landlock
+    /// ignores rules on covered mount points, so the host `/proc` rule cannot reach it).
+    pub proc_rights: u64,
+    /// seccomp program to install.
+    pub seccomp: Option<&'a [SockFilter]>,
+}
+
+type StepResult = Result<(), (SetupStep, Errno, u32)>;
+
+fn step<T>(result: Result<T, Errno>, step: SetupStep) -> Result<T, (SetupStep, Errno, u32)> {
+    result.map_err(|errno| (step, errno, NO_INDEX))
+}
+
+fn report(fd: RawFd, (step, errno, index): (SetupStep, Errno, u32)) {
+    let mut record = [0u8; 12];
+    let fields = [
+        step.number().to_ne_bytes(),
+        errno.to_ne_bytes(),
+        index.to_ne_bytes(),
+    ];
+    for (chunk, field) in record.chunks_exact_mut(4).zip(fields) {
+        chunk.copy_from_slice(&field);
+    }
+    let _ = sys::write_all_raw(fd, &record);
+}
+
+/// Entry point of the cloned child. Never returns.
+pub(crate) fn run(plan: &ChildPlan<'_>) -> ! {
+    if plan.namespaces {
+        init_main(plan)
+    } else {
+        let error = match reset_for_command() {
+            Ok(()) => command_main(plan),
+            Err(error) => error,
+        };
+        report(plan.exec_fd, error);
+        sys::exit_now(SETUP_FAILED_EXIT)
+    }
+}
+
+fn reset_for_command() -> StepResult {
+    step(sys::reset_signals(), SetupStep::ResetSignals)
+}
+
+/// The init: PID 1 of the sandbox's PID namespace.
+fn init_main(plan: &ChildPlan<'_>) -> ! {
+    match init_setup(plan) {
+        Ok(command) => init_wait(plan, command),
+        Err(error) => {
+            report(plan.exec_fd, error);
+            sys::exit_now(SETUP_FAILED_EXIT)
+        }
+    }
+}
+
+fn close_all_but(keep: &[RawFd]) -> Result<(), Errno> {
+    let mut next: u32 = 0;
+    for &fd in keep {
+        let fd = fd as u32;
+        if fd > next {
+            sys::close_range(next, fd - 1, 0)?;
+        }
+        next = fd.saturating_add(1);
+    }
+    sys::close_range(next, u32::MAX, 0)
+}
+
+fn init_setup(plan: &ChildPlan<'_>) -> Result<i32, (SetupStep, Errno, u32)> {
+    step(sys::reset_signals(), SetupStep::ResetSignals)?;
+    // Other threads of the parent may have created fds (pipes of concurrent spawns) that
+    // must not stay open for the life of this init.
+    step(close_all_but(plan.keep_fds), SetupStep::CloseFds)?;
+    if let Some((uid_map, gid_map)) = plan.user_maps {
+        step(
+            sys::write_file_raw(c"/proc/self/setgroups", b"deny"),
+            SetupStep::MapUsers,
+        )?;
+        step(
+            sys::write_file_raw(c"/proc/self/uid_map", uid_map),
+            SetupStep::MapUsers,
+        )?;
+        step(
+            sys::write_file_raw(c"/proc/self/gid_map", gid_map),
+            SetupStep::MapUsers,
+        )?;
+    }
+    step(sys::make_mounts_private(), SetupStep::MakeMountsPrivate)?;
+    step(sys::mount_proc(), SetupStep::MountProc)?;
+    if let Some(pid_max) = plan.pid_max {
+        step(
+            sys::write_file_raw(c"/proc/sys/kernel/pid_max", pid_max),
+            SetupStep::SetPidMax,
+        )?;
+    }
+    // The fresh /proc is writable; a capability-less root could still write most sysctls.
+    if let Some(ruleset) = plan.landlock
+        && plan.proc_rights != 0
+    {
+        let proc_fd = step(
+            sys::openat2_raw(libc::AT_FDCWD, c"/proc", libc::O_PATH),
+            SetupStep::Landlock,
+        )?;
+        let added = sys::landlock_add_path_rule_raw(ruleset, proc_fd, plan.proc_rights);
+        sys::close_raw(proc_fd);
+        step(added, SetupStep::Landlock)?;
+    }
+    step(bind_self(c"/proc/sys", true, None), SetupStep::MountProc)?;
+    match bind_self(c"/proc/sysrq-trigger", true, None) {
+        // Kernels without CONFIG_MAGIC_SYSRQ have no such file.
+        Ok(()) | Err(libc::ENOENT) => {}
+        Err(errno) => return Err((SetupStep::MountProc, errno, NO_INDEX)),
+    }
+    for (index, mount) in plan.mounts.iter().enumerate() {
+        let index = index as u32;
+        let result =
+            match mount.kind {
+                MountKind::Pin => {
+                    bind_self(mount.path, false, None).map_err(|e| (SetupStep::PinPath, e))
+                }
+                MountKind::Protect { expect } => {
+                    bind_self(mount.path, true, expect).map_err(|e| (SetupStep::ProtectPath, e))
+                }
+                MountKind::MaskDir => {
+                    bind_over(plan.mask_dir, mount.path, true).map_err(|e| (SetupStep::MaskPath, e))
+                }
+                MountKind::MaskFile => bind_over(plan.mask_file, mount.path, true)
+                    .map_err(|e| (SetupStep::MaskPath, e)),
+                MountKind::Shm => bind_over(plan.shm_source, mount.path, false)
+                    .map_err(|e| (SetupStep::MountShm, e)),
+            };
+        result.map_err(|(step, errno)| (step, errno, index))?;
+    }
+    // Nothing in the sandbox may ptrace the init or read its memory (a copy of the parent's).
+    step(sys::set_not_dumpable(), SetupStep::WatchParent)?;
+    for signal in FORWARDED_SIGNALS {
+        step(
+            sys::install_handler(signal, forward_signal),
+            SetupStep::ResetSignals,
+        )?;
+    }
+    step(
+        sys::install_handler(libc::SIGCHLD, wake_on_child),
+        SetupStep::ResetSignals,
+    )?;
+    step(sys::block_child_signal(), SetupStep::ResetSignals)?;
+    let pid = step(sys::fork_raw(), SetupStep::ForkCommand)?;
+    if pid == 0 {
+        let error = match reset_for_command() {
+            Ok(()) => command_main(plan),
+            Err(error) => error,
+        };
+        report(plan.exec_fd, error);
+        sys::exit_now(SETUP_FAILED_EXIT)
+    }
+    sys::ignore_signal(libc::SIGPIPE);
+    // The parent learns that the command is running (or failed) from EOF on this pipe.
+    sys::close_raw(plan.exec_fd);
+    Ok(pid)
+}
+
+/// Reap until the command ends, then report its status and exit (the kernel kills every
+/// other process of the namespace with us). Exit early when the parent goes away.
+fn init_wait(plan: &ChildPlan<'_>, command: i32) -> ! {
+    loop {
+        loop {
+            match sys::wait_any_nohang() {
+                Ok(Some((pid, status))) if pid == command => {
+                    let record = if libc::WIFSIGNALED(status) {
+                        status_record(STATUS_SIGNALED, libc::WTERMSIG(status))
+                    } else {
+                        status_record(STATUS_EXITED, libc::WEXITSTATUS(status))
+                    };
+                    let _ = sys::write_all_raw(plan.control_fd, &record);
+                    sys::exit_now(0)
+                }
+                Ok(Some(_)) => continue,
+                Ok(None) => break,
+                Err(errno) if errno == libc::EINTR => continue,
+                Err(_) => sys::exit_now(SETUP_FAILED_EXIT),
+            }
+        }
+        if sys::wait_for_hangup_or_signal(plan.control_fd) {
+            sys::exit_now(PARENT_GONE_EXIT)
+        }
+    }
+}
+
+fn status_record(tag: u32, value: c_int) -> [u8; 8] {
+    let mut record = [0u8; 8];
+    record[..4].copy_from_slice(&tag.to_ne_bytes());
+    record[4..].copy_from_slice(&value.to_ne_bytes());
+    record
+}
+
+/// Forward a signal from the parent (sender outside the namespace: `si_pid` 0) to every
+/// process of the sandbox.
+extern "C" fn forward_signal(signal: c_int, info: *mut libc::siginfo_t, _context: *mut c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let from_outside = info.is_null() || unsafe { (*info).si_pid() } == 0;
+    if from_outside {
+        sys::kill_all(signal);
+    }
+}
+
+/// SIGCHLD only needs to interrupt `ppoll`.
+extern "C" fn wake_on_child(_signal: c_int, _info: *mut libc::siginfo_t, _context: *mut c_void) {}
+
+/// Open `path` without following symlinks and bind it onto itself.
+fn bind_self(path: &CStr, read_only: bool, expect: Option<(u64, u64)>) -> Result<(), Errno> {
+    let fd = sys::openat2_raw(libc::AT_FDCWD, path, libc::O_PATH)?;
+    let result = (|| {
+        if let Some(expect) = expect
+            && sys::fstat_raw(fd)? != expect
+        {
+            return Err(libc::ESTALE);
+        }
+        sys::bind_fd_onto_fd(fd, fd, read_only)
+    })();
+    sys::close_raw(fd);
+    result
+}
+
+/// Bind `source` over `target`, both opened without following symlinks.
+fn bind_over(source: &CStr, target: &CStr, read_only: bool) -> Result<(), Errno> {
+    let source_fd = sys::openat2_raw(libc::AT_FDCWD, source, libc::O_PATH)?;
+    let result = sys::openat2_raw(libc::AT_FDCWD, target, libc::O_PATH).and_then(|target_fd| {
+        let result = sys::bind_fd_onto_fd(source_fd, target_fd, read_only);
+        sys::close_raw(target_fd);
+        result
+    });
+    sys::close_raw(source_fd);
+    result
+}
+
+/// The command's last steps; returns only with the failing step.
+fn command_main(plan: &ChildPlan<'_>) -> (SetupStep, Errno, u32) {
+    match command_setup(plan) {
+        Ok(()) => (
+            SetupStep::Exec,
+            sys::execve(plan.program, plan.argv, plan.envp),
+            NO_INDEX,
+        ),
+        Err(error) => error,
+    }
+}
+
+fn command_setup(plan: &ChildPlan<'_>) -> StepResult {
+    // Own session and process group: the backend (and the degraded mode) signals the group.
+    step(sys::setsid(), SetupStep::NewSession)?;
+    for &(resource, soft, hard) in plan.rlimits {
+        step(sys::set_rlimit(resource, soft, hard), SetupStep::SetRlimit)?;
+    }
+    step(sys::chdir(plan.cwd), SetupStep::ChangeDirectory)?;
+    for (target, &fd) in plan.stdio.iter().enumerate() {
+        step(sys::dup2(fd, target as RawFd), SetupStep::RedirectStdio)?;
+    }
+    // Nothing but stdio survives exec; the exec pipe and the ruleset fd stay usable until
+    // then.
+    step(
+        sys::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC),
+        SetupStep::CloseFds,
+    )?;
+    step(
+        sys::drop_all_capabilities(plan.last_cap),
+        SetupStep::DropCapabilities,
+    )?;
+    match sys::has_any_capability() {
+        Ok(false) => {}
+        Ok(true) => return Err((SetupStep::VerifyCapabilities, libc::EPERM, NO_INDEX)),
+        Err(errno) => return Err((SetupStep::VerifyCapabilities, errno, NO_INDEX)),
+    }
+    step(sys::set_no_new_privs(), SetupStep::NoNewPrivs)?;
+    if let Some(ruleset) = plan.landlock {
+        step(sys::landlock_restrict_self(ruleset), SetupStep::Landlock)?;
+    }
+    if let Some(program) = plan.seccomp {
+        step(sys::seccomp_set_filter(program), SetupStep::Seccomp)?;
+    }
+    Ok(())
+}
