@@ -831,9 +831,8 @@ pub(crate) fn drop_all_capabilities(last_cap: u32) -> Result<(), Errno> {
     } as c_long)?;
     for cap in 0..=last_cap {
         // SAFETY: as above.
-        check(
-            unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } as c_long,
-        )?;
+        let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        check(ret as c_long)?;
     }
     let bits = libc::SECBIT_NOROOT
         | libc::SECBIT_NOROOT_LOCKED
@@ -843,9 +842,8 @@ pub(crate) fn drop_all_capabilities(last_cap: u32) -> Result<(), Errno> {
         | libc::SECBIT_NO_CAP_AMBIENT_RAISE
         | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
     // SAFETY: as above.
-    check(
-        unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) } as c_long,
-    )?;
+    let ret = unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) };
+    check(ret as c_long)?;
     let header = CapHeader {
         version: LINUX_CAPABILITY_VERSION_3,
         pid: 0,
