@@ -172,12 +172,16 @@ fn describe_path(path: &Option<PathBuf>) -> String {
 pub enum SetupStep {
     /// Reset signal dispositions and mask.
     ResetSignals,
-    /// Arrange to die with the parent.
-    WatchParent,
+    /// Make the init undumpable (no ptrace, root-owned `/proc/1`).
+    HideInit,
     /// Write the user namespace's uid/gid maps.
     MapUsers,
     /// Make every mount private to the new namespace.
     MakeMountsPrivate,
+    /// Make every mount read-only.
+    ReadOnlyRoot,
+    /// Bind a writable root writable again.
+    BindWritable,
     /// Mount a fresh `/proc`.
     MountProc,
     /// Set the PID namespace's `pid_max`.
@@ -218,11 +222,13 @@ pub enum SetupStep {
 
 impl SetupStep {
     /// Every step, indexed by its wire number.
-    pub(crate) const ALL: [SetupStep; 22] = [
+    pub(crate) const ALL: [SetupStep; 24] = [
         SetupStep::ResetSignals,
-        SetupStep::WatchParent,
+        SetupStep::HideInit,
         SetupStep::MapUsers,
         SetupStep::MakeMountsPrivate,
+        SetupStep::ReadOnlyRoot,
+        SetupStep::BindWritable,
         SetupStep::MountProc,
         SetupStep::SetPidMax,
         SetupStep::PinPath,
@@ -247,27 +253,29 @@ impl SetupStep {
     pub(crate) fn number(self) -> u32 {
         match self {
             SetupStep::ResetSignals => 0,
-            SetupStep::WatchParent => 1,
+            SetupStep::HideInit => 1,
             SetupStep::MapUsers => 2,
             SetupStep::MakeMountsPrivate => 3,
-            SetupStep::MountProc => 4,
-            SetupStep::SetPidMax => 5,
-            SetupStep::PinPath => 6,
-            SetupStep::ProtectPath => 7,
-            SetupStep::MaskPath => 8,
-            SetupStep::MountShm => 9,
-            SetupStep::ForkCommand => 10,
-            SetupStep::NewSession => 11,
-            SetupStep::SetRlimit => 12,
-            SetupStep::ChangeDirectory => 13,
-            SetupStep::RedirectStdio => 14,
-            SetupStep::CloseFds => 15,
-            SetupStep::DropCapabilities => 16,
-            SetupStep::VerifyCapabilities => 17,
-            SetupStep::NoNewPrivs => 18,
-            SetupStep::Landlock => 19,
-            SetupStep::Seccomp => 20,
-            SetupStep::Exec => 21,
+            SetupStep::ReadOnlyRoot => 4,
+            SetupStep::BindWritable => 5,
+            SetupStep::MountProc => 6,
+            SetupStep::SetPidMax => 7,
+            SetupStep::PinPath => 8,
+            SetupStep::ProtectPath => 9,
+            SetupStep::MaskPath => 10,
+            SetupStep::MountShm => 11,
+            SetupStep::ForkCommand => 12,
+            SetupStep::NewSession => 13,
+            SetupStep::SetRlimit => 14,
+            SetupStep::ChangeDirectory => 15,
+            SetupStep::RedirectStdio => 16,
+            SetupStep::CloseFds => 17,
+            SetupStep::DropCapabilities => 18,
+            SetupStep::VerifyCapabilities => 19,
+            SetupStep::NoNewPrivs => 20,
+            SetupStep::Landlock => 21,
+            SetupStep::Seccomp => 22,
+            SetupStep::Exec => 23,
         }
     }
 
@@ -281,9 +289,11 @@ impl std::fmt::Display for SetupStep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             SetupStep::ResetSignals => "reset signal handlers",
-            SetupStep::WatchParent => "watch the parent process",
+            SetupStep::HideInit => "make the sandbox init undumpable",
             SetupStep::MapUsers => "write the user namespace maps",
             SetupStep::MakeMountsPrivate => "make mounts private",
+            SetupStep::ReadOnlyRoot => "make every mount read-only",
+            SetupStep::BindWritable => "bind writable the root",
             SetupStep::MountProc => "mount a fresh /proc",
             SetupStep::SetPidMax => "set the PID namespace's pid_max",
             SetupStep::PinPath => "pin directory",

@@ -13,7 +13,7 @@ use std::os::fd::RawFd;
 
 use crate::error::SetupStep;
 use crate::linux::mounts::MountKind;
-use crate::linux::sys::{self, CStringArray, Errno, SockFilter};
+use crate::linux::sys::{self, BindMode, CStringArray, Errno, SockFilter};
 
 /// Signals the init forwards to every process of the sandbox when the parent sends them.
 pub(crate) const FORWARDED_SIGNALS: [c_int; 9] = [
@@ -173,6 +173,7 @@ fn init_setup(plan: &ChildPlan<'_>) -> Result<i32, (SetupStep, Errno, u32)> {
         )?;
     }
     step(sys::make_mounts_private(), SetupStep::MakeMountsPrivate)?;
+    step(sys::make_all_mounts_read_only(), SetupStep::ReadOnlyRoot)?;
     step(sys::mount_proc(), SetupStep::MountProc)?;
     if let Some(pid_max) = plan.pid_max {
         step(
@@ -192,34 +193,47 @@ fn init_setup(plan: &ChildPlan<'_>) -> Result<i32, (SetupStep, Errno, u32)> {
         sys::close_raw(proc_fd);
         step(added, SetupStep::Landlock)?;
     }
-    step(bind_self(c"/proc/sys", true, None), SetupStep::MountProc)?;
-    match bind_self(c"/proc/sysrq-trigger", true, None) {
+    step(
+        bind_self(c"/proc/sys", BindMode::ReadOnly, None),
+        SetupStep::MountProc,
+    )?;
+    match bind_self(c"/proc/sysrq-trigger", BindMode::ReadOnly, None) {
         // Kernels without CONFIG_MAGIC_SYSRQ have no such file.
         Ok(()) | Err(libc::ENOENT) => {}
         Err(errno) => return Err((SetupStep::MountProc, errno, NO_INDEX)),
     }
     for (index, mount) in plan.mounts.iter().enumerate() {
         let index = index as u32;
-        let result =
-            match mount.kind {
-                MountKind::Pin => {
-                    bind_self(mount.path, false, None).map_err(|e| (SetupStep::PinPath, e))
-                }
-                MountKind::Protect { expect } => {
-                    bind_self(mount.path, true, expect).map_err(|e| (SetupStep::ProtectPath, e))
-                }
-                MountKind::MaskDir => {
-                    bind_over(plan.mask_dir, mount.path, true).map_err(|e| (SetupStep::MaskPath, e))
-                }
-                MountKind::MaskFile => bind_over(plan.mask_file, mount.path, true)
-                    .map_err(|e| (SetupStep::MaskPath, e)),
-                MountKind::Shm => bind_over(plan.shm_source, mount.path, false)
-                    .map_err(|e| (SetupStep::MountShm, e)),
-            };
-        result.map_err(|(step, errno)| (step, errno, index))?;
+        let (step_kind, result) = match mount.kind {
+            MountKind::Writable => (
+                SetupStep::BindWritable,
+                bind_self(mount.path, BindMode::ReadWrite, None),
+            ),
+            MountKind::Pin => (
+                SetupStep::PinPath,
+                bind_self(mount.path, BindMode::ReadWrite, None),
+            ),
+            MountKind::Protect { expect } => (
+                SetupStep::ProtectPath,
+                bind_self(mount.path, BindMode::ReadOnly, expect),
+            ),
+            MountKind::MaskDir => (
+                SetupStep::MaskPath,
+                bind_over(plan.mask_dir, mount.path, BindMode::ReadOnly),
+            ),
+            MountKind::MaskFile => (
+                SetupStep::MaskPath,
+                bind_over(plan.mask_file, mount.path, BindMode::ReadOnly),
+            ),
+            MountKind::Shm => (
+                SetupStep::MountShm,
+                bind_over(plan.shm_source, mount.path, BindMode::ReadWrite),
+            ),
+        };
+        result.map_err(|errno| (step_kind, errno, index))?;
     }
     // Nothing in the sandbox may ptrace the init or read its memory (a copy of the parent's).
-    step(sys::set_not_dumpable(), SetupStep::WatchParent)?;
+    step(sys::set_not_dumpable(), SetupStep::HideInit)?;
     for signal in FORWARDED_SIGNALS {
         step(
             sys::install_handler(signal, forward_signal),
@@ -294,7 +308,7 @@ extern "C" fn forward_signal(signal: c_int, info: *mut libc::siginfo_t, _context
 extern "C" fn wake_on_child(_signal: c_int, _info: *mut libc::siginfo_t, _context: *mut c_void) {}
 
 /// Open `path` without following symlinks and bind it onto itself.
-fn bind_self(path: &CStr, read_only: bool, expect: Option<(u64, u64)>) -> Result<(), Errno> {
+fn bind_self(path: &CStr, mode: BindMode, expect: Option<(u64, u64)>) -> Result<(), Errno> {
     let fd = sys::openat2_raw(libc::AT_FDCWD, path, libc::O_PATH)?;
     let result = (|| {
         if let Some(expect) = expect
@@ -302,17 +316,17 @@ fn bind_self(path: &CStr, read_only: bool, expect: Option<(u64, u64)>) -> Result
         {
             return Err(libc::ESTALE);
         }
-        sys::bind_fd_onto_fd(fd, fd, read_only)
+        sys::bind_fd_onto_fd(fd, fd, mode)
     })();
     sys::close_raw(fd);
     result
 }
 
 /// Bind `source` over `target`, both opened without following symlinks.
-fn bind_over(source: &CStr, target: &CStr, read_only: bool) -> Result<(), Errno> {
+fn bind_over(source: &CStr, target: &CStr, mode: BindMode) -> Result<(), Errno> {
     let source_fd = sys::openat2_raw(libc::AT_FDCWD, source, libc::O_PATH)?;
     let result = sys::openat2_raw(libc::AT_FDCWD, target, libc::O_PATH).and_then(|target_fd| {
-        let result = sys::bind_fd_onto_fd(source_fd, target_fd, read_only);
+        let result = sys::bind_fd_onto_fd(source_fd, target_fd, mode);
         sys::close_raw(target_fd);
         result
     });

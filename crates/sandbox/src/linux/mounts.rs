@@ -43,6 +43,8 @@ fn is_placeholder(meta: &std::fs::Metadata) -> bool {
 /// What one mount step does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MountKind {
+    /// Bind a writable root onto itself, writable (everything else is read-only).
+    Writable,
     /// Bind a directory onto itself, writable (pinning it against rename and removal).
     Pin,
     /// Bind a path onto itself read-only; `expect` is the inode a placeholder must still be.
@@ -257,6 +259,16 @@ pub(crate) fn plan(config: &MountConfig) -> Result<MountPlan, SandboxError> {
     masks.retain(|(path, _)| !under_mask(path));
 
     let mut steps = Vec::new();
+    let mut writable: Vec<&PathBuf> = config.write.iter().collect();
+    writable.sort_by_key(|path| (depth(path), path.as_path()));
+    writable.dedup();
+    for path in writable {
+        steps.push(MountStep {
+            kind: MountKind::Writable,
+            path: path.clone(),
+            c_path: c_path(path)?,
+        });
+    }
     if config.private_shm {
         steps.push(MountStep {
             kind: MountKind::Shm,

@@ -67,7 +67,7 @@ fn check_mount_api() -> i32 {
     let Ok(fd) = sys::openat2_raw(libc::AT_FDCWD, c"/", libc::O_PATH) else {
         return 2;
     };
-    match sys::bind_fd_onto_fd(fd, fd, true) {
+    match sys::bind_fd_onto_fd(fd, fd, sys::BindMode::ReadOnly) {
         Ok(()) => 0,
         Err(_) => 3,
     }

@@ -588,39 +588,59 @@ pub(crate) fn mount_proc() -> Result<(), Errno> {
     .map(|_| ())
 }
 
-/// Bind-mount the tree `source` refers to onto the inode `target` refers to, optionally
-/// read-only (applied to the detached copy before it is attached, so it is never writable).
-pub(crate) fn bind_fd_onto_fd(source: RawFd, target: RawFd, read_only: bool) -> Result<(), Errno> {
+/// Whether a new bind mount is read-only, writable, or keeps the source's flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BindMode {
+    /// Read-only, set on the detached copy before it is attached (never briefly writable).
+    ReadOnly,
+    /// Writable (the top mount only; submounts keep their flags).
+    ReadWrite,
+}
+
+/// Bind-mount the tree `source` refers to onto the inode `target` refers to.
+pub(crate) fn bind_fd_onto_fd(source: RawFd, target: RawFd, mode: BindMode) -> Result<(), Errno> {
     let clone_flags =
         OPEN_TREE_CLONE | libc::O_CLOEXEC as u32 | libc::AT_EMPTY_PATH as u32 | AT_RECURSIVE;
     // SAFETY: the empty path literal is NUL-terminated; `source` is an open fd.
     let tree =
         check(unsafe { libc::syscall(libc::SYS_open_tree, source, c"".as_ptr(), clone_flags) })?
             as RawFd;
-    let result = attach_tree(tree, target, read_only);
+    let result = attach_tree(tree, target, mode);
     close_raw(tree);
     result
 }
 
-fn attach_tree(tree: RawFd, target: RawFd, read_only: bool) -> Result<(), Errno> {
-    if read_only {
-        let attr = MountAttr {
-            attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-            attr_clr: 0,
-            propagation: 0,
-            userns_fd: 0,
-        };
-        // SAFETY: `attr` is a live mount_attr of the size passed; `tree` is open.
-        check(unsafe {
-            libc::syscall(
-                libc::SYS_mount_setattr,
-                tree,
-                c"".as_ptr(),
-                libc::AT_EMPTY_PATH as u32 | AT_RECURSIVE,
-                &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            )
-        })?;
+fn set_mount_attr(fd: RawFd, set: u64, clear: u64, recursive: bool) -> Result<(), Errno> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = libc::AT_EMPTY_PATH as u32 | if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: `attr` is a live mount_attr of the size passed; `fd` is open.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd,
+            c"".as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+    .map(|_| ())
+}
+
+fn attach_tree(tree: RawFd, target: RawFd, mode: BindMode) -> Result<(), Errno> {
+    match mode {
+        BindMode::ReadOnly => set_mount_attr(
+            tree,
+            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            0,
+            true,
+        )?,
+        BindMode::ReadWrite => set_mount_attr(tree, 0, MOUNT_ATTR_RDONLY, false)?,
     }
     // SAFETY: both fds are open; the empty path literals are NUL-terminated.
     check(unsafe {
@@ -634,6 +654,16 @@ fn attach_tree(tree: RawFd, target: RawFd, read_only: bool) -> Result<(), Errno>
         )
     })
     .map(|_| ())
+}
+
+/// Make every mount of this namespace read-only (writable roots are re-bound writable
+/// afterwards): Landlock does not cover chmod, chown, utimes or xattrs, so a
+/// capability-less root could otherwise change the metadata of any file it owns.
+pub(crate) fn make_all_mounts_read_only() -> Result<(), Errno> {
+    let root = openat2_raw(libc::AT_FDCWD, c"/", libc::O_PATH)?;
+    let result = set_mount_attr(root, MOUNT_ATTR_RDONLY, 0, true);
+    close_raw(root);
+    result
 }
 
 /// Write all of `data` to `fd`.
