@@ -447,6 +447,7 @@ mod tests {
         assert_eq!(
             kinds(&plan),
             vec![
+                (MountKind::Writable, root.clone()),
                 (MountKind::Pin, root.clone()),
                 (MountKind::Pin, root.join("sub")),
                 (MountKind::Protect { expect: None }, root.join("sub/.git")),
@@ -472,6 +473,7 @@ mod tests {
         assert_eq!(
             kinds(&plan),
             vec![
+                (MountKind::Writable, root.clone()),
                 (MountKind::Shm, PathBuf::from("/dev/shm")),
                 (MountKind::Pin, root.clone()),
                 (MountKind::Protect { expect: Some(id) }, root.join(".git")),
@@ -553,6 +555,7 @@ mod tests {
         assert_eq!(
             kinds(&plan),
             vec![
+                (MountKind::Writable, root.clone()),
                 (MountKind::Pin, root.clone()),
                 (MountKind::MaskFile, root.join(".env")),
                 (MountKind::MaskDir, root.join("secrets")),
@@ -569,7 +572,10 @@ mod tests {
             denied: vec![PathBuf::from("/root/.ssh")],
             private_shm: false,
         };
-        assert!(plan(&config).unwrap().steps.is_empty());
+        assert_eq!(
+            kinds(&plan(&config).unwrap()),
+            vec![(MountKind::Writable, PathBuf::from("/w"))]
+        );
     }
 
     #[test]
@@ -588,6 +594,7 @@ mod tests {
         assert_eq!(
             kinds(&plan),
             vec![
+                (MountKind::Writable, root.clone()),
                 (MountKind::Pin, root.clone()),
                 (MountKind::Protect { expect: None }, root.join("a")),
                 (MountKind::Protect { expect: None }, root.join("a/b/.git")),
