@@ -160,15 +160,15 @@ fn init_setup(plan: &ChildPlan<'_>) -> Result<i32, (SetupStep, Errno, u32)> {
     step(close_all_but(plan.keep_fds), SetupStep::CloseFds)?;
     if let Some((uid_map, gid_map)) = plan.user_maps {
         step(
-            sys::write_file_raw(c"/proc/self/setgroups", b"deny"),
+            sys::write_proc_self_file(c"/proc/self/setgroups", b"deny"),
             SetupStep::MapUsers,
         )?;
         step(
-            sys::write_file_raw(c"/proc/self/uid_map", uid_map),
+            sys::write_proc_self_file(c"/proc/self/uid_map", uid_map),
             SetupStep::MapUsers,
         )?;
         step(
-            sys::write_file_raw(c"/proc/self/gid_map", gid_map),
+            sys::write_proc_self_file(c"/proc/self/gid_map", gid_map),
             SetupStep::MapUsers,
         )?;
     }

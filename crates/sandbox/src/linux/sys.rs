@@ -683,6 +683,19 @@ pub(crate) fn write_all_raw(fd: RawFd, mut data: &[u8]) -> Result<(), Errno> {
     Ok(())
 }
 
+/// Write `data` to a file of the process's own `/proc/self` (a symlink by design, so it is
+/// opened with a plain `open`).
+pub(crate) fn write_proc_self_file(path: &CStr, data: &[u8]) -> Result<(), Errno> {
+    // SAFETY: `path` is NUL-terminated; the flags create no file.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    let result = write_all_raw(fd, data);
+    close_raw(fd);
+    result
+}
+
 /// Write `data` to the file at `path` (opened without following symlinks).
 pub(crate) fn write_file_raw(path: &CStr, data: &[u8]) -> Result<(), Errno> {
     let fd = openat2_raw(libc::AT_FDCWD, path, libc::O_WRONLY)?;
