@@ -260,29 +260,58 @@ fn init_setup(plan: &ChildPlan<'_>) -> Result<i32, (SetupStep, Errno, u32)> {
     Ok(pid)
 }
 
-/// Reap until the command ends, then report its status and exit (the kernel kills every
-/// other process of the namespace with us). Exit early when the parent goes away.
+/// Reap until the command ends; then kill and reap every other process of the namespace and
+/// only then report the command's status (so the parent may treat the report as "the whole
+/// tree is gone") and exit. Exit early when the parent goes away (the kernel then kills the
+/// namespace with us).
 fn init_wait(plan: &ChildPlan<'_>, command: i32) -> ! {
-    loop {
-        loop {
-            match sys::wait_any_nohang() {
-                Ok(Some((pid, status))) if pid == command => {
-                    let record = if libc::WIFSIGNALED(status) {
-                        status_record(STATUS_SIGNALED, libc::WTERMSIG(status))
-                    } else {
-                        status_record(STATUS_EXITED, libc::WEXITSTATUS(status))
-                    };
-                    let _ = sys::write_all_raw(plan.control_fd, &record);
-                    sys::exit_now(0)
+    let status = loop {
+        match reap_nohang(command) {
+            Some(status) => break status,
+            None => {
+                if sys::wait_for_hangup_or_signal(plan.control_fd) {
+                    sys::exit_now(PARENT_GONE_EXIT)
                 }
-                Ok(Some(_)) => continue,
-                Ok(None) => break,
-                Err(errno) if errno == libc::EINTR => continue,
-                Err(_) => sys::exit_now(SETUP_FAILED_EXIT),
             }
         }
-        if sys::wait_for_hangup_or_signal(plan.control_fd) {
-            sys::exit_now(PARENT_GONE_EXIT)
+    };
+    kill_and_reap_everything();
+    let record = if libc::WIFSIGNALED(status) {
+        status_record(STATUS_SIGNALED, libc::WTERMSIG(status))
+    } else {
+        status_record(STATUS_EXITED, libc::WEXITSTATUS(status))
+    };
+    let _ = sys::write_all_raw(plan.control_fd, &record);
+    sys::exit_now(0)
+}
+
+/// Reap every ended child; the raw status of `command` once it has ended.
+fn reap_nohang(command: i32) -> Option<i32> {
+    let mut found = None;
+    loop {
+        match sys::wait_any_nohang() {
+            Ok(Some((pid, status))) => {
+                if pid == command {
+                    found = Some(status);
+                }
+            }
+            Ok(None) => return found,
+            Err(errno) if errno == libc::EINTR => {}
+            Err(_) => return found,
+        }
+    }
+}
+
+/// SIGKILL every other process of the namespace and reap until none is left (orphans are
+/// re-parented to the init, so "no child" means "no process"). The kill is repeated each
+/// round in case a process was forking when the first one landed.
+fn kill_and_reap_everything() {
+    loop {
+        sys::kill_all(libc::SIGKILL);
+        match sys::wait_any_blocking() {
+            Ok(_) => {}
+            Err(errno) if errno == libc::EINTR => {}
+            Err(_) => return,
         }
     }
 }

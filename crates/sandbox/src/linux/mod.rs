@@ -769,23 +769,29 @@ impl SandboxedChild {
         self.pid as u32
     }
 
-    /// Wait for the command to end. Every other process of the sandbox is gone by the time
-    /// this returns (with namespaces).
+    /// Wait for the command to end. With namespaces every other process of the sandbox is
+    /// gone by the time this returns.
     ///
     /// # Errors
     /// [`SandboxError::Wait`] when waiting fails (e.g. called outside a tokio runtime).
     pub async fn wait(&mut self) -> Result<ExitStatus, SandboxError> {
-        if let Some(status) = self.status {
+        if let Some(status) = self.try_wait()? {
             return Ok(status);
         }
-        let Some(pidfd) = self.pidfd.as_ref() else {
-            return Err(SandboxError::Wait {
-                source: io::Error::from(io::ErrorKind::NotFound),
-            });
+        // The init reports on the control socket; without namespaces the command's exit
+        // makes its pidfd readable.
+        let watched = match (self.control.as_ref(), self.pidfd.as_ref()) {
+            (Some(control), _) => control,
+            (None, Some(pidfd)) => pidfd,
+            (None, None) => {
+                return Err(SandboxError::Wait {
+                    source: io::Error::from(io::ErrorKind::NotFound),
+                });
+            }
         };
-        let watch =
-            sys::dup_cloexec_at_least(pidfd, 3).map_err(|source| SandboxError::Wait { source })?;
-        let watch = sys::async_pidfd(watch).map_err(|source| SandboxError::Wait { source })?;
+        let watch = sys::dup_cloexec_at_least(watched, 3)
+            .map_err(|source| SandboxError::Wait { source })?;
+        let watch = sys::async_readable(watch).map_err(|source| SandboxError::Wait { source })?;
         loop {
             if let Some(status) = self.try_wait()? {
                 return Ok(status);
@@ -806,6 +812,13 @@ impl SandboxedChild {
         if let Some(status) = self.status {
             return Ok(status);
         }
+        if let Some(control) = self.control.as_ref() {
+            let report =
+                read_status(control, true).map_err(|source| SandboxError::Wait { source })?;
+            if let Some(status) = report {
+                return Ok(self.finish_reported(status));
+            }
+        }
         let reaped = match self.pidfd.as_ref() {
             Some(pidfd) => {
                 sys::waitid_pidfd(pidfd, true).map_err(|source| SandboxError::Wait { source })?
@@ -813,7 +826,7 @@ impl SandboxedChild {
             None => None,
         };
         match reaped {
-            Some(reaped) => Ok(self.finish(reaped)),
+            Some(reaped) => Ok(self.finish_reaped(reaped)),
             None => Err(SandboxError::Wait {
                 source: io::Error::from(io::ErrorKind::NotFound),
             }),
@@ -828,22 +841,51 @@ impl SandboxedChild {
         if let Some(status) = self.status {
             return Ok(Some(status));
         }
+        if let Some(control) = self.control.as_ref() {
+            match read_status(control, false).map_err(|source| SandboxError::Wait { source })? {
+                Some(status) => return Ok(Some(self.finish_reported(status))),
+                // Still running: nothing to read yet and the init is alive.
+                None if !control_closed(control) => return Ok(None),
+                // EOF without a report: the init died (killed); its own status is the answer.
+                None => {}
+            }
+        }
         let Some(pidfd) = self.pidfd.as_ref() else {
             return Ok(None);
         };
         match sys::waitid_pidfd(pidfd, false).map_err(|source| SandboxError::Wait { source })? {
-            Some(reaped) => Ok(Some(self.finish(reaped))),
+            Some(reaped) => Ok(Some(self.finish_reaped(reaped))),
+            None if self.control.is_some() => {
+                // The init is going away; wait for it (it has nothing left to run).
+                let reaped = sys::waitid_pidfd(pidfd, true)
+                    .map_err(|source| SandboxError::Wait { source })?;
+                Ok(reaped.map(|reaped| self.finish_reaped(reaped)))
+            }
             None => Ok(None),
         }
     }
 
-    /// Record the status of the reaped child and release what the run held.
-    fn finish(&mut self, reaped: sys::Reaped) -> ExitStatus {
-        let from_init = self.control.as_ref().and_then(read_status);
-        let status = from_init.unwrap_or(match reaped {
+    /// The init reported the command's status after killing and reaping everything else; it
+    /// may still be tearing its namespaces down, so it is reaped in the background.
+    fn finish_reported(&mut self, status: ExitStatus) -> ExitStatus {
+        self.status = Some(status);
+        self.control = None;
+        if let Some(pidfd) = self.pidfd.take() {
+            match sys::waitid_pidfd(&pidfd, false) {
+                Ok(Some(_)) | Err(_) => {}
+                Ok(None) => reap_later(pidfd),
+            }
+        }
+        release_placeholders(std::mem::take(&mut self.placeholders));
+        status
+    }
+
+    /// The process Cordon created has been reaped.
+    fn finish_reaped(&mut self, reaped: sys::Reaped) -> ExitStatus {
+        let status = match reaped {
             sys::Reaped::Exited(code) => ExitStatus::Code(code),
             sys::Reaped::Signaled(signal) => ExitStatus::Signal(signal),
-        });
+        };
         self.status = Some(status);
         self.pidfd = None;
         self.control = None;
@@ -896,7 +938,15 @@ impl SandboxedChild {
 
     fn kill_and_reap(&mut self) {
         let _ = self.kill_tree();
-        let _ = self.wait_blocking();
+        // Ignore any report: the caller turns the setup failure into the error.
+        self.control = None;
+        let reaped = self
+            .pidfd
+            .as_ref()
+            .and_then(|pidfd| sys::waitid_pidfd(pidfd, true).ok().flatten());
+        if let Some(reaped) = reaped {
+            self.finish_reaped(reaped);
+        }
     }
 }
 
@@ -907,23 +957,57 @@ fn ignore_gone(result: io::Result<()>) -> io::Result<()> {
     }
 }
 
-/// The command's status as written by the init, if it wrote one.
-fn read_status(control: &OwnedFd) -> Option<ExitStatus> {
-    sys::set_nonblocking(control).ok()?;
+/// The command's status as written by the init: `Ok(None)` when nothing (complete) is there
+/// yet or the init closed the socket without a report.
+fn read_status(control: &OwnedFd, block: bool) -> io::Result<Option<ExitStatus>> {
     let mut record = [0u8; 8];
-    let read = sys::read_retry(control, &mut record).ok()?;
+    let read = sys::recv_peek_or_read(control, &mut record, block)?;
     if read != record.len() {
-        return None;
+        return Ok(None);
     }
     let mut tag = [0u8; 4];
     let mut value = [0u8; 4];
     tag.copy_from_slice(&record[..4]);
     value.copy_from_slice(&record[4..]);
     let value = i32::from_ne_bytes(value);
-    match u32::from_ne_bytes(tag) {
+    Ok(match u32::from_ne_bytes(tag) {
         child::STATUS_EXITED => Some(ExitStatus::Code(value)),
         child::STATUS_SIGNALED => Some(ExitStatus::Signal(value)),
         _ => None,
+    })
+}
+
+/// Whether the init's end of the control socket is closed (EOF, nothing to read).
+fn control_closed(control: &OwnedFd) -> bool {
+    sys::peer_closed(control)
+}
+
+/// Reap an init that is still tearing its namespaces down, on one shared background thread.
+fn reap_later(pidfd: OwnedFd) {
+    use std::sync::mpsc::{Sender, channel};
+    static REAPER: std::sync::OnceLock<std::sync::Mutex<Sender<OwnedFd>>> =
+        std::sync::OnceLock::new();
+    let sender = REAPER.get_or_init(|| {
+        let (sender, receiver) = channel::<OwnedFd>();
+        let spawned = std::thread::Builder::new()
+            .name("cordon-sandbox-reaper".into())
+            .spawn(move || {
+                for pidfd in receiver {
+                    let _ = sys::waitid_pidfd(&pidfd, true);
+                }
+            });
+        if spawned.is_err() {
+            // No thread: fall back to reaping synchronously below.
+            let (dead, _) = channel();
+            return std::sync::Mutex::new(dead);
+        }
+        std::sync::Mutex::new(sender)
+    });
+    let sender = sender
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Err(failed) = sender.send(pidfd) {
+        let _ = sys::waitid_pidfd(&failed.0, true);
     }
 }
 
@@ -933,23 +1017,16 @@ impl Drop for SandboxedChild {
             return;
         }
         let _ = self.kill_tree();
-        if matches!(self.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        // Reap in the background: the namespace may take a moment to die.
-        let pidfd = self.pidfd.take();
+        self.control = None;
         let placeholders = std::mem::take(&mut self.placeholders);
-        let control = self.control.take();
-        let session = Arc::clone(&self._session);
-        let _ = std::thread::Builder::new()
-            .name("cordon-sandbox-reaper".into())
-            .spawn(move || {
-                if let Some(pidfd) = pidfd {
-                    let _ = sys::waitid_pidfd(&pidfd, true);
-                }
-                drop(control);
-                release_placeholders(placeholders);
-                drop(session);
-            });
+        if let Some(pidfd) = self.pidfd.take() {
+            match sys::waitid_pidfd(&pidfd, false) {
+                Ok(Some(_)) | Err(_) => {}
+                Ok(None) => reap_later(pidfd),
+            }
+        }
+        // The tree is being killed; a placeholder still locked by the dying init is kept and
+        // reused (or removed) by the next spawn.
+        release_placeholders(placeholders);
     }
 }

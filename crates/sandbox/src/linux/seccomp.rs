@@ -8,9 +8,13 @@
 //! tests.
 //!
 //! Shape of the program: check the architecture (kill otherwise), reject x32 syscall numbers
-//! on x86_64 (kill), then one self-contained block per rule (load nr, compare, test the
-//! argument conditions, return the rule's action), then allow. Syscalls without a rule take
-//! the same fixed path, so the kernel's constant-action cache makes them free.
+//! on x86_64 (kill), then a binary search over the syscall numbers that have rules, each
+//! leaf jumping (through a `ja` trampoline, as conditional jumps only reach 255 instructions)
+//! to that syscall's block: its rules in table order (argument tests, then the rule's action),
+//! then allow. Syscalls without a rule reach "allow" after about log2(n) comparisons and
+//! never look at their arguments, so the kernel's constant-action cache makes them free, and
+//! building that cache at attach time (it emulates the filter for every syscall number) stays
+//! cheap.
 
 use crate::linux::sys::SockFilter;
 
@@ -21,6 +25,7 @@ const BPF_JMP_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
 const BPF_JMP_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
 const BPF_JMP_JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
 const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+const BPF_JMP_JA: u16 = 0x05; // BPF_JMP | BPF_JA
 
 // struct seccomp_data offsets.
 const DATA_NR: u32 = 0;
@@ -384,100 +389,87 @@ fn arg_hi(index: u8) -> u32 {
     arg_lo(index) + 4
 }
 
-/// A jump target inside one rule block: the next instruction, or the block's end (rule does
-/// not match).
-#[derive(Clone, Copy)]
-enum Target {
-    Next,
-    Skip,
-}
-
-/// Compile one rule into a self-contained block; the caller appends it.
+/// Compile the argument tests and action of one rule; when a test fails the code falls
+/// through to the end of the returned block (the next rule of the same syscall).
 fn compile_rule(rule: &Rule) -> Result<Vec<SockFilter>, &'static str> {
-    // (instruction, jt target, jf target) with symbolic targets patched below.
-    let mut block: Vec<(SockFilter, Target, Target)> = Vec::new();
-    let nr = u32::try_from(rule.nr).map_err(|_| "syscall number out of range")?;
-    block.push((stmt(BPF_LD_W_ABS, DATA_NR), Target::Next, Target::Next));
-    block.push((jump(BPF_JMP_JEQ_K, nr, 0, 0), Target::Next, Target::Skip));
+    // (instruction, whether its jt / jf is "skip to the end of this rule").
+    let mut block: Vec<(SockFilter, bool, bool)> = Vec::new();
     for cond in rule.conds {
         match *cond {
             Cond::LoEq(index, value) => {
-                block.push((
-                    stmt(BPF_LD_W_ABS, arg_lo(index)),
-                    Target::Next,
-                    Target::Next,
-                ));
-                block.push((jump(BPF_JMP_JEQ_K, value, 0, 0), Target::Next, Target::Skip));
+                block.push((stmt(BPF_LD_W_ABS, arg_lo(index)), false, false));
+                block.push((jump(BPF_JMP_JEQ_K, value, 0, 0), false, true));
             }
             Cond::LoNe(index, value) => {
-                block.push((
-                    stmt(BPF_LD_W_ABS, arg_lo(index)),
-                    Target::Next,
-                    Target::Next,
-                ));
-                block.push((jump(BPF_JMP_JEQ_K, value, 0, 0), Target::Skip, Target::Next));
+                block.push((stmt(BPF_LD_W_ABS, arg_lo(index)), false, false));
+                block.push((jump(BPF_JMP_JEQ_K, value, 0, 0), true, false));
             }
             Cond::LoMaskedNe(index, mask, value) => {
-                block.push((
-                    stmt(BPF_LD_W_ABS, arg_lo(index)),
-                    Target::Next,
-                    Target::Next,
-                ));
-                block.push((stmt(BPF_ALU_AND_K, mask), Target::Next, Target::Next));
-                block.push((jump(BPF_JMP_JEQ_K, value, 0, 0), Target::Skip, Target::Next));
+                block.push((stmt(BPF_LD_W_ABS, arg_lo(index)), false, false));
+                block.push((stmt(BPF_ALU_AND_K, mask), false, false));
+                block.push((jump(BPF_JMP_JEQ_K, value, 0, 0), true, false));
             }
             Cond::LoAnyBit(index, mask) => {
-                block.push((
-                    stmt(BPF_LD_W_ABS, arg_lo(index)),
-                    Target::Next,
-                    Target::Next,
-                ));
-                block.push((jump(BPF_JMP_JSET_K, mask, 0, 0), Target::Next, Target::Skip));
+                block.push((stmt(BPF_LD_W_ABS, arg_lo(index)), false, false));
+                block.push((jump(BPF_JMP_JSET_K, mask, 0, 0), false, true));
             }
             Cond::NonZero(index) => {
-                // low word != 0 → condition holds: jump over the high-word test.
-                block.push((
-                    stmt(BPF_LD_W_ABS, arg_lo(index)),
-                    Target::Next,
-                    Target::Next,
-                ));
-                block.push((jump(BPF_JMP_JEQ_K, 0, 0, 2), Target::Next, Target::Next));
-                block.push((
-                    stmt(BPF_LD_W_ABS, arg_hi(index)),
-                    Target::Next,
-                    Target::Next,
-                ));
-                block.push((jump(BPF_JMP_JEQ_K, 0, 0, 0), Target::Skip, Target::Next));
+                // low word != 0: the condition holds, jump over the high-word test.
+                block.push((stmt(BPF_LD_W_ABS, arg_lo(index)), false, false));
+                block.push((jump(BPF_JMP_JEQ_K, 0, 0, 2), false, false));
+                block.push((stmt(BPF_LD_W_ABS, arg_hi(index)), false, false));
+                block.push((jump(BPF_JMP_JEQ_K, 0, 0, 0), true, false));
             }
         }
     }
-    block.push((
-        stmt(BPF_RET_K, rule.action.ret()),
-        Target::Next,
-        Target::Next,
-    ));
+    block.push((stmt(BPF_RET_K, rule.action.ret()), false, false));
     let end = block.len();
-    let mut out = Vec::with_capacity(end);
-    for (index, (mut insn, jt, jf)) in block.into_iter().enumerate() {
-        if insn.code == BPF_JMP_JEQ_K || insn.code == BPF_JMP_JSET_K {
+    block
+        .into_iter()
+        .enumerate()
+        .map(|(index, (mut insn, skip_true, skip_false))| {
             let skip = u8::try_from(end - index - 1).map_err(|_| "rule too long for a jump")?;
-            // A literal offset already set (NonZero's "jump over") is kept.
-            if insn.jt == 0 {
-                insn.jt = match jt {
-                    Target::Next => 0,
-                    Target::Skip => skip,
-                };
+            if skip_true {
+                insn.jt = skip;
             }
-            if insn.jf == 0 {
-                insn.jf = match jf {
-                    Target::Next => 0,
-                    Target::Skip => skip,
-                };
+            if skip_false {
+                insn.jf = skip;
             }
+            Ok(insn)
+        })
+        .collect()
+}
+
+/// A node of the syscall-number search tree, before jump offsets are known.
+enum TreeInsn {
+    /// `jge pivot`: true goes to the right subtree, `right` instructions ahead.
+    Split { pivot: u32, right: usize },
+    /// `jeq nr`: true goes to the trampoline of syscall `group`, false to "allow".
+    Leaf { nr: u32, group: usize },
+}
+
+fn emit_tree(nrs: &[(u32, usize)], out: &mut Vec<TreeInsn>) {
+    match nrs {
+        [] => {}
+        [(nr, group)] => out.push(TreeInsn::Leaf {
+            nr: *nr,
+            group: *group,
+        }),
+        _ => {
+            let (left, right) = nrs.split_at(nrs.len() / 2);
+            let at = out.len();
+            out.push(TreeInsn::Split {
+                pivot: right[0].0,
+                right: 0,
+            });
+            emit_tree(left, out);
+            let left_len = out.len() - at - 1;
+            if let Some(TreeInsn::Split { right, .. }) = out.get_mut(at) {
+                *right = left_len;
+            }
+            emit_tree(right, out);
         }
-        out.push(insn);
     }
-    Ok(out)
 }
 
 /// Compile `rules` for `arch` into a complete program.
@@ -487,17 +479,73 @@ pub(crate) fn compile(rules: &[Rule], arch: u32) -> Result<Vec<SockFilter>, &'st
         jump(BPF_JMP_JEQ_K, arch, 1, 0),
         // A foreign architecture (e.g. int 0x80 i386 calls on x86_64) is killed.
         stmt(BPF_RET_K, RET_KILL_PROCESS),
+        stmt(BPF_LD_W_ABS, DATA_NR),
     ];
     if arch == AUDIT_ARCH_X86_64 {
-        program.push(stmt(BPF_LD_W_ABS, DATA_NR));
         program.push(jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT, 0, 1));
         // x32 numbers would dodge every rule below; nothing here uses the x32 ABI.
         program.push(stmt(BPF_RET_K, RET_KILL_PROCESS));
     }
+    // Group the rules by syscall, keeping table order inside a group (first match wins).
+    let mut groups: Vec<(u32, Vec<&Rule>)> = Vec::new();
     for rule in rules {
-        program.extend(compile_rule(rule)?);
+        let nr = u32::try_from(rule.nr).map_err(|_| "syscall number out of range")?;
+        match groups.iter_mut().find(|(group_nr, _)| *group_nr == nr) {
+            Some((_, members)) => members.push(rule),
+            None => groups.push((nr, vec![rule])),
+        }
+    }
+    let mut sorted: Vec<(u32, usize)> = groups
+        .iter()
+        .enumerate()
+        .map(|(index, (nr, _))| (*nr, index))
+        .collect();
+    sorted.sort_unstable();
+    let mut tree = Vec::new();
+    emit_tree(&sorted, &mut tree);
+    // Layout: tree, allow, one trampoline per group, the group blocks.
+    let tree_start = program.len();
+    let allow_at = tree_start + tree.len();
+    let trampolines_at = allow_at + 1;
+    let short = |from: usize, to: usize| {
+        u8::try_from(to - from - 1).map_err(|_| "search tree too large for a jump")
+    };
+    for (index, insn) in tree.iter().enumerate() {
+        let at = tree_start + index;
+        program.push(match *insn {
+            TreeInsn::Split { pivot, right } => {
+                let right = u8::try_from(right).map_err(|_| "search tree too large for a jump")?;
+                jump(BPF_JMP_JGE_K, pivot, right, 0)
+            }
+            TreeInsn::Leaf { nr, group } => jump(
+                BPF_JMP_JEQ_K,
+                nr,
+                short(at, trampolines_at + group)?,
+                short(at, allow_at)?,
+            ),
+        });
     }
     program.push(stmt(BPF_RET_K, RET_ALLOW));
+    let mut blocks: Vec<Vec<SockFilter>> = Vec::new();
+    for (_, members) in &groups {
+        let mut block = Vec::new();
+        for rule in members {
+            block.extend(compile_rule(rule)?);
+        }
+        block.push(stmt(BPF_RET_K, RET_ALLOW));
+        blocks.push(block);
+    }
+    let blocks_at = trampolines_at + groups.len();
+    let mut block_at = blocks_at;
+    for (index, block) in blocks.iter().enumerate() {
+        let at = trampolines_at + index;
+        let offset = u32::try_from(block_at - at - 1).map_err(|_| "program too large")?;
+        program.push(stmt(BPF_JMP_JA, offset));
+        block_at += block.len();
+    }
+    for block in blocks {
+        program.extend(block);
+    }
     if program.len() > 4096 {
         return Err("program longer than the kernel's 4096 instructions");
     }
@@ -551,6 +599,7 @@ mod tests {
                     };
                     pc += usize::from(if taken { insn.jt } else { insn.jf });
                 }
+                BPF_JMP_JA => pc += insn.k as usize,
                 BPF_RET_K => return insn.k,
                 other => panic!("unexpected opcode {other:#x}"),
             }
@@ -666,6 +715,66 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn every_syscall_number_gets_what_the_table_says() {
+        // Exhaustive over plausible numbers, with arguments that match nothing conditional.
+        for network in [false, true] {
+            for nr in 0..600i64 {
+                let args = [3, 1, 0, 0, 0, 0];
+                assert_eq!(
+                    eval(network, nr, args),
+                    expected(network, nr, &args),
+                    "syscall {nr}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn unlisted_syscalls_take_a_short_path() {
+        let program = compile(&rules(false), native_arch()).unwrap();
+        let mut longest = 0;
+        for nr in 0..600u32 {
+            if rules(false).iter().any(|rule| rule.nr == i64::from(nr)) {
+                continue;
+            }
+            // Count executed instructions.
+            let mut pc = 0usize;
+            let mut steps = 0;
+            let mut acc = 0u32;
+            loop {
+                let insn = program[pc];
+                pc += 1;
+                steps += 1;
+                match insn.code {
+                    BPF_LD_W_ABS => {
+                        acc = if insn.k == DATA_ARCH {
+                            native_arch()
+                        } else {
+                            nr
+                        }
+                    }
+                    BPF_JMP_JEQ_K => {
+                        pc += usize::from(if acc == insn.k { insn.jt } else { insn.jf })
+                    }
+                    BPF_JMP_JGE_K => {
+                        pc += usize::from(if acc >= insn.k { insn.jt } else { insn.jf })
+                    }
+                    BPF_RET_K => {
+                        assert_eq!(insn.k, RET_ALLOW);
+                        break;
+                    }
+                    other => panic!("syscall {nr} reached opcode {other:#x}"),
+                }
+            }
+            longest = longest.max(steps);
+        }
+        assert!(
+            longest <= 16,
+            "{longest} instructions for an unlisted syscall"
+        );
     }
 
     #[test]

@@ -316,19 +316,58 @@ pub(crate) fn read_retry(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
-/// Set `O_NONBLOCK` on `fd`.
-pub(crate) fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
-    // SAFETY: F_GETFL/F_SETFL on an open fd have no memory effects.
-    let flags = check_io(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) } as c_long)?;
-    // SAFETY: as above.
-    check_io(unsafe {
-        libc::fcntl(
-            fd.as_raw_fd(),
-            libc::F_SETFL,
-            flags as c_int | libc::O_NONBLOCK,
-        )
-    } as c_long)?;
-    Ok(())
+/// Read up to `buf.len()` bytes from a stream socket, waiting for all of them when `block`,
+/// or taking them only if all are already there when not (`MSG_PEEK` first), so a partial
+/// record is never consumed. Returns the bytes read (0 at EOF or when not all are there).
+pub(crate) fn recv_peek_or_read(fd: &OwnedFd, buf: &mut [u8], block: bool) -> io::Result<usize> {
+    let flags = if block {
+        libc::MSG_WAITALL
+    } else {
+        libc::MSG_PEEK | libc::MSG_DONTWAIT
+    };
+    loop {
+        // SAFETY: `buf` is writable for `buf.len()` bytes.
+        let ret = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
+        if ret >= 0 {
+            let got = ret as usize;
+            if block || got < buf.len() {
+                return Ok(if got == buf.len() { got } else { 0 });
+            }
+            // All bytes are there: consume them.
+            // SAFETY: as above.
+            let ret = unsafe {
+                libc::recv(
+                    fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            return if ret < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(ret as usize)
+            };
+        }
+        let error = io::Error::last_os_error();
+        match error.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => return Ok(0),
+            _ => return Err(error),
+        }
+    }
+}
+
+/// Whether the peer of a stream socket has closed it (readable with EOF).
+pub(crate) fn peer_closed(fd: &OwnedFd) -> bool {
+    let mut poll = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: `poll` is one writable pollfd.
+    let ret = unsafe { libc::poll(&mut poll, 1, 0) };
+    ret > 0 && poll.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
 }
 
 /// Current `(soft, hard)` limit of `resource`.
@@ -429,8 +468,8 @@ pub(crate) unsafe fn clone_process(flags: u64) -> io::Result<Cloned> {
     }
 }
 
-/// Register a pidfd with the current tokio runtime, readable when the process exits.
-pub(crate) fn async_pidfd(pidfd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+/// Register an fd (a pidfd or a socket) with the current tokio runtime for readability.
+pub(crate) fn async_readable(pidfd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
     if tokio::runtime::Handle::try_current().is_err() {
         return Err(io::Error::other(
             "wait() needs a tokio runtime; use wait_blocking()",
@@ -798,6 +837,16 @@ pub(crate) fn wait_any_nohang() -> Result<Option<(i32, c_int)>, Errno> {
         )
     } as c_long)?;
     Ok((pid > 0).then_some((pid as i32, status)))
+}
+
+/// `wait4(-1, &status, 0)`: block until a child ends; its pid.
+pub(crate) fn wait_any_blocking() -> Result<i32, Errno> {
+    let mut status: c_int = 0;
+    // SAFETY: `status` is writable; NULL rusage is allowed.
+    let pid = check(
+        unsafe { libc::wait4(-1, &mut status, libc::__WALL, std::ptr::null_mut()) } as c_long,
+    )?;
+    Ok(pid as i32)
 }
 
 /// Block SIGCHLD (it is unblocked atomically inside [`wait_for_hangup_or_signal`]).
