@@ -2,7 +2,8 @@
 //! (the sandbox without namespaces, and a bare spawn through one extra exec hop, which is
 //! what a re-exec'd helper would add). Interleaved runs, p50/p95 in microseconds.
 //!
-//! `cargo run --release -p cordon-sandbox --example spawn_bench [RUNS]` (as root, Linux).
+//! `cargo run --release -p cordon-sandbox --example spawn_bench [RUNS] [ROW]` (as root,
+//! Linux). With a ROW number (0-4) only that row runs, for `perf stat` CPU-time comparisons.
 
 use std::time::Instant;
 
@@ -61,7 +62,7 @@ fn main() {
     let mut degraded_config = config;
     degraded_config.allow_degraded = true;
     let no_namespaces = PreparedSandbox::prepare_with_support(
-        degraded_config,
+        degraded_config.clone(),
         HostSupport {
             pid_namespaces: false,
             mount_namespaces: false,
@@ -69,10 +70,22 @@ fn main() {
         },
     )
     .expect("prepare without namespaces");
+    let bare_sandbox = PreparedSandbox::prepare_with_support(
+        degraded_config,
+        HostSupport {
+            pid_namespaces: false,
+            mount_namespaces: false,
+            landlock_abi: 0,
+            seccomp: false,
+            ..cordon_sandbox::probe()
+        },
+    )
+    .expect("prepare without any layer");
 
-    let mut results: [(&str, Vec<f64>); 4] = [
+    let mut results: [(&str, Vec<f64>); 5] = [
         ("bare Command bash -c true", Vec::new()),
         ("bare + one exec hop (env bash -c true)", Vec::new()),
+        ("sandbox spawn path, no layer at all", Vec::new()),
         ("sandbox, no namespaces (degraded)", Vec::new()),
         ("sandbox, full", Vec::new()),
     ];
@@ -85,8 +98,9 @@ fn main() {
         results[1]
             .1
             .push(bare("/usr/bin/env", &["bash", "-c", "true"]));
-        results[2].1.push(sandboxed(&no_namespaces, &workspace));
-        results[3].1.push(sandboxed(&full, &workspace));
+        results[2].1.push(sandboxed(&bare_sandbox, &workspace));
+        results[3].1.push(sandboxed(&no_namespaces, &workspace));
+        results[4].1.push(sandboxed(&full, &workspace));
     }
     let base = percentile(&mut results[0].1.clone(), 0.5);
     println!("{runs} runs each, interleaved; microseconds");

@@ -671,11 +671,28 @@ impl PreparedSandbox {
         let path = match step {
             SetupStep::ChangeDirectory => Some(cwd),
             SetupStep::Exec => Some(program_path),
-            SetupStep::PinPath
+            SetupStep::BindWritable
+            | SetupStep::PinPath
             | SetupStep::ProtectPath
             | SetupStep::MaskPath
             | SetupStep::MountShm => plan.steps.get(index as usize).map(|step| step.path.clone()),
-            _ => None,
+            SetupStep::ResetSignals
+            | SetupStep::HideInit
+            | SetupStep::MapUsers
+            | SetupStep::MakeMountsPrivate
+            | SetupStep::ReadOnlyRoot
+            | SetupStep::MountProc
+            | SetupStep::SetPidMax
+            | SetupStep::ForkCommand
+            | SetupStep::NewSession
+            | SetupStep::SetRlimit
+            | SetupStep::RedirectStdio
+            | SetupStep::CloseFds
+            | SetupStep::DropCapabilities
+            | SetupStep::VerifyCapabilities
+            | SetupStep::NoNewPrivs
+            | SetupStep::Landlock
+            | SetupStep::Seccomp => None,
         };
         Err(SandboxError::ChildSetup {
             step,
@@ -1028,5 +1045,55 @@ impl Drop for SandboxedChild {
         // The tree is being killed; a placeholder still locked by the dying init is kept and
         // reused (or removed) by the next spawn.
         release_placeholders(placeholders);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_can_be_shared_across_tasks() {
+        assert_send_sync::<PreparedSandbox>();
+        assert_send_sync::<SandboxedChild>();
+    }
+
+    #[test]
+    fn lenient_canonical_form_keeps_a_missing_or_symlinked_last_component() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink("/tmp", root.join("link")).unwrap();
+        assert_eq!(
+            canonical_lenient(&root.join("link")).unwrap(),
+            root.join("link")
+        );
+        assert_eq!(
+            canonical_lenient(&root.join("a/b/.git")).unwrap(),
+            root.join("a/b/.git")
+        );
+        assert!(matches!(
+            canonical_lenient(Path::new("relative")),
+            Err(SandboxError::RelativePath { .. })
+        ));
+    }
+
+    #[test]
+    fn later_environment_entries_win() {
+        let mut base: Vec<(OsString, OsString)> =
+            vec![("PATH".into(), "/bin".into()), ("HOME".into(), "/h".into())];
+        merge_env(
+            &mut base,
+            vec![("PATH".into(), "/usr/bin".into()), ("X".into(), "1".into())],
+        );
+        assert_eq!(
+            base,
+            vec![
+                ("PATH".into(), "/usr/bin".into()),
+                ("HOME".into(), "/h".into()),
+                ("X".into(), "1".into())
+            ]
+        );
     }
 }

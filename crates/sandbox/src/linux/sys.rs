@@ -649,7 +649,19 @@ pub(crate) fn bind_fd_onto_fd(source: RawFd, target: RawFd, mode: BindMode) -> R
     result
 }
 
-fn set_mount_attr(fd: RawFd, set: u64, clear: u64, recursive: bool) -> Result<(), Errno> {
+/// A change of mount attributes for [`set_mount_attr`].
+struct AttrChange {
+    set: u64,
+    clear: u64,
+    recursive: bool,
+}
+
+fn set_mount_attr(fd: RawFd, change: AttrChange) -> Result<(), Errno> {
+    let AttrChange {
+        set,
+        clear,
+        recursive,
+    } = change;
     let attr = MountAttr {
         attr_set: set,
         attr_clr: clear,
@@ -675,11 +687,20 @@ fn attach_tree(tree: RawFd, target: RawFd, mode: BindMode) -> Result<(), Errno> 
     match mode {
         BindMode::ReadOnly => set_mount_attr(
             tree,
-            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-            0,
-            true,
+            AttrChange {
+                set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                clear: 0,
+                recursive: true,
+            },
         )?,
-        BindMode::ReadWrite => set_mount_attr(tree, 0, MOUNT_ATTR_RDONLY, false)?,
+        BindMode::ReadWrite => set_mount_attr(
+            tree,
+            AttrChange {
+                set: 0,
+                clear: MOUNT_ATTR_RDONLY,
+                recursive: false,
+            },
+        )?,
     }
     // SAFETY: both fds are open; the empty path literals are NUL-terminated.
     check(unsafe {
@@ -700,7 +721,14 @@ fn attach_tree(tree: RawFd, target: RawFd, mode: BindMode) -> Result<(), Errno> 
 /// capability-less root could otherwise change the metadata of any file it owns.
 pub(crate) fn make_all_mounts_read_only() -> Result<(), Errno> {
     let root = openat2_raw(libc::AT_FDCWD, c"/", libc::O_PATH)?;
-    let result = set_mount_attr(root, MOUNT_ATTR_RDONLY, 0, true);
+    let result = set_mount_attr(
+        root,
+        AttrChange {
+            set: MOUNT_ATTR_RDONLY,
+            clear: 0,
+            recursive: true,
+        },
+    );
     close_raw(root);
     result
 }
