@@ -91,6 +91,8 @@ pub(crate) struct ChildPlan<'a> {
     pub proc_rights: u64,
     /// seccomp program to install.
     pub seccomp: Option<&'a [SockFilter]>,
+    /// The parent's argument area, overwritten in the init's copy.
+    pub argv_area: Option<(usize, usize)>,
 }
 
 type StepResult = Result<(), (SetupStep, Errno, u32)>;
@@ -232,6 +234,7 @@ fn init_setup(plan: &ChildPlan<'_>) -> Result<i32, (SetupStep, Errno, u32)> {
         };
         result.map_err(|errno| (step_kind, errno, index))?;
     }
+    sys::rename_init(plan.argv_area);
     // Nothing in the sandbox may ptrace the init or read its memory (a copy of the parent's).
     step(sys::set_not_dumpable(), SetupStep::HideInit)?;
     for signal in FORWARDED_SIGNALS {

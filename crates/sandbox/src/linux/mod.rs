@@ -58,6 +58,7 @@ struct Inner {
     mounts: MountConfig,
     user_maps: Option<(Vec<u8>, Vec<u8>)>,
     pid_max: Option<Vec<u8>>,
+    argv_area: Option<(usize, usize)>,
 }
 
 /// The Landlock ruleset and what is needed to rebuild it.
@@ -460,6 +461,7 @@ impl PreparedSandbox {
                 },
                 user_maps,
                 pid_max,
+                argv_area: sys::argv_area(),
             }),
         })
     }
@@ -605,6 +607,7 @@ impl PreparedSandbox {
                 .as_ref()
                 .map_or(0, |state| landlock::proc_rights(state.abi)),
             seccomp: inner.seccomp.as_deref(),
+            argv_area: inner.argv_area,
         };
 
         let mut flags = 0u64;

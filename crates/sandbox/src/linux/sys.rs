@@ -828,6 +828,49 @@ pub(crate) fn kill_all(signal: c_int) {
     }
 }
 
+/// What `/proc/1/cmdline` shows for the sandbox init.
+const INIT_CMDLINE: &[u8] = b"cordon-sandbox-init\0";
+
+/// The address range of this process's argument strings (`arg_start`, `arg_end` of
+/// `/proc/self/stat`), read in the parent; the forked init has the same layout.
+pub(crate) fn argv_area() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name (which may contain spaces).
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = rest.split(' ').collect();
+    // Field 48 (arg_start) and 49 (arg_end) of proc(5); `rest` starts at field 3.
+    let start: usize = fields.get(48 - 3)?.parse().ok()?;
+    let end: usize = fields.get(49 - 3)?.parse().ok()?;
+    (start != 0 && end > start).then_some((start, end))
+}
+
+/// Make the init's `comm` and `/proc/<pid>/cmdline` name the init instead of repeating the
+/// parent's command line (which may carry secrets): overwrite this process's own, private
+/// (copy-on-write) copy of the argument strings, as `setproctitle` does.
+pub(crate) fn rename_init(argv_area: Option<(usize, usize)>) {
+    // SAFETY: the name is a NUL-terminated literal; PR_SET_NAME copies at most 16 bytes.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_NAME,
+            c"cordon-init".as_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+    }
+    let Some((start, end)) = argv_area else {
+        return;
+    };
+    let len = end - start;
+    // SAFETY: [start, end) is the argument area the kernel records for the parent, on its
+    // stack; this process is a fork of it, so the same range is mapped, writable and private
+    // here, and nothing in this process reads those strings afterwards.
+    let area = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
+    for (index, byte) in area.iter_mut().enumerate() {
+        *byte = INIT_CMDLINE.get(index).copied().unwrap_or(0);
+    }
+}
+
 /// `prctl(PR_SET_DUMPABLE, 0)`: no ptrace attach and root-owned `/proc/<pid>` entries.
 pub(crate) fn set_not_dumpable() -> Result<(), Errno> {
     // SAFETY: prctl with integer arguments has no memory effects.

@@ -211,4 +211,10 @@ fn environment_secrets_of_the_parent_never_reach_the_command() {
     assert!(!all.contains(&secret), "secret leaked: {all}");
     assert!(!all.contains("AWS_SECRET_ACCESS_KEY"), "{all}");
     assert!(all.contains("PATH="), "the command did run: {all}");
+    // The init is a copy of the parent: its command line is replaced, not inherited.
+    assert!(all.contains("cordon-sandbox-init"), "{all}");
+    assert!(
+        !all.contains("--write"),
+        "the parent's arguments are visible: {all}"
+    );
 }
