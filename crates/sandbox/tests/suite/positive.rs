@@ -228,3 +228,46 @@ fn probe_reports_every_layer_on_this_host() {
         );
     }
 }
+
+#[tokio::test]
+async fn no_capability_is_left_and_no_new_privs_is_set() {
+    let fx = Fixture::new();
+    let output = run_in(
+        &fx.sandbox(),
+        &fx.ws,
+        "grep -E '^(Cap|NoNewPrivs|Seccomp:)' /proc/self/status",
+    )
+    .await;
+    assert_eq!(
+        output.stdout,
+        "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n",
+        "{}",
+        output.all()
+    );
+}
+
+#[tokio::test]
+async fn network_on_reaches_a_local_listener() {
+    let fx = Fixture::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        std::io::Write::write_all(
+            &mut stream,
+            b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+        )
+        .unwrap();
+    });
+    let mut config = fx.config();
+    config.network = true;
+    let sandbox = cordon_sandbox::PreparedSandbox::prepare(config).unwrap();
+    let output = run_in(
+        &sandbox,
+        &fx.ws,
+        &format!("curl -sS --max-time 30 http://127.0.0.1:{port}/"),
+    )
+    .await;
+    assert_eq!(output.stdout, "hello", "{}", output.all());
+    server.join().unwrap();
+}
