@@ -195,15 +195,9 @@ fn init_setup(plan: &ChildPlan<'_>) -> Result<i32, (SetupStep, Errno, u32)> {
         sys::close_raw(proc_fd);
         step(added, SetupStep::Landlock)?;
     }
-    step(
-        bind_self(c"/proc/sys", BindMode::ReadOnly, None),
-        SetupStep::MountProc,
-    )?;
-    match bind_self(c"/proc/sysrq-trigger", BindMode::ReadOnly, None) {
-        // Kernels without CONFIG_MAGIC_SYSRQ have no such file.
-        Ok(()) | Err(libc::ENOENT) => {}
-        Err(errno) => return Err((SetupStep::MountProc, errno, NO_INDEX)),
-    }
+    // The fresh /proc is writable: a capability-less root could still write most sysctls.
+    // Landlock grants only reads there too; this also holds when Landlock is degraded.
+    step(sys::make_mount_read_only(c"/proc"), SetupStep::MountProc)?;
     for (index, mount) in plan.mounts.iter().enumerate() {
         let index = index as u32;
         let (step_kind, result) = match mount.kind {

@@ -423,9 +423,10 @@ impl PreparedSandbox {
         let mut readable = read_exec.clone();
         readable.extend(read.iter().cloned());
         readable.extend(write.iter().cloned());
+        // One bind makes the session's TMPDIR, HOME and shm writable (Landlock still grants
+        // only those three; the masks inside are mode 000 and mounted read-only when used).
         let mut writable = write.clone();
-        writable.push(session.tmp.clone());
-        writable.push(session.home.clone());
+        writable.push(session.root.clone());
 
         let mut base_env: Vec<(OsString, OsString)> = vec![
             ("PATH".into(), defaults::SYSTEM_PATH.into()),

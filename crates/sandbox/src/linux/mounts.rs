@@ -245,6 +245,8 @@ pub(crate) fn plan(config: &MountConfig) -> Result<MountPlan, SandboxError> {
     pins.sort();
     pins.dedup();
     pins.retain(|pin| !covered(pin, true));
+    // A writable root is already a mount point of its own (see below).
+    pins.retain(|pin| !config.write.contains(pin));
     let masked_dirs: Vec<PathBuf> = masks
         .iter()
         .filter(|(_, dir)| *dir)
@@ -448,7 +450,6 @@ mod tests {
             kinds(&plan),
             vec![
                 (MountKind::Writable, root.clone()),
-                (MountKind::Pin, root.clone()),
                 (MountKind::Pin, root.join("sub")),
                 (MountKind::Protect { expect: None }, root.join("sub/.git")),
             ]
@@ -475,7 +476,6 @@ mod tests {
             vec![
                 (MountKind::Writable, root.clone()),
                 (MountKind::Shm, PathBuf::from("/dev/shm")),
-                (MountKind::Pin, root.clone()),
                 (MountKind::Protect { expect: Some(id) }, root.join(".git")),
             ]
         );
@@ -556,7 +556,6 @@ mod tests {
             kinds(&plan),
             vec![
                 (MountKind::Writable, root.clone()),
-                (MountKind::Pin, root.clone()),
                 (MountKind::MaskFile, root.join(".env")),
                 (MountKind::MaskDir, root.join("secrets")),
             ]
@@ -595,7 +594,6 @@ mod tests {
             kinds(&plan),
             vec![
                 (MountKind::Writable, root.clone()),
-                (MountKind::Pin, root.clone()),
                 (MountKind::Protect { expect: None }, root.join("a")),
                 (MountKind::Protect { expect: None }, root.join("a/b/.git")),
             ]

@@ -716,6 +716,21 @@ fn attach_tree(tree: RawFd, target: RawFd, mode: BindMode) -> Result<(), Errno> 
     .map(|_| ())
 }
 
+/// Make the mount at `path` read-only (that mount only).
+pub(crate) fn make_mount_read_only(path: &CStr) -> Result<(), Errno> {
+    let fd = openat2_raw(libc::AT_FDCWD, path, libc::O_PATH)?;
+    let result = set_mount_attr(
+        fd,
+        AttrChange {
+            set: MOUNT_ATTR_RDONLY,
+            clear: 0,
+            recursive: false,
+        },
+    );
+    close_raw(fd);
+    result
+}
+
 /// Make every mount of this namespace read-only (writable roots are re-bound writable
 /// afterwards): Landlock does not cover chmod, chown, utimes or xattrs, so a
 /// capability-less root could otherwise change the metadata of any file it owns.
