@@ -50,8 +50,6 @@ pub(crate) struct ChildMount<'a> {
 
 /// Everything the child needs, prebuilt by the parent.
 pub(crate) struct ChildPlan<'a> {
-    /// Run an init in new PID + mount namespaces; otherwise exec the command directly.
-    pub namespaces: bool,
     /// `(uid_map, gid_map)` contents when a user namespace is created.
     pub user_maps: Option<(&'a [u8], &'a [u8])>,
     /// ASCII value for the PID namespace's `pid_max`.
@@ -93,6 +91,8 @@ pub(crate) struct ChildPlan<'a> {
     pub seccomp: Option<&'a [SockFilter]>,
     /// The parent's argument area, overwritten in the init's copy.
     pub argv_area: Option<(usize, usize)>,
+    /// Stack of the `vfork`-style command child.
+    pub stack: &'a sys::ChildStack,
 }
 
 type StepResult = Result<(), (SetupStep, Errno, u32)>;
@@ -114,18 +114,22 @@ fn report(fd: RawFd, (step, errno, index): (SetupStep, Errno, u32)) {
     let _ = sys::write_all_raw(fd, &record);
 }
 
-/// Entry point of the cloned child. Never returns.
-pub(crate) fn run(plan: &ChildPlan<'_>) -> ! {
-    if plan.namespaces {
-        init_main(plan)
-    } else {
-        let error = match reset_for_command() {
-            Ok(()) => command_main(plan),
-            Err(error) => error,
-        };
-        report(plan.exec_fd, error);
-        sys::exit_now(SETUP_FAILED_EXIT)
-    }
+/// Entry point of the init (fork-style clone into the new namespaces). Never returns.
+pub(crate) fn run_init(plan: &ChildPlan<'_>) -> ! {
+    init_main(plan)
+}
+
+/// Entry point of a `vfork`-style command child: `arg` is the `ChildPlan`. Never returns.
+pub(crate) extern "C" fn command_entry(arg: *mut c_void) -> c_int {
+    // SAFETY: the parent passes a pointer to a ChildPlan that outlives this child (the
+    // parent is suspended until the child execs or exits).
+    let plan = unsafe { &*(arg as *const ChildPlan<'_>) };
+    let error = match reset_for_command() {
+        Ok(()) => command_main(plan),
+        Err(error) => error,
+    };
+    report(plan.exec_fd, error);
+    sys::exit_now(SETUP_FAILED_EXIT)
 }
 
 fn reset_for_command() -> StepResult {
@@ -242,15 +246,13 @@ fn init_setup(plan: &ChildPlan<'_>) -> Result<i32, (SetupStep, Errno, u32)> {
         SetupStep::ResetSignals,
     )?;
     step(sys::block_child_signal(), SetupStep::ResetSignals)?;
-    let pid = step(sys::fork_raw(), SetupStep::ForkCommand)?;
-    if pid == 0 {
-        let error = match reset_for_command() {
-            Ok(()) => command_main(plan),
-            Err(error) => error,
-        };
-        report(plan.exec_fd, error);
-        sys::exit_now(SETUP_FAILED_EXIT)
-    }
+    let arg = plan as *const ChildPlan<'_> as *mut c_void;
+    // SAFETY: command_entry only runs async-signal-safe code reading the plan, which this
+    // (suspended) init keeps alive; the stack is reserved for this child.
+    let pid = step(
+        unsafe { sys::vfork_child(plan.stack, command_entry, arg, None) },
+        SetupStep::ForkCommand,
+    )?;
     sys::ignore_signal(libc::SIGPIPE);
     // The parent learns that the command is running (or failed) from EOF on this pipe.
     sys::close_raw(plan.exec_fd);

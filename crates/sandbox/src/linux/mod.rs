@@ -577,8 +577,8 @@ impl PreparedSandbox {
         keep.sort_unstable();
         keep.dedup();
 
+        let stack = sys::ChildStack::new();
         let child_plan = ChildPlan {
-            namespaces: inner.namespaces,
             user_maps: inner
                 .user_maps
                 .as_ref()
@@ -609,6 +609,7 @@ impl PreparedSandbox {
                 .map_or(0, |state| landlock::proc_rights(state.abi)),
             seccomp: inner.seccomp.as_deref(),
             argv_area: inner.argv_area,
+            stack: &stack,
         };
 
         let mut flags = 0u64;
@@ -619,17 +620,31 @@ impl PreparedSandbox {
             }
         }
         let saved = sys::block_all_signals();
-        // SAFETY: the child branch runs only `child::run`, which is async-signal-safe and
-        // ends in execve or _exit; every signal is blocked across the clone.
-        let cloned = unsafe { sys::clone_process(flags) };
-        let (pid, pidfd) = match cloned {
-            Ok(sys::Cloned::Child) => child::run(&child_plan),
-            Ok(sys::Cloned::Parent { pid, pidfd }) => {
-                sys::restore_signals(&saved);
-                (pid, pidfd)
+        let cloned = if inner.namespaces {
+            // SAFETY: the child branch runs only `child::run_init`, which is
+            // async-signal-safe and ends in _exit; every signal is blocked across the clone.
+            match unsafe { sys::clone_process(flags) } {
+                Ok(sys::Cloned::Child) => child::run_init(&child_plan),
+                Ok(sys::Cloned::Parent { pid, pidfd }) => Ok((pid, pidfd)),
+                Err(source) => Err(source),
             }
+        } else {
+            let mut raw_pidfd: c_int = -1;
+            let arg = &child_plan as *const ChildPlan<'_> as *mut std::ffi::c_void;
+            // SAFETY: command_entry only runs async-signal-safe code reading the plan, which
+            // this thread keeps alive while it is suspended until the child execs or exits;
+            // the stack is reserved for this child; every signal is blocked across the clone.
+            let started = unsafe {
+                sys::vfork_child(&stack, child::command_entry, arg, Some(&mut raw_pidfd))
+            };
+            started
+                .map_err(io::Error::from_raw_os_error)
+                .and_then(|pid| sys::owned_pidfd(raw_pidfd).map(|pidfd| (pid, pidfd)))
+        };
+        sys::restore_signals(&saved);
+        let (pid, pidfd) = match cloned {
+            Ok(started) => started,
             Err(source) => {
-                sys::restore_signals(&saved);
                 release_placeholders(plan.placeholders);
                 return Err(SandboxError::Clone { source });
             }

@@ -483,6 +483,15 @@ pub(crate) fn async_readable(pidfd: OwnedFd) -> io::Result<tokio::io::unix::Asyn
     .map_err(io::Error::from)
 }
 
+/// Take ownership of a pidfd returned through `CLONE_PIDFD`.
+pub(crate) fn owned_pidfd(raw: c_int) -> io::Result<OwnedFd> {
+    if raw < 0 {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // SAFETY: the kernel stored a new pidfd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
 /// Send `signal` to the process a pidfd refers to.
 pub(crate) fn pidfd_send_signal(pidfd: &OwnedFd, signal: c_int) -> io::Result<()> {
     // SAFETY: NULL info means "as if kill(2)"; the pidfd is open.
@@ -893,20 +902,52 @@ pub(crate) fn set_not_dumpable() -> Result<(), Errno> {
         .map(|_| ())
 }
 
-/// Fork-like `clone` without a pidfd (used by the init to start the command).
-pub(crate) fn fork_raw() -> Result<i32, Errno> {
-    // SAFETY: a NULL stack gives fork semantics; the child only runs async-signal-safe code.
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            libc::SIGCHLD as u64,
-            std::ptr::null_mut::<c_void>(),
-            std::ptr::null_mut::<c_void>(),
-            std::ptr::null_mut::<c_void>(),
-            0usize,
-        )
-    })
-    .map(|pid| pid as i32)
+/// A stack for a `vfork`-style child, allocated by the parent before any clone.
+pub(crate) struct ChildStack {
+    memory: Vec<u128>,
+}
+
+impl ChildStack {
+    /// 256 KiB: the command's setup uses a few KiB; generous because there is no guard page.
+    pub(crate) fn new() -> ChildStack {
+        ChildStack {
+            memory: vec![0u128; 256 * 1024 / 16],
+        }
+    }
+
+    /// The 16-byte aligned top of the stack (stacks grow down).
+    fn top(&self) -> *mut c_void {
+        self.memory.as_ptr_range().end as *mut c_void
+    }
+}
+
+/// Start `entry(arg)` in a `vfork`-style child (`CLONE_VM | CLONE_VFORK`, as `posix_spawn`
+/// does): it shares this process's memory on its own `stack` and the calling thread is
+/// suspended until it execs or exits, so no page table is copied. `extra_flags` may add
+/// `CLONE_PIDFD` (then the pidfd is stored in `pidfd`). Returns the child's pid.
+///
+/// # Safety
+/// `entry` must only run async-signal-safe code that reads `arg` and ends in `execve` or
+/// `_exit`; `arg` must stay valid until then; `stack` must not be used by anyone else while
+/// the child runs.
+pub(crate) unsafe fn vfork_child(
+    stack: &ChildStack,
+    entry: extern "C" fn(*mut c_void) -> c_int,
+    arg: *mut c_void,
+    pidfd: Option<&mut c_int>,
+) -> Result<i32, Errno> {
+    let mut flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+    let pidfd_ptr = match pidfd {
+        Some(slot) => {
+            flags |= libc::CLONE_PIDFD;
+            slot as *mut c_int
+        }
+        None => std::ptr::null_mut(),
+    };
+    // SAFETY: the caller upholds the contract above; glibc's clone wrapper runs `entry` on
+    // `stack` in the child and passes `pidfd_ptr` as the parent-tid slot CLONE_PIDFD uses.
+    let pid = unsafe { libc::clone(entry, stack.top(), flags, arg, pidfd_ptr) };
+    if pid < 0 { Err(errno()) } else { Ok(pid) }
 }
 
 /// `wait4(-1, &status, WNOHANG)`: `Some((pid, raw status))` for a reaped child, `None`
