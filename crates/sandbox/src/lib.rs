@@ -12,6 +12,31 @@
 //! and clones.
 //!
 //! Linux only; elsewhere every entry point returns [`SandboxError::Unsupported`].
+//!
+//! ```no_run
+//! # #[cfg(target_os = "linux")]
+//! # async fn demo() -> Result<(), cordon_sandbox::SandboxError> {
+//! use cordon_sandbox::{PreparedSandbox, Rlimits, SandboxConfig, SpawnRequest};
+//!
+//! let mut config = SandboxConfig::with_defaults(cordon_sandbox::host_defaults());
+//! config.write.push("/work/project".into());
+//! config.protected.push("/work/project/.git".into());
+//! config.limits = Rlimits { processes: Some(512), memory_bytes: Some(2 << 30), ..Rlimits::default() };
+//! let sandbox = PreparedSandbox::prepare(config)?; // fails closed, naming a missing layer
+//! let (read, write) = std::io::pipe().expect("pipe");
+//! let mut child = sandbox.spawn(SpawnRequest {
+//!     program: "bash".into(),
+//!     args: vec!["-c".into(), "cargo test".into()],
+//!     cwd: "/work/project".into(),
+//!     env: vec![],
+//!     stdin: None,
+//!     stdout: Some(write.try_clone().expect("dup").into()),
+//!     stderr: Some(write.into()),
+//! })?;
+//! // ... read `read` while it runs; on timeout: child.signal_tree(15)?, then child.kill_tree()?
+//! let status = child.wait().await?; // the command's own code or signal
+//! # drop(read); let _ = status; Ok(()) }
+//! ```
 #![warn(missing_docs)]
 #![allow(unsafe_code)]
 
