@@ -254,6 +254,11 @@ fn init_setup(plan: &ChildPlan<'_>) -> Result<i32, (SetupStep, Errno, u32)> {
         SetupStep::ForkCommand,
     )?;
     sys::ignore_signal(libc::SIGPIPE);
+    // The init needs none of the command's streams: readers see EOF as soon as the last
+    // process of the sandbox is gone, not when the init's namespaces are torn down.
+    for fd in plan.stdio {
+        sys::close_raw(fd);
+    }
     // The parent learns that the command is running (or failed) from EOF on this pipe.
     sys::close_raw(plan.exec_fd);
     Ok(pid)
