@@ -201,13 +201,21 @@ pub(crate) fn build_ruleset(
     let ruleset = sys::landlock_create_ruleset(&attr, attr_size(abi))
         .map_err(|source| SandboxError::LandlockRuleset { source })?;
     for rule in rules {
-        let fd = open_rule_target(&rule.path)?;
-        let is_dir = std::fs::metadata(&rule.path)
-            .map_err(|source| SandboxError::OpenPath {
-                path: rule.path.clone(),
-                source,
-            })?
-            .is_dir();
+        let fd = match open_rule_target(&rule.path) {
+            Ok(fd) => fd,
+            // A read root that vanished grants nothing; writable roots must exist.
+            Err(SandboxError::OpenPath { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound
+                    && rule.access != Access::Write =>
+            {
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let is_dir = sys::fstat_is_dir(&fd).map_err(|source| SandboxError::OpenPath {
+            path: rule.path.clone(),
+            source,
+        })?;
         let mut granted = rights(rule.access) & handled;
         if !is_dir {
             granted &= FILE_RIGHTS;

@@ -200,6 +200,20 @@ fn canonical_existing(path: &Path) -> Result<PathBuf, SandboxError> {
         })
 }
 
+/// Canonical forms of the read roots that exist; other errors (and relative paths) fail.
+fn existing_read_roots(paths: &[PathBuf]) -> Result<Vec<PathBuf>, SandboxError> {
+    let mut out = Vec::with_capacity(paths.len());
+    for path in paths {
+        match canonical_existing(path) {
+            Ok(path) => out.push(path),
+            Err(SandboxError::OpenPath { source, .. })
+                if source.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(out)
+}
+
 /// Canonical form of a path that may not exist: the canonical longest existing prefix joined
 /// with the rest. The final component itself is never resolved (it may be a symlink the mount
 /// plan must see as such).
@@ -308,14 +322,10 @@ impl PreparedSandbox {
         missing.sort();
         missing.dedup();
 
-        let read_exec: Vec<PathBuf> = read_exec
-            .iter()
-            .map(|p| canonical_existing(p))
-            .collect::<Result<_, _>>()?;
-        let read: Vec<PathBuf> = read
-            .iter()
-            .map(|p| canonical_existing(p))
-            .collect::<Result<_, _>>()?;
+        // A read root that does not exist (any more) grants nothing: skipping it is safe, and
+        // host defaults list files that come and go (e.g. SQLite journals under ~/.cargo).
+        let read_exec = existing_read_roots(&read_exec)?;
+        let read = existing_read_roots(&read)?;
         let write: Vec<PathBuf> = write
             .iter()
             .map(|p| canonical_existing(p))

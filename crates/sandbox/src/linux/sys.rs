@@ -266,6 +266,16 @@ pub(crate) fn fstat_id(fd: &OwnedFd) -> io::Result<(u64, u64)> {
     fstat_raw(fd.as_raw_fd()).map_err(io::Error::from_raw_os_error)
 }
 
+/// Whether an open file is a directory.
+pub(crate) fn fstat_is_dir(fd: &OwnedFd) -> io::Result<bool> {
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `stat` is a writable struct stat.
+    check_io(unsafe { libc::fstat(fd.as_raw_fd(), stat.as_mut_ptr()) } as c_long)?;
+    // SAFETY: fstat succeeded and filled the struct.
+    let stat = unsafe { stat.assume_init() };
+    Ok(stat.st_mode & libc::S_IFMT == libc::S_IFDIR)
+}
+
 /// `(st_dev, st_ino)` of `name` in `dirfd`, without following a final symlink.
 pub(crate) fn fstatat_id(dirfd: &OwnedFd, name: &CStr) -> io::Result<(u64, u64)> {
     let mut stat = std::mem::MaybeUninit::<libc::stat>::zeroed();

@@ -271,3 +271,19 @@ async fn network_on_reaches_a_local_listener() {
     assert_eq!(output.stdout, "hello", "{}", output.all());
     server.join().unwrap();
 }
+
+#[test]
+fn missing_read_roots_are_skipped_but_missing_writable_roots_fail() {
+    let fx = Fixture::new();
+    let mut config = fx.config();
+    config.read.push(fx.ws.join("no-such-dir"));
+    config.read_exec.push(fx.ws.join("no-such-file"));
+    cordon_sandbox::PreparedSandbox::prepare(config.clone())
+        .expect("a missing read root grants nothing");
+    config.write.push(fx.ws.join("no-such-dir"));
+    let error = cordon_sandbox::PreparedSandbox::prepare(config).unwrap_err();
+    assert!(
+        matches!(error, cordon_sandbox::SandboxError::OpenPath { .. }),
+        "{error}"
+    );
+}
