@@ -287,3 +287,23 @@ fn missing_read_roots_are_skipped_but_missing_writable_roots_fail() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn cargo_test_builds_and_runs_with_a_read_only_cargo_home() {
+    let fx = Fixture::without_git();
+    let krate = fx.ws.join("demo");
+    std::fs::create_dir_all(krate.join("src")).unwrap();
+    std::fs::write(
+        krate.join("Cargo.toml"),
+        "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        krate.join("src/lib.rs"),
+        "#[test]\nfn adds() { assert_eq!(1 + 1, 2); }\n",
+    )
+    .unwrap();
+    let output = run_in(&fx.sandbox(), &krate, "cargo test --offline -q 2>&1").await;
+    assert!(output.status.success(), "{}", output.all());
+    assert!(output.stdout.contains("1 passed"), "{}", output.all());
+}
