@@ -1,9 +1,10 @@
-//! Spawn cost of `bash -c true`: bare `Command` vs the full sandbox, plus two references
-//! (the sandbox without namespaces, and a bare spawn through one extra exec hop, which is
-//! what a re-exec'd helper would add). Interleaved runs, p50/p95 in microseconds.
+//! Spawn cost of `bash -c true`: bare `Command` vs the full sandbox, plus references (one
+//! extra exec hop, which is what a re-exec'd helper would add; the sandbox's spawn path with
+//! no layer; the sandbox without namespaces). Interleaved runs, wall-clock p50/p95 in
+//! microseconds; then CPU time per spawn (this process plus its reaped children, from
+//! /proc/self/stat), which other load on the machine barely disturbs.
 //!
-//! `cargo run --release -p cordon-sandbox --example spawn_bench [RUNS] [ROW]` (as root,
-//! Linux). With a ROW number (0-4) only that row runs, for `perf stat` CPU-time comparisons.
+//! `cargo run --release -p cordon-sandbox --example spawn_bench [RUNS]` (as root, Linux).
 
 use std::time::Instant;
 
@@ -112,5 +113,54 @@ fn main() {
             p50 / base
         );
     }
+    println!("CPU time per spawn (user + system, self + children), {runs} sequential runs each:");
+    let rows: [(&str, &dyn Fn()); 5] = [
+        ("bare Command bash -c true", &|| {
+            bare("bash", &["-c", "true"]);
+        }),
+        ("bare + one exec hop (env bash -c true)", &|| {
+            bare("/usr/bin/env", &["bash", "-c", "true"]);
+        }),
+        ("sandbox spawn path, no layer at all", &|| {
+            sandboxed(&bare_sandbox, &workspace);
+        }),
+        ("sandbox, no namespaces (degraded)", &|| {
+            sandboxed(&no_namespaces, &workspace);
+        }),
+        ("sandbox, full", &|| {
+            sandboxed(&full, &workspace);
+        }),
+    ];
+    let mut base_cpu = None;
+    for (name, run) in rows.iter() {
+        let before = cpu_ticks();
+        for _ in 0..runs {
+            run();
+        }
+        // Inits still tearing down are reaped in the background: let them finish.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let per_run = (cpu_ticks() - before) as f64 * 1e6 / ticks_per_second() / runs as f64;
+        let base = *base_cpu.get_or_insert(per_run);
+        println!(
+            "{name:<42} {per_run:>7.0} us CPU  ({:.2}x bare)",
+            per_run / base
+        );
+    }
     let _ = std::fs::remove_dir_all(&workspace);
+}
+
+/// utime + stime + cutime + cstime of this process, in clock ticks.
+fn cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("stat");
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    // Fields 14..=17 of proc(5); `rest` starts at field 3.
+    (14..=17)
+        .map(|field| fields[field - 3].parse::<u64>().expect("ticks"))
+        .sum()
+}
+
+/// The kernel's USER_HZ (100 on every Linux architecture this targets).
+fn ticks_per_second() -> f64 {
+    100.0
 }
