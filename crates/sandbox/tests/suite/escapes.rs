@@ -592,7 +592,7 @@ fn snapshot(path: &Path) -> String {
 
 /// The per-case workspace: the default fixture plus a nested repository, denied secrets and
 /// a copy of `cat` carrying a file capability.
-fn escape_fixture(secret: &str) -> (Fixture, cordon_sandbox::PreparedSandbox) {
+fn escape_fixture(secret: &str, weak: bool) -> (Fixture, cordon_sandbox::PreparedSandbox) {
     let fx = Fixture::new();
     let sub = fx.ws.join("sub");
     std::fs::create_dir(&sub).unwrap();
@@ -639,8 +639,75 @@ fn escape_fixture(secret: &str) -> (Fixture, cordon_sandbox::PreparedSandbox) {
         fx.ws.join("conf/.env"),
         fx.ws.join("secrets"),
     ]);
-    let sandbox = cordon_sandbox::PreparedSandbox::prepare(config).unwrap();
+    let sandbox = if weak {
+        // Nothing but the spawn path: the checks below must notice the breakouts.
+        config.allow_degraded = true;
+        cordon_sandbox::PreparedSandbox::prepare_with_support(
+            config,
+            cordon_sandbox::HostSupport {
+                landlock_abi: 0,
+                seccomp: false,
+                user_namespaces: false,
+                pid_namespaces: false,
+                mount_namespaces: false,
+                pid_max_per_namespace: false,
+                root: true,
+            },
+        )
+        .unwrap()
+    } else {
+        cordon_sandbox::PreparedSandbox::prepare(config).unwrap()
+    };
     (fx, sandbox)
+}
+
+/// Run one case; the list of ways it broke out (empty when it was contained).
+async fn check_case(case: &Case, host: &mut Host, weak: bool) -> Result<(), String> {
+    let (fx, sandbox) = escape_fixture(&host.secret, weak);
+    let watched: Vec<PathBuf> = case
+        .watch
+        .iter()
+        .map(|w| PathBuf::from(host.expand(w, &fx)))
+        .collect();
+    let before: Vec<String> = watched.iter().map(|p| snapshot(p)).collect();
+    let hits_before = host.hits();
+    let script = host.expand(case.script, &fx);
+    let output = run_in(&sandbox, &fx.ws, &script).await;
+    let mut problems = Vec::new();
+    if case.must_fail && output.status.success() {
+        problems.push("the command succeeded".to_owned());
+    }
+    for (path, before) in watched.iter().zip(&before) {
+        let after = snapshot(path);
+        if &after != before {
+            problems.push(format!("{} changed: {before} -> {after}", path.display()));
+        }
+    }
+    for forbidden in case.forbidden {
+        let forbidden = host.expand(forbidden, &fx);
+        if output.all().contains(&forbidden) {
+            problems.push(format!("output contains {forbidden:?}"));
+        }
+    }
+    if host.hits() != hits_before {
+        problems.push(format!(
+            "reached a host listener: {:?} -> {:?}",
+            hits_before,
+            host.hits()
+        ));
+    }
+    if let Err(problem) = host.host_process_intact() {
+        problems.push(problem);
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{problems:?}\n  status: {}\n  output: {}",
+            output.status,
+            output.all()
+        ))
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -669,51 +736,8 @@ async fn every_escape_attempt_fails_and_changes_nothing() {
     let mut failures: BTreeMap<&str, String> = BTreeMap::new();
     for case in CASES {
         assert!(names.insert(case.name), "duplicate case {}", case.name);
-        let (fx, sandbox) = escape_fixture(&host.secret);
-        let watched: Vec<PathBuf> = case
-            .watch
-            .iter()
-            .map(|w| PathBuf::from(host.expand(w, &fx)))
-            .collect();
-        let before: Vec<String> = watched.iter().map(|p| snapshot(p)).collect();
-        let hits_before = host.hits();
-        let script = host.expand(case.script, &fx);
-        let output = run_in(&sandbox, &fx.ws, &script).await;
-        let mut problems = Vec::new();
-        if case.must_fail && output.status.success() {
-            problems.push("the command succeeded".to_owned());
-        }
-        for (path, before) in watched.iter().zip(&before) {
-            let after = snapshot(path);
-            if &after != before {
-                problems.push(format!("{} changed: {before} -> {after}", path.display()));
-            }
-        }
-        for forbidden in case.forbidden {
-            let forbidden = host.expand(forbidden, &fx);
-            if output.all().contains(&forbidden) {
-                problems.push(format!("output contains {forbidden:?}"));
-            }
-        }
-        if host.hits() != hits_before {
-            problems.push(format!(
-                "reached a host listener: {:?} -> {:?}",
-                hits_before,
-                host.hits()
-            ));
-        }
-        if let Err(problem) = host.host_process_intact() {
-            problems.push(problem);
-        }
-        if !problems.is_empty() {
-            failures.insert(
-                case.name,
-                format!(
-                    "{problems:?}\n  status: {}\n  output: {}",
-                    output.status,
-                    output.all()
-                ),
-            );
+        if let Err(why) = check_case(case, &mut host, false).await {
+            failures.insert(case.name, why);
         }
     }
     let hostname_after = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
@@ -780,4 +804,24 @@ async fn symlinked_protected_path_is_refused_before_running() {
         })
         .unwrap_err();
     assert!(error.to_string().contains("is a symlink"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_checks_notice_breakouts_from_an_unprotected_sandbox() {
+    // Cases whose breakout does no lasting harm to the host when they succeed.
+    let mut host = Host::start();
+    for name in [
+        "redirect_outside",
+        "read_etc_shadow",
+        "python_tcp",
+        "git_config_append",
+        "denied_file_read",
+        "host_unix_socket",
+    ] {
+        let case = CASES.iter().find(|case| case.name == name).unwrap();
+        assert!(
+            check_case(case, &mut host, true).await.is_err(),
+            "{name} was not detected as a breakout of an unprotected sandbox"
+        );
+    }
 }
