@@ -1,6 +1,7 @@
 //! Stub for non-Linux targets: the types exist so the workspace builds, and every entry
 //! point fails with [`SandboxError::Unsupported`].
 
+use std::ffi::OsString;
 use std::path::Path;
 
 use crate::config::{ExitStatus, HostDefaults, HostSupport, Layer, SandboxConfig, SpawnRequest};
@@ -65,6 +66,11 @@ impl PreparedSandbox {
         Path::new("/")
     }
 
+    /// Unreachable: no instance exists.
+    pub fn base_env(&self) -> &[(OsString, OsString)] {
+        &[]
+    }
+
     /// Always fails with [`SandboxError::Unsupported`].
     ///
     /// # Errors
@@ -81,6 +87,27 @@ pub struct SandboxedChild {
 }
 
 impl SandboxedChild {
+    /// Unreachable: no instance exists.
+    pub fn pid(&self) -> u32 {
+        0
+    }
+
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
+    pub fn wait_blocking(&mut self) -> Result<ExitStatus, SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
+    pub fn try_wait(&mut self) -> Result<Option<ExitStatus>, SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+
     /// Always fails with [`SandboxError::Unsupported`].
     ///
     /// # Errors
