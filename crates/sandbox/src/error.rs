@@ -220,6 +220,8 @@ pub enum SetupStep {
     Exec,
 }
 
+// The wire numbering is only used by the Linux child.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 impl SetupStep {
     /// Every step, indexed by its wire number.
     pub(crate) const ALL: [SetupStep; 24] = [
