@@ -1,0 +1,384 @@
+//! Plain input and output types of the sandbox: what a command may touch ([`SandboxConfig`]),
+//! one command to run ([`SpawnRequest`]), how it ended ([`ExitStatus`]) and what the host
+//! kernel offers ([`HostSupport`], [`Layer`]).
+//!
+//! Everything here is concrete data: absolute paths, booleans and numbers. Globs, policy files
+//! and the workspace layout are the backend's business; it resolves them into these types.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+/// What sandboxed commands may touch. Build it once per session and turn it into a
+/// `PreparedSandbox` (Linux only).
+///
+/// Every path must be absolute and canonical (no symlink components): the kernel rules are
+/// attached to the inodes these paths name at prepare time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SandboxConfig {
+    /// Trees that may be read and executed (system directories, toolchains).
+    pub read_exec: Vec<PathBuf>,
+    /// Trees that may be read but not executed from.
+    pub read: Vec<PathBuf>,
+    /// Trees that may be read, written and executed from (the workspace). The per-session
+    /// temporary directory and home directory are added automatically.
+    pub write: Vec<PathBuf>,
+    /// Paths that stay read-only even inside a writable tree (default: the workspace's
+    /// `.git`). A protected path that does not exist yet is pinned by an empty read-only
+    /// placeholder directory while commands run, so it cannot be created either.
+    pub protected: Vec<PathBuf>,
+    /// Paths that are neither readable nor writable, even inside a readable or writable
+    /// tree: they are masked by an empty, unreadable file or directory.
+    pub denied: Vec<PathBuf>,
+    /// Whether commands may use the network. When `false`: no IP, netlink or vsock sockets,
+    /// no `connect`/`bind`/`listen` on any socket, no Landlock TCP, no `io_uring`.
+    pub network: bool,
+    /// Resource limits applied to every command.
+    pub limits: Rlimits,
+    /// Environment variables set in every command, on top of the baseline (`PATH`, `HOME`,
+    /// `TMPDIR`, `LANG`, `TERM`); an entry here overrides the baseline value. Nothing from the
+    /// host environment reaches a command unless it is listed here.
+    pub env: Vec<(OsString, OsString)>,
+    /// Directory in which the per-session directory (TMPDIR, HOME, masks) is created.
+    /// `None` means the system temporary directory.
+    pub session_parent: Option<PathBuf>,
+    /// Accept a weaker sandbox when the kernel lacks a required layer. When `false` (the
+    /// default) a missing layer is an error naming it.
+    pub allow_degraded: bool,
+}
+
+/// Resource limits of one command and its descendants. `None` leaves the limit as
+/// inherited. Core dumps are always disabled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rlimits {
+    /// Maximum number of processes in the sandbox. Enforced by `RLIMIT_NPROC` when Cordon
+    /// runs as a regular user and by the PID namespace's `pid_max` when it runs as root (the
+    /// kernel ignores `RLIMIT_NPROC` for uid 0); `pid_max` cannot go below 301, so as root the
+    /// effective limit is at least 300 processes.
+    pub processes: Option<u64>,
+    /// Address-space size of each process, in bytes (`RLIMIT_AS`).
+    pub memory_bytes: Option<u64>,
+    /// Largest file a process may write, in bytes (`RLIMIT_FSIZE`).
+    pub file_size_bytes: Option<u64>,
+    /// Maximum number of open file descriptors per process (`RLIMIT_NOFILE`).
+    pub open_files: Option<u64>,
+    /// CPU seconds per process (`RLIMIT_CPU`: SIGXCPU, then SIGKILL one second later).
+    pub cpu_time_secs: Option<u64>,
+}
+
+/// One command to run inside a prepared sandbox.
+#[derive(Debug)]
+pub struct SpawnRequest {
+    /// The program: a path containing `/`, or a name looked up in the sandbox's `PATH`.
+    pub program: OsString,
+    /// Arguments after `argv[0]` (which is `program` as given).
+    pub args: Vec<OsString>,
+    /// Working directory (absolute).
+    pub cwd: PathBuf,
+    /// Extra environment for this command only, on top of the sandbox environment.
+    pub env: Vec<(OsString, OsString)>,
+    /// Standard input; `None` means `/dev/null`.
+    pub stdin: Option<OwnedFd>,
+    /// Standard output; `None` means `/dev/null`.
+    pub stdout: Option<OwnedFd>,
+    /// Standard error; `None` means `/dev/null`. May be a duplicate of `stdout` to merge
+    /// both streams.
+    pub stderr: Option<OwnedFd>,
+}
+
+/// How the sandboxed command ended: the command's own status, never the helper init's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExitStatus {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
+
+impl ExitStatus {
+    /// Shell-style exit code: the code, or 128 + signal.
+    pub fn code(self) -> i32 {
+        match self {
+            ExitStatus::Code(code) => code,
+            ExitStatus::Signal(signal) => 128 + signal,
+        }
+    }
+
+    /// Whether the command exited with code 0.
+    pub fn success(self) -> bool {
+        self == ExitStatus::Code(0)
+    }
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExitStatus::Code(code) => write!(f, "exit code {code}"),
+            ExitStatus::Signal(signal) => write!(f, "killed by signal {signal}"),
+        }
+    }
+}
+
+/// One independent protection the sandbox applies. A host may lack some; see
+/// [`HostSupport`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Layer {
+    /// seccomp BPF syscall filter (ptrace, mount, namespaces, keyring, BPF, io_uring and,
+    /// with the network off, sockets). Required.
+    Seccomp,
+    /// Landlock filesystem rules with truncate control (ABI >= 3). Required.
+    LandlockFilesystem,
+    /// Landlock control of device ioctls (ABI >= 5). Used when available.
+    LandlockIoctl,
+    /// Landlock TCP bind/connect denial with the network off (ABI >= 4). Used when
+    /// available; seccomp already denies every IP socket.
+    LandlockNetwork,
+    /// Landlock scoping of signals and abstract Unix sockets to the sandbox (ABI >= 6).
+    /// Used when available; the PID namespace and seccomp cover most of it.
+    LandlockScopes,
+    /// User namespace, needed to create the other namespaces when not running as root.
+    UserNamespace,
+    /// PID namespace with a helper init as PID 1: no descendant outlives the command, and a
+    /// fresh `/proc` shows only the sandbox's processes. Required.
+    PidNamespace,
+    /// Mount namespace: protected paths, denied paths, private `/proc` and `/dev/shm`.
+    /// Required.
+    MountNamespace,
+    /// A hard cap on the number of processes (see [`Rlimits::processes`]). Required when a
+    /// process limit is configured.
+    ProcessLimit,
+}
+
+impl Layer {
+    /// Every layer, in reporting order.
+    pub const ALL: [Layer; 9] = [
+        Layer::LandlockFilesystem,
+        Layer::LandlockIoctl,
+        Layer::LandlockNetwork,
+        Layer::LandlockScopes,
+        Layer::Seccomp,
+        Layer::UserNamespace,
+        Layer::PidNamespace,
+        Layer::MountNamespace,
+        Layer::ProcessLimit,
+    ];
+
+    /// Short stable name, e.g. `landlock-fs`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layer::Seccomp => "seccomp",
+            Layer::LandlockFilesystem => "landlock-fs",
+            Layer::LandlockIoctl => "landlock-ioctl",
+            Layer::LandlockNetwork => "landlock-net",
+            Layer::LandlockScopes => "landlock-scopes",
+            Layer::UserNamespace => "user-namespace",
+            Layer::PidNamespace => "pid-namespace",
+            Layer::MountNamespace => "mount-namespace",
+            Layer::ProcessLimit => "process-limit",
+        }
+    }
+
+    /// What the layer needs from the kernel, for error messages and `cordon doctor`.
+    pub fn requirement(self) -> &'static str {
+        match self {
+            Layer::Seccomp => "seccomp filter mode (CONFIG_SECCOMP_FILTER)",
+            Layer::LandlockFilesystem => "Landlock ABI >= 3 (Linux 6.2)",
+            Layer::LandlockIoctl => "Landlock ABI >= 5 (Linux 6.10)",
+            Layer::LandlockNetwork => "Landlock ABI >= 4 (Linux 6.7)",
+            Layer::LandlockScopes => "Landlock ABI >= 6 (Linux 6.12)",
+            Layer::UserNamespace => "unprivileged user namespaces",
+            Layer::PidNamespace => "PID namespaces",
+            Layer::MountNamespace => "mount namespaces with open_tree/move_mount (Linux 5.12)",
+            Layer::ProcessLimit => {
+                "RLIMIT_NPROC (non-root) or a per-PID-namespace pid_max (root, Linux 6.14)"
+            }
+        }
+    }
+}
+
+impl fmt::Display for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the running kernel (and the privileges of this process) allow. Produced by
+/// `probe()`; tests may build one by hand to simulate a weaker host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostSupport {
+    /// Landlock ABI version, 0 when Landlock is unavailable.
+    pub landlock_abi: u32,
+    /// seccomp filters can be installed.
+    pub seccomp: bool,
+    /// A user namespace can be created (needed when not root).
+    pub user_namespaces: bool,
+    /// PID and mount namespaces can be created (with a user namespace when not root).
+    pub pid_namespaces: bool,
+    /// Mount namespaces can be created and the fd-based mount API works.
+    pub mount_namespaces: bool,
+    /// `pid_max` is per PID namespace (Linux >= 6.14), so it can cap a sandbox's processes.
+    pub pid_max_per_namespace: bool,
+    /// This process runs with effective uid 0.
+    pub root: bool,
+}
+
+impl HostSupport {
+    /// Whether the host can apply `layer`.
+    pub fn supports(&self, layer: Layer) -> bool {
+        match layer {
+            Layer::Seccomp => self.seccomp,
+            Layer::LandlockFilesystem => self.landlock_abi >= 3,
+            Layer::LandlockIoctl => self.landlock_abi >= 5,
+            Layer::LandlockNetwork => self.landlock_abi >= 4,
+            Layer::LandlockScopes => self.landlock_abi >= 6,
+            Layer::UserNamespace => self.root || self.user_namespaces,
+            Layer::PidNamespace => self.namespaces(),
+            Layer::MountNamespace => self.namespaces(),
+            Layer::ProcessLimit => !self.root || (self.namespaces() && self.pid_max_per_namespace),
+        }
+    }
+
+    /// Whether the PID + mount namespace pair (and a user namespace when not root) can be
+    /// created. The sandbox uses both or neither.
+    pub fn namespaces(&self) -> bool {
+        self.pid_namespaces && self.mount_namespaces && (self.root || self.user_namespaces)
+    }
+
+    /// One line per layer for `cordon doctor`, e.g. `landlock-fs: ok (Landlock ABI 7)`.
+    pub fn report_lines(&self) -> Vec<String> {
+        Layer::ALL
+            .iter()
+            .map(|&layer| {
+                let status = if self.supports(layer) {
+                    "ok"
+                } else {
+                    "missing"
+                };
+                let detail = match layer {
+                    Layer::LandlockFilesystem
+                    | Layer::LandlockIoctl
+                    | Layer::LandlockNetwork
+                    | Layer::LandlockScopes => format!("Landlock ABI {}", self.landlock_abi),
+                    Layer::UserNamespace if self.root => "not needed as root".to_owned(),
+                    Layer::ProcessLimit if self.root => {
+                        "root: per-namespace pid_max, minimum 301".to_owned()
+                    }
+                    Layer::ProcessLimit => "RLIMIT_NPROC".to_owned(),
+                    Layer::Seccomp
+                    | Layer::UserNamespace
+                    | Layer::PidNamespace
+                    | Layer::MountNamespace => layer.requirement().to_owned(),
+                };
+                format!("{}: {status} ({detail})", layer.name())
+            })
+            .collect()
+    }
+}
+
+/// Host locations a sandbox needs for everyday commands, computed by
+/// `host_defaults()`: system directories, `/etc` minus secrets, toolchains in the home
+/// directory minus credential files, and the matching environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostDefaults {
+    /// Read + execute trees.
+    pub read_exec: Vec<PathBuf>,
+    /// Read-only trees.
+    pub read: Vec<PathBuf>,
+    /// Environment for the toolchains (`PATH`, `CARGO_HOME`, `RUSTUP_HOME`, `PYENV_ROOT`, …).
+    pub env: Vec<(OsString, OsString)>,
+}
+
+impl SandboxConfig {
+    /// A configuration with the host defaults filled in (see [`HostDefaults`]); add the
+    /// workspace to `write` and the protected and denied paths.
+    pub fn with_defaults(defaults: HostDefaults) -> SandboxConfig {
+        let HostDefaults {
+            read_exec,
+            read,
+            env,
+        } = defaults;
+        SandboxConfig {
+            read_exec,
+            read,
+            env,
+            ..SandboxConfig::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_status_code_is_shell_style() {
+        assert_eq!(ExitStatus::Code(3).code(), 3);
+        assert_eq!(ExitStatus::Signal(9).code(), 137);
+        assert!(ExitStatus::Code(0).success());
+        assert!(!ExitStatus::Signal(15).success());
+    }
+
+    fn full() -> HostSupport {
+        HostSupport {
+            landlock_abi: 7,
+            seccomp: true,
+            user_namespaces: true,
+            pid_namespaces: true,
+            mount_namespaces: true,
+            pid_max_per_namespace: true,
+            root: true,
+        }
+    }
+
+    #[test]
+    fn landlock_layers_follow_the_abi() {
+        let host = HostSupport {
+            landlock_abi: 4,
+            ..full()
+        };
+        assert!(host.supports(Layer::LandlockFilesystem));
+        assert!(host.supports(Layer::LandlockNetwork));
+        assert!(!host.supports(Layer::LandlockIoctl));
+        assert!(!host.supports(Layer::LandlockScopes));
+        let none = HostSupport {
+            landlock_abi: 2,
+            ..full()
+        };
+        assert!(!none.supports(Layer::LandlockFilesystem));
+    }
+
+    #[test]
+    fn process_limit_as_root_needs_per_namespace_pid_max() {
+        let old_kernel = HostSupport {
+            pid_max_per_namespace: false,
+            ..full()
+        };
+        assert!(!old_kernel.supports(Layer::ProcessLimit));
+        let user = HostSupport {
+            root: false,
+            ..old_kernel
+        };
+        assert!(user.supports(Layer::ProcessLimit));
+    }
+
+    #[test]
+    fn non_root_namespaces_need_a_user_namespace() {
+        let host = HostSupport {
+            root: false,
+            user_namespaces: false,
+            ..full()
+        };
+        assert!(!host.supports(Layer::PidNamespace));
+        assert!(!host.supports(Layer::MountNamespace));
+        assert!(!host.supports(Layer::UserNamespace));
+    }
+
+    #[test]
+    fn report_has_one_line_per_layer() {
+        let lines = full().report_lines();
+        assert_eq!(lines.len(), Layer::ALL.len());
+        assert_eq!(lines[0], "landlock-fs: ok (Landlock ABI 7)");
+        assert!(lines.iter().all(|line| line.contains(": ok (")));
+    }
+}

@@ -1,0 +1,1128 @@
+//! The Linux sandbox: [`PreparedSandbox`] builds everything once (Landlock ruleset fd,
+//! seccomp program, session directory, environment baseline); [`PreparedSandbox::spawn`]
+//! clones a child into new PID + mount namespaces whose init sets up the mounts, forks the
+//! command, applies the command's restrictions right before `execve` and reaps everything;
+//! [`SandboxedChild`] awaits the command and signals or kills its whole tree.
+//!
+//! Process shape with namespaces: parent → init (PID 1, never execs, holds no capability the
+//! command can reach) → command. When the command ends the init reports its status and exits,
+//! and the kernel kills every process left in the namespace. When the parent's handle is
+//! dropped (or the parent dies) the init sees EOF on its control socket and exits the same
+//! way. Without namespaces (an explicitly degraded host) the command is the direct child in
+//! its own session and tree operations use its process group.
+
+mod child;
+mod defaults;
+mod landlock;
+mod mounts;
+mod probe;
+mod seccomp;
+mod sys;
+
+use std::ffi::{CString, OsStr, OsString, c_int};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use defaults::host_defaults;
+pub use probe::probe;
+
+use crate::config::{ExitStatus, HostSupport, Layer, SandboxConfig, SpawnRequest};
+use crate::error::{SandboxError, SetupStep};
+use child::{ChildMount, ChildPlan};
+use landlock::{Access, PathRule};
+use mounts::{MountConfig, MountPlan};
+use sys::CStringArray;
+
+/// A sandbox built once from a [`SandboxConfig`]; spawn any number of commands from it,
+/// concurrently if needed.
+#[derive(Debug)]
+pub struct PreparedSandbox {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    missing: Vec<Layer>,
+    namespaces: bool,
+    landlock: Option<LandlockState>,
+    seccomp: Option<Vec<sys::SockFilter>>,
+    session: Arc<SessionDir>,
+    env: Vec<(OsString, OsString)>,
+    rlimits: Vec<(c_int, u64, u64)>,
+    last_cap: u32,
+    mounts: MountConfig,
+    user_maps: Option<(Vec<u8>, Vec<u8>)>,
+    pid_max: Option<Vec<u8>>,
+    argv_area: Option<(usize, usize)>,
+}
+
+/// The Landlock ruleset and what is needed to rebuild it.
+///
+/// Each spawn's init adds one rule (its fresh `/proc`) to the shared ruleset, so the ruleset
+/// grows by one rule per spawn; after [`RULESET_REUSE`] spawns a fresh one is built from
+/// `rules`, which keeps the per-spawn merge cost of `landlock_restrict_self` bounded.
+#[derive(Debug)]
+struct LandlockState {
+    abi: u32,
+    network: bool,
+    rules: Vec<PathRule>,
+    current: std::sync::Mutex<(Arc<OwnedFd>, u32)>,
+}
+
+/// Spawns served by one Landlock ruleset before it is rebuilt.
+const RULESET_REUSE: u32 = 128;
+
+impl LandlockState {
+    /// The ruleset for the next spawn.
+    fn ruleset(&self) -> Result<Arc<OwnedFd>, SandboxError> {
+        let mut current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current.1 >= RULESET_REUSE {
+            let fresh = landlock::build_ruleset(self.abi, self.network, &self.rules)?;
+            *current = (Arc::new(fresh), 0);
+        }
+        current.1 += 1;
+        Ok(Arc::clone(&current.0))
+    }
+}
+
+/// The per-session directory: TMPDIR, HOME, the private `/dev/shm` and the masks.
+#[derive(Debug)]
+struct SessionDir {
+    root: PathBuf,
+    tmp: PathBuf,
+    home: PathBuf,
+    shm: CString,
+    mask_dir: CString,
+    mask_file: CString,
+}
+
+impl Drop for SessionDir {
+    fn drop(&mut self) {
+        // Masks are mode 000; make them removable first. Symlinks created by commands are
+        // removed, never followed (std's remove_dir_all does not follow them).
+        let mask = self.root.join("mask");
+        for entry in [mask.join("dir"), mask.join("file")] {
+            let _ = std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o700));
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+static SESSION_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl SessionDir {
+    fn create(parent: &Path) -> Result<SessionDir, SandboxError> {
+        let pid = std::process::id();
+        let mut attempt = 0;
+        let root = loop {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let count = SESSION_COUNTER.fetch_add(1, Ordering::Relaxed);
+            let candidate = parent.join(format!("cordon-sandbox-{pid}-{count}-{nanos:08x}"));
+            match std::fs::DirBuilder::new().mode(0o700).create(&candidate) {
+                Ok(()) => break candidate,
+                Err(error) if error.kind() == io::ErrorKind::AlreadyExists && attempt < 16 => {
+                    attempt += 1;
+                }
+                Err(source) => {
+                    return Err(SandboxError::SessionDir {
+                        path: candidate,
+                        source,
+                    });
+                }
+            }
+        };
+        let make = |path: &Path, mode: u32| {
+            std::fs::DirBuilder::new()
+                .mode(mode)
+                .create(path)
+                .map_err(|source| SandboxError::SessionDir {
+                    path: path.to_owned(),
+                    source,
+                })
+        };
+        let tmp = root.join("tmp");
+        let home = root.join("home");
+        let shm = root.join("shm");
+        let mask = root.join("mask");
+        make(&tmp, 0o700)?;
+        make(&home, 0o700)?;
+        make(&shm, 0o700)?;
+        make(&mask, 0o700)?;
+        make(&mask.join("dir"), 0o000)?;
+        let mask_file = mask.join("file");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&mask_file)
+            .and_then(|_| {
+                std::fs::set_permissions(&mask_file, std::fs::Permissions::from_mode(0o000))
+            })
+            .map_err(|source| SandboxError::SessionDir {
+                path: mask_file.clone(),
+                source,
+            })?;
+        Ok(SessionDir {
+            shm: c_string(shm.as_os_str(), "sandbox path")?,
+            mask_dir: c_string(mask.join("dir").as_os_str(), "sandbox path")?,
+            mask_file: c_string(mask_file.as_os_str(), "sandbox path")?,
+            root,
+            tmp,
+            home,
+        })
+    }
+}
+
+fn c_string(value: &OsStr, what: &'static str) -> Result<CString, SandboxError> {
+    CString::new(value.as_bytes()).map_err(|_| SandboxError::NulByte { what })
+}
+
+/// Canonical absolute form of an existing path.
+fn canonical_existing(path: &Path) -> Result<PathBuf, SandboxError> {
+    if !path.is_absolute() {
+        return Err(SandboxError::RelativePath {
+            path: path.to_owned(),
+        });
+    }
+    path.canonicalize()
+        .map_err(|source| SandboxError::OpenPath {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// Canonical forms of the read roots that exist; other errors (and relative paths) fail.
+fn existing_read_roots(paths: &[PathBuf]) -> Result<Vec<PathBuf>, SandboxError> {
+    let mut out = Vec::with_capacity(paths.len());
+    for path in paths {
+        match canonical_existing(path) {
+            Ok(path) => out.push(path),
+            Err(SandboxError::OpenPath { source, .. })
+                if source.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(out)
+}
+
+/// Canonical form of a path that may not exist: the canonical longest existing prefix joined
+/// with the rest. The final component itself is never resolved (it may be a symlink the mount
+/// plan must see as such).
+fn canonical_lenient(path: &Path) -> Result<PathBuf, SandboxError> {
+    if !path.is_absolute() {
+        return Err(SandboxError::RelativePath {
+            path: path.to_owned(),
+        });
+    }
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Ok(path.to_owned());
+    };
+    match parent.canonicalize() {
+        Ok(parent) => Ok(parent.join(name)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            Ok(canonical_lenient(parent)?.join(name))
+        }
+        Err(source) => Err(SandboxError::OpenPath {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Device nodes commands may read and write.
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+fn last_capability() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(40)
+}
+
+impl PreparedSandbox {
+    /// Build the sandbox for this host (see [`probe`]).
+    ///
+    /// # Errors
+    /// [`SandboxError::MissingLayers`] when the host lacks a required layer and
+    /// `allow_degraded` is off; path, Landlock and session-directory errors otherwise.
+    pub fn prepare(config: SandboxConfig) -> Result<PreparedSandbox, SandboxError> {
+        PreparedSandbox::prepare_with_support(config, probe())
+    }
+
+    /// Build the sandbox as if the host supported exactly `support` (a subset of what it
+    /// really supports). Useful to test the fail-closed and degraded paths, or to force a
+    /// weaker mode deliberately.
+    ///
+    /// # Errors
+    /// As [`PreparedSandbox::prepare`].
+    pub fn prepare_with_support(
+        config: SandboxConfig,
+        support: HostSupport,
+    ) -> Result<PreparedSandbox, SandboxError> {
+        let SandboxConfig {
+            read_exec,
+            read,
+            write,
+            protected,
+            denied,
+            network,
+            limits,
+            env,
+            session_parent,
+            allow_degraded,
+        } = config;
+
+        let mut required = vec![
+            Layer::Seccomp,
+            Layer::LandlockFilesystem,
+            Layer::PidNamespace,
+            Layer::MountNamespace,
+        ];
+        if !support.root {
+            required.push(Layer::UserNamespace);
+        }
+        if limits.processes.is_some() {
+            required.push(Layer::ProcessLimit);
+        }
+        let mut optional = vec![Layer::LandlockIoctl, Layer::LandlockScopes];
+        if !network {
+            optional.push(Layer::LandlockNetwork);
+        }
+        let missing_required: Vec<Layer> = required
+            .iter()
+            .copied()
+            .filter(|layer| !support.supports(*layer))
+            .collect();
+        if !missing_required.is_empty() && !allow_degraded {
+            return Err(SandboxError::MissingLayers {
+                layers: missing_required,
+            });
+        }
+        let mut missing: Vec<Layer> = required
+            .into_iter()
+            .chain(optional)
+            .filter(|layer| !support.supports(*layer))
+            .collect();
+        missing.sort();
+        missing.dedup();
+
+        // A read root that does not exist (any more) grants nothing: skipping it is safe, and
+        // host defaults list files that come and go (e.g. SQLite journals under ~/.cargo).
+        let read_exec = existing_read_roots(&read_exec)?;
+        let read = existing_read_roots(&read)?;
+        let write: Vec<PathBuf> = write
+            .iter()
+            .map(|p| canonical_existing(p))
+            .collect::<Result<_, _>>()?;
+        let protected: Vec<PathBuf> = protected
+            .iter()
+            .map(|p| canonical_lenient(p))
+            .collect::<Result<_, _>>()?;
+        let denied: Vec<PathBuf> = denied
+            .iter()
+            .map(|p| canonical_lenient(p))
+            .collect::<Result<_, _>>()?;
+
+        let session_parent = match session_parent {
+            Some(parent) => canonical_existing(&parent)?,
+            None => canonical_existing(&std::env::temp_dir())?,
+        };
+        let session = SessionDir::create(&session_parent)?;
+        let shm_path = PathBuf::from(OsStr::from_bytes(session.shm.as_bytes()));
+
+        let namespaces = support.namespaces();
+        let private_shm = namespaces && Path::new("/dev/shm").is_dir();
+
+        let mut rules: Vec<PathRule> = Vec::new();
+        let mut push = |paths: &[PathBuf], access: Access| {
+            for path in paths {
+                rules.push(PathRule {
+                    path: path.clone(),
+                    access,
+                });
+            }
+        };
+        push(&read_exec, Access::ReadExec);
+        push(&read, Access::Read);
+        push(&write, Access::Write);
+        push(&[session.tmp.clone(), session.home.clone()], Access::Write);
+        if private_shm {
+            push(&[shm_path], Access::Write);
+        }
+        let devices: Vec<PathBuf> = DEVICES
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.exists())
+            .collect();
+        push(&devices, Access::Device);
+        // Safe to read: a fresh /proc shows only the sandbox's processes. Without a PID
+        // namespace it is the host's, which is part of what the missing layer costs.
+        push(&[PathBuf::from("/proc")], Access::Read);
+
+        let landlock = if support.landlock_abi >= 1 {
+            let ruleset = landlock::build_ruleset(support.landlock_abi, network, &rules)?;
+            Some(LandlockState {
+                abi: support.landlock_abi,
+                network,
+                rules,
+                current: std::sync::Mutex::new((Arc::new(ruleset), 0)),
+            })
+        } else {
+            None
+        };
+        let seccomp = if support.seccomp {
+            let program = seccomp::compile(&seccomp::rules(network), seccomp::native_arch())
+                .map_err(|reason| SandboxError::SeccompBuild { reason })?;
+            Some(program)
+        } else {
+            None
+        };
+
+        let mut rlimits = vec![(libc::RLIMIT_CORE as c_int, 0, 0)];
+        let mut limit = |resource: c_int, value: Option<u64>, extra_hard: u64| {
+            if let Some(value) = value {
+                // A hard limit can only go down without CAP_SYS_RESOURCE: clamp.
+                let hard_now = sys::get_rlimit(resource).map_or(u64::MAX, |(_, hard)| hard);
+                let soft = value.min(hard_now);
+                let hard = value.saturating_add(extra_hard).min(hard_now);
+                rlimits.push((resource, soft, hard));
+            }
+        };
+        limit(libc::RLIMIT_NPROC as c_int, limits.processes, 0);
+        limit(libc::RLIMIT_AS as c_int, limits.memory_bytes, 0);
+        limit(libc::RLIMIT_FSIZE as c_int, limits.file_size_bytes, 0);
+        limit(libc::RLIMIT_NOFILE as c_int, limits.open_files, 0);
+        limit(libc::RLIMIT_CPU as c_int, limits.cpu_time_secs, 1);
+
+        let user_maps = (namespaces && !support.root).then(|| {
+            (
+                format!("{0} {0} 1\n", sys::geteuid()).into_bytes(),
+                format!("{0} {0} 1\n", sys::getegid()).into_bytes(),
+            )
+        });
+        let pid_max = match limits.processes {
+            Some(processes) if namespaces && support.root && support.pid_max_per_namespace => {
+                // PID 1 is the init; the kernel refuses values below 301.
+                Some(
+                    processes
+                        .saturating_add(1)
+                        .max(301)
+                        .to_string()
+                        .into_bytes(),
+                )
+            }
+            _ => None,
+        };
+
+        let mut readable = read_exec.clone();
+        readable.extend(read.iter().cloned());
+        readable.extend(write.iter().cloned());
+        // One bind makes the session's TMPDIR, HOME and shm writable (Landlock still grants
+        // only those three; the masks inside are mode 000 and mounted read-only when used).
+        let mut writable = write.clone();
+        writable.push(session.root.clone());
+
+        let mut base_env: Vec<(OsString, OsString)> = vec![
+            ("PATH".into(), defaults::SYSTEM_PATH.into()),
+            ("HOME".into(), session.home.clone().into_os_string()),
+            ("TMPDIR".into(), session.tmp.clone().into_os_string()),
+            (
+                "LANG".into(),
+                std::env::var_os("LANG").unwrap_or_else(|| "C.UTF-8".into()),
+            ),
+            (
+                "TERM".into(),
+                std::env::var_os("TERM").unwrap_or_else(|| "dumb".into()),
+            ),
+        ];
+        merge_env(&mut base_env, env);
+
+        Ok(PreparedSandbox {
+            inner: Arc::new(Inner {
+                missing,
+                namespaces,
+                landlock,
+                seccomp,
+                session: Arc::new(session),
+                env: base_env,
+                rlimits,
+                last_cap: last_capability(),
+                mounts: MountConfig {
+                    write: writable,
+                    readable,
+                    protected,
+                    denied,
+                    private_shm,
+                },
+                user_maps,
+                pid_max,
+                argv_area: sys::argv_area(),
+            }),
+        })
+    }
+
+    /// Layers this sandbox does not apply because the host lacks them (empty on a fully
+    /// capable host). Non-empty only for optional layers, or when `allow_degraded` was set;
+    /// backends report it in every result's details.
+    pub fn missing_layers(&self) -> &[Layer] {
+        &self.inner.missing
+    }
+
+    /// The per-session temporary directory (the commands' `TMPDIR`).
+    pub fn tmp_dir(&self) -> &Path {
+        &self.inner.session.tmp
+    }
+
+    /// The per-session home directory (the commands' `HOME`).
+    pub fn home_dir(&self) -> &Path {
+        &self.inner.session.home
+    }
+
+    /// The environment every command starts from (before the request's own entries).
+    pub fn base_env(&self) -> &[(OsString, OsString)] {
+        &self.inner.env
+    }
+
+    /// Run one command in the sandbox. Returns once the command is executing (or failed to
+    /// start: then nothing ran).
+    ///
+    /// # Errors
+    /// A missing program, NUL bytes, a protected path that cannot be pinned, or a failing
+    /// setup step in the child ([`SandboxError::ChildSetup`], naming the step and path).
+    pub fn spawn(&self, request: SpawnRequest) -> Result<SandboxedChild, SandboxError> {
+        let SpawnRequest {
+            program,
+            args,
+            cwd,
+            env,
+            stdin,
+            stdout,
+            stderr,
+        } = request;
+        let inner = &self.inner;
+        if !cwd.is_absolute() {
+            return Err(SandboxError::RelativePath { path: cwd });
+        }
+        let mut env_all = inner.env.clone();
+        merge_env(&mut env_all, env);
+        let path_value = env_all
+            .iter()
+            .find(|(key, _)| key == "PATH")
+            .map(|(_, value)| value.clone())
+            .unwrap_or_default();
+        let program_path = resolve_program(&program, &path_value, &cwd)?;
+
+        let c_program = c_string(program_path.as_os_str(), "program path")?;
+        let mut argv = vec![c_string(&program, "program name")?];
+        for arg in &args {
+            argv.push(c_string(arg, "argument")?);
+        }
+        let mut envp = Vec::with_capacity(env_all.len());
+        for (key, value) in &env_all {
+            if key.is_empty() || key.as_bytes().contains(&b'=') {
+                return Err(SandboxError::NulByte {
+                    what: "environment name (empty or containing '=')",
+                });
+            }
+            let mut entry = key.clone().into_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            envp.push(CString::new(entry).map_err(|_| SandboxError::NulByte {
+                what: "environment entry",
+            })?);
+        }
+        let argv = CStringArray::new(argv);
+        let envp = CStringArray::new(envp);
+        let c_cwd = c_string(cwd.as_os_str(), "working directory")?;
+
+        let stdio = [
+            stdio_fd(stdin, false)?,
+            stdio_fd(stdout, true)?,
+            stdio_fd(stderr, true)?,
+        ];
+
+        let plan = if inner.namespaces {
+            mounts::plan(&inner.mounts)?
+        } else {
+            MountPlan::default()
+        };
+        let child_mounts: Vec<ChildMount<'_>> = plan
+            .steps
+            .iter()
+            .map(|step| ChildMount {
+                kind: step.kind,
+                path: step.c_path.as_c_str(),
+            })
+            .collect();
+
+        let ruleset = inner
+            .landlock
+            .as_ref()
+            .map(LandlockState::ruleset)
+            .transpose()?;
+        let (exec_read, exec_write) =
+            sys::pipe_cloexec().map_err(|source| SandboxError::Pipe { source })?;
+        let (control_parent, control_child) = control_pair()?;
+
+        let mut keep: Vec<RawFd> = vec![exec_write.as_raw_fd(), control_child.as_raw_fd()];
+        keep.extend(stdio.iter().map(AsRawFd::as_raw_fd));
+        keep.extend(ruleset.as_ref().map(|fd| fd.as_raw_fd()));
+        keep.extend(plan.lock_fds());
+        keep.sort_unstable();
+        keep.dedup();
+
+        let stack = sys::ChildStack::new();
+        let child_plan = ChildPlan {
+            user_maps: inner
+                .user_maps
+                .as_ref()
+                .map(|(uid, gid)| (uid.as_slice(), gid.as_slice())),
+            pid_max: inner.pid_max.as_deref(),
+            mounts: &child_mounts,
+            mask_dir: &inner.session.mask_dir,
+            mask_file: &inner.session.mask_file,
+            shm_source: &inner.session.shm,
+            keep_fds: &keep,
+            exec_fd: exec_write.as_raw_fd(),
+            control_fd: control_child.as_raw_fd(),
+            stdio: [
+                stdio[0].as_raw_fd(),
+                stdio[1].as_raw_fd(),
+                stdio[2].as_raw_fd(),
+            ],
+            cwd: &c_cwd,
+            program: &c_program,
+            argv: &argv,
+            envp: &envp,
+            rlimits: &inner.rlimits,
+            last_cap: inner.last_cap,
+            landlock: ruleset.as_ref().map(|fd| fd.as_raw_fd()),
+            proc_rights: inner
+                .landlock
+                .as_ref()
+                .map_or(0, |state| landlock::proc_rights(state.abi)),
+            seccomp: inner.seccomp.as_deref(),
+            argv_area: inner.argv_area,
+            stack: &stack,
+        };
+
+        let mut flags = 0u64;
+        if inner.namespaces {
+            flags |= (libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC) as u64;
+            if inner.user_maps.is_some() {
+                flags |= libc::CLONE_NEWUSER as u64;
+            }
+        }
+        let saved = sys::block_all_signals();
+        let cloned = if inner.namespaces {
+            // SAFETY: the child branch runs only `child::run_init`, which is
+            // async-signal-safe and ends in _exit; every signal is blocked across the clone.
+            match unsafe { sys::clone_process(flags) } {
+                Ok(sys::Cloned::Child) => child::run_init(&child_plan),
+                Ok(sys::Cloned::Parent { pid, pidfd }) => Ok((pid, pidfd)),
+                Err(source) => Err(source),
+            }
+        } else {
+            let mut raw_pidfd: c_int = -1;
+            let arg = &child_plan as *const ChildPlan<'_> as *mut std::ffi::c_void;
+            // SAFETY: command_entry only runs async-signal-safe code reading the plan, which
+            // this thread keeps alive while it is suspended until the child execs or exits;
+            // the stack is reserved for this child; every signal is blocked across the clone.
+            let started = unsafe {
+                sys::vfork_child(&stack, child::command_entry, arg, Some(&mut raw_pidfd))
+            };
+            started
+                .map_err(io::Error::from_raw_os_error)
+                .and_then(|pid| sys::owned_pidfd(raw_pidfd).map(|pidfd| (pid, pidfd)))
+        };
+        sys::restore_signals(&saved);
+        let (pid, pidfd) = match cloned {
+            Ok(started) => started,
+            Err(source) => {
+                release_placeholders(plan.placeholders);
+                return Err(SandboxError::Clone { source });
+            }
+        };
+        drop(child_mounts);
+        drop(exec_write);
+        drop(control_child);
+        drop(stdio);
+
+        let mut child = SandboxedChild {
+            pid,
+            pidfd: Some(pidfd),
+            control: inner.namespaces.then_some(control_parent),
+            namespaces: inner.namespaces,
+            status: None,
+            placeholders: plan.placeholders,
+            _session: Arc::clone(&inner.session),
+        };
+        let mut record = [0u8; 12];
+        let mut filled = 0;
+        while filled < record.len() {
+            match sys::read_retry(&exec_read, &mut record[filled..]) {
+                Ok(0) => break,
+                Ok(read) => filled += read,
+                Err(source) => {
+                    child.kill_and_reap();
+                    return Err(SandboxError::Wait { source });
+                }
+            }
+        }
+        if filled == 0 {
+            return Ok(child);
+        }
+        child.kill_and_reap();
+        let word = |index: usize| {
+            let mut bytes = [0u8; 4];
+            bytes.copy_from_slice(&record[index * 4..index * 4 + 4]);
+            bytes
+        };
+        let step = SetupStep::from_number(u32::from_ne_bytes(word(0))).unwrap_or(SetupStep::Exec);
+        let errno = i32::from_ne_bytes(word(1));
+        let index = u32::from_ne_bytes(word(2));
+        let path = match step {
+            SetupStep::ChangeDirectory => Some(cwd),
+            SetupStep::Exec => Some(program_path),
+            SetupStep::BindWritable
+            | SetupStep::PinPath
+            | SetupStep::ProtectPath
+            | SetupStep::MaskPath
+            | SetupStep::MountShm => plan.steps.get(index as usize).map(|step| step.path.clone()),
+            SetupStep::ResetSignals
+            | SetupStep::HideInit
+            | SetupStep::MapUsers
+            | SetupStep::MakeMountsPrivate
+            | SetupStep::ReadOnlyRoot
+            | SetupStep::MountProc
+            | SetupStep::SetPidMax
+            | SetupStep::ForkCommand
+            | SetupStep::NewSession
+            | SetupStep::SetRlimit
+            | SetupStep::RedirectStdio
+            | SetupStep::CloseFds
+            | SetupStep::DropCapabilities
+            | SetupStep::VerifyCapabilities
+            | SetupStep::NoNewPrivs
+            | SetupStep::Landlock
+            | SetupStep::Seccomp => None,
+        };
+        Err(SandboxError::ChildSetup {
+            step,
+            path,
+            source: io::Error::from_raw_os_error(errno),
+        })
+    }
+}
+
+/// Later entries replace earlier ones with the same name.
+fn merge_env(base: &mut Vec<(OsString, OsString)>, extra: Vec<(OsString, OsString)>) {
+    for (key, value) in extra {
+        match base.iter_mut().find(|(existing, _)| *existing == key) {
+            Some(entry) => entry.1 = value,
+            None => base.push((key, value)),
+        }
+    }
+}
+
+/// Find the program: as given when it contains `/` (relative to `cwd`), else in `PATH`.
+fn resolve_program(program: &OsStr, path: &OsStr, cwd: &Path) -> Result<PathBuf, SandboxError> {
+    let not_found = || SandboxError::ProgramNotFound {
+        program: PathBuf::from(program),
+    };
+    if program.is_empty() {
+        return Err(not_found());
+    }
+    if program.as_bytes().contains(&b'/') {
+        return Ok(cwd.join(program));
+    }
+    for dir in path.as_bytes().split(|&b| b == b':') {
+        if dir.is_empty() {
+            continue;
+        }
+        let candidate = Path::new(OsStr::from_bytes(dir)).join(program);
+        if let Ok(meta) = std::fs::metadata(&candidate)
+            && meta.is_file()
+            && meta.permissions().mode() & 0o111 != 0
+        {
+            return Ok(candidate);
+        }
+    }
+    Err(not_found())
+}
+
+/// A standard stream's fd, numbered >= 3 so the child's dup2 onto 0..2 never clobbers
+/// another stream.
+fn stdio_fd(fd: Option<OwnedFd>, write: bool) -> Result<OwnedFd, SandboxError> {
+    let fd = match fd {
+        Some(fd) => fd,
+        None => std::fs::OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .open("/dev/null")
+            .map(OwnedFd::from)
+            .map_err(|source| SandboxError::DevNull { source })?,
+    };
+    if fd.as_raw_fd() >= 3 {
+        return Ok(fd);
+    }
+    sys::dup_cloexec_at_least(&fd, 3).map_err(|source| SandboxError::Pipe { source })
+}
+
+fn control_pair() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    let (parent, child) =
+        std::os::unix::net::UnixStream::pair().map_err(|source| SandboxError::Pipe { source })?;
+    Ok((OwnedFd::from(parent), OwnedFd::from(child)))
+}
+
+fn release_placeholders(placeholders: Vec<mounts::Placeholder>) {
+    for placeholder in placeholders {
+        placeholder.release();
+    }
+}
+
+/// A running sandboxed command. Dropping it kills the command's whole tree.
+#[derive(Debug)]
+pub struct SandboxedChild {
+    pid: i32,
+    pidfd: Option<OwnedFd>,
+    control: Option<OwnedFd>,
+    namespaces: bool,
+    status: Option<ExitStatus>,
+    placeholders: Vec<mounts::Placeholder>,
+    _session: Arc<SessionDir>,
+}
+
+impl SandboxedChild {
+    /// Host pid of the process Cordon created (the init with namespaces, else the command).
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Wait for the command to end. With namespaces every other process of the sandbox is
+    /// gone by the time this returns.
+    ///
+    /// # Errors
+    /// [`SandboxError::Wait`] when waiting fails (e.g. called outside a tokio runtime).
+    pub async fn wait(&mut self) -> Result<ExitStatus, SandboxError> {
+        if let Some(status) = self.try_wait()? {
+            return Ok(status);
+        }
+        // The init reports on the control socket; without namespaces the command's exit
+        // makes its pidfd readable.
+        let watched = match (self.control.as_ref(), self.pidfd.as_ref()) {
+            (Some(control), _) => control,
+            (None, Some(pidfd)) => pidfd,
+            (None, None) => {
+                return Err(SandboxError::Wait {
+                    source: io::Error::from(io::ErrorKind::NotFound),
+                });
+            }
+        };
+        let watch = sys::dup_cloexec_at_least(watched, 3)
+            .map_err(|source| SandboxError::Wait { source })?;
+        let watch = sys::async_readable(watch).map_err(|source| SandboxError::Wait { source })?;
+        loop {
+            if let Some(status) = self.try_wait()? {
+                return Ok(status);
+            }
+            let mut guard = watch
+                .readable()
+                .await
+                .map_err(|source| SandboxError::Wait { source })?;
+            guard.clear_ready();
+        }
+    }
+
+    /// Wait for the command to end, blocking the calling thread.
+    ///
+    /// # Errors
+    /// [`SandboxError::Wait`] when waiting fails.
+    pub fn wait_blocking(&mut self) -> Result<ExitStatus, SandboxError> {
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        if let Some(control) = self.control.as_ref() {
+            let report =
+                read_status(control, true).map_err(|source| SandboxError::Wait { source })?;
+            if let Some(status) = report {
+                return Ok(self.finish_reported(status));
+            }
+        }
+        let reaped = match self.pidfd.as_ref() {
+            Some(pidfd) => {
+                sys::waitid_pidfd(pidfd, true).map_err(|source| SandboxError::Wait { source })?
+            }
+            None => None,
+        };
+        match reaped {
+            Some(reaped) => Ok(self.finish_reaped(reaped)),
+            None => Err(SandboxError::Wait {
+                source: io::Error::from(io::ErrorKind::NotFound),
+            }),
+        }
+    }
+
+    /// The status if the command has ended, without blocking.
+    ///
+    /// # Errors
+    /// [`SandboxError::Wait`] when waiting fails.
+    pub fn try_wait(&mut self) -> Result<Option<ExitStatus>, SandboxError> {
+        if let Some(status) = self.status {
+            return Ok(Some(status));
+        }
+        if let Some(control) = self.control.as_ref() {
+            match read_status(control, false).map_err(|source| SandboxError::Wait { source })? {
+                Some(status) => return Ok(Some(self.finish_reported(status))),
+                // Still running: nothing to read yet and the init is alive.
+                None if !control_closed(control) => return Ok(None),
+                // EOF without a report: the init died (killed); its own status is the answer.
+                None => {}
+            }
+        }
+        let Some(pidfd) = self.pidfd.as_ref() else {
+            return Ok(None);
+        };
+        match sys::waitid_pidfd(pidfd, false).map_err(|source| SandboxError::Wait { source })? {
+            Some(reaped) => Ok(Some(self.finish_reaped(reaped))),
+            None if self.control.is_some() => {
+                // The init is going away; wait for it (it has nothing left to run).
+                let reaped = sys::waitid_pidfd(pidfd, true)
+                    .map_err(|source| SandboxError::Wait { source })?;
+                Ok(reaped.map(|reaped| self.finish_reaped(reaped)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The init reported the command's status after killing and reaping everything else; it
+    /// may still be tearing its namespaces down, so it is reaped in the background.
+    fn finish_reported(&mut self, status: ExitStatus) -> ExitStatus {
+        self.status = Some(status);
+        self.control = None;
+        if let Some(pidfd) = self.pidfd.take() {
+            match sys::waitid_pidfd(&pidfd, false) {
+                Ok(Some(_)) | Err(_) => {}
+                Ok(None) => reap_later(pidfd),
+            }
+        }
+        release_placeholders(std::mem::take(&mut self.placeholders));
+        status
+    }
+
+    /// The process Cordon created has been reaped.
+    fn finish_reaped(&mut self, reaped: sys::Reaped) -> ExitStatus {
+        let status = match reaped {
+            sys::Reaped::Exited(code) => ExitStatus::Code(code),
+            sys::Reaped::Signaled(signal) => ExitStatus::Signal(signal),
+        };
+        self.status = Some(status);
+        self.pidfd = None;
+        self.control = None;
+        release_placeholders(std::mem::take(&mut self.placeholders));
+        status
+    }
+
+    /// Send `signal` to every process of the sandbox (HUP, INT, QUIT, USR1, USR2, ALRM,
+    /// TERM, CONT or WINCH; KILL is [`SandboxedChild::kill_tree`]). No-op once the command
+    /// has ended.
+    ///
+    /// # Errors
+    /// [`SandboxError::UnsupportedSignal`] for other signals; [`SandboxError::Signal`] when
+    /// sending fails.
+    pub fn signal_tree(&self, signal: i32) -> Result<(), SandboxError> {
+        if signal == libc::SIGKILL {
+            return self.kill_tree();
+        }
+        if !child::FORWARDED_SIGNALS.contains(&signal) {
+            return Err(SandboxError::UnsupportedSignal { signal });
+        }
+        let Some(pidfd) = self.pidfd.as_ref() else {
+            return Ok(());
+        };
+        let result = if self.namespaces {
+            // The init forwards it to every process of the namespace.
+            sys::pidfd_send_signal(pidfd, signal)
+        } else {
+            sys::kill_process_group(self.pid, signal)
+        };
+        ignore_gone(result).map_err(|source| SandboxError::Signal { source })
+    }
+
+    /// Kill every process of the sandbox with SIGKILL. No-op once the command has ended.
+    ///
+    /// # Errors
+    /// [`SandboxError::Signal`] when sending fails.
+    pub fn kill_tree(&self) -> Result<(), SandboxError> {
+        let Some(pidfd) = self.pidfd.as_ref() else {
+            return Ok(());
+        };
+        if !self.namespaces {
+            ignore_gone(sys::kill_process_group(self.pid, libc::SIGKILL))
+                .map_err(|source| SandboxError::Signal { source })?;
+        }
+        // Killing the init kills its whole PID namespace.
+        ignore_gone(sys::pidfd_send_signal(pidfd, libc::SIGKILL))
+            .map_err(|source| SandboxError::Signal { source })
+    }
+
+    fn kill_and_reap(&mut self) {
+        let _ = self.kill_tree();
+        // Ignore any report: the caller turns the setup failure into the error.
+        self.control = None;
+        let reaped = self
+            .pidfd
+            .as_ref()
+            .and_then(|pidfd| sys::waitid_pidfd(pidfd, true).ok().flatten());
+        if let Some(reaped) = reaped {
+            self.finish_reaped(reaped);
+        }
+    }
+}
+
+fn ignore_gone(result: io::Result<()>) -> io::Result<()> {
+    match result {
+        Err(error) if error.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        other => other,
+    }
+}
+
+/// The command's status as written by the init: `Ok(None)` when nothing (complete) is there
+/// yet or the init closed the socket without a report.
+fn read_status(control: &OwnedFd, block: bool) -> io::Result<Option<ExitStatus>> {
+    let mut record = [0u8; 8];
+    let read = sys::recv_peek_or_read(control, &mut record, block)?;
+    if read != record.len() {
+        return Ok(None);
+    }
+    let mut tag = [0u8; 4];
+    let mut value = [0u8; 4];
+    tag.copy_from_slice(&record[..4]);
+    value.copy_from_slice(&record[4..]);
+    let value = i32::from_ne_bytes(value);
+    Ok(match u32::from_ne_bytes(tag) {
+        child::STATUS_EXITED => Some(ExitStatus::Code(value)),
+        child::STATUS_SIGNALED => Some(ExitStatus::Signal(value)),
+        _ => None,
+    })
+}
+
+/// Whether the init's end of the control socket is closed (EOF, nothing to read).
+fn control_closed(control: &OwnedFd) -> bool {
+    sys::peer_closed(control)
+}
+
+/// Reap an init that is still tearing its namespaces down, on one shared background thread.
+fn reap_later(pidfd: OwnedFd) {
+    use std::sync::mpsc::{Sender, channel};
+    static REAPER: std::sync::OnceLock<std::sync::Mutex<Sender<OwnedFd>>> =
+        std::sync::OnceLock::new();
+    let sender = REAPER.get_or_init(|| {
+        let (sender, receiver) = channel::<OwnedFd>();
+        let spawned = std::thread::Builder::new()
+            .name("cordon-sandbox-reaper".into())
+            .spawn(move || {
+                for pidfd in receiver {
+                    let _ = sys::waitid_pidfd(&pidfd, true);
+                }
+            });
+        if spawned.is_err() {
+            // No thread: fall back to reaping synchronously below.
+            let (dead, _) = channel();
+            return std::sync::Mutex::new(dead);
+        }
+        std::sync::Mutex::new(sender)
+    });
+    let sender = sender
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Err(failed) = sender.send(pidfd) {
+        let _ = sys::waitid_pidfd(&failed.0, true);
+    }
+}
+
+impl Drop for SandboxedChild {
+    fn drop(&mut self) {
+        if self.status.is_some() || self.pidfd.is_none() {
+            return;
+        }
+        let _ = self.kill_tree();
+        self.control = None;
+        let placeholders = std::mem::take(&mut self.placeholders);
+        if let Some(pidfd) = self.pidfd.take() {
+            match sys::waitid_pidfd(&pidfd, false) {
+                Ok(Some(_)) | Err(_) => {}
+                Ok(None) => reap_later(pidfd),
+            }
+        }
+        // The tree is being killed; a placeholder still locked by the dying init is kept and
+        // reused (or removed) by the next spawn.
+        release_placeholders(placeholders);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_can_be_shared_across_tasks() {
+        assert_send_sync::<PreparedSandbox>();
+        assert_send_sync::<SandboxedChild>();
+    }
+
+    #[test]
+    fn lenient_canonical_form_keeps_a_missing_or_symlinked_last_component() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink("/tmp", root.join("link")).unwrap();
+        assert_eq!(
+            canonical_lenient(&root.join("link")).unwrap(),
+            root.join("link")
+        );
+        assert_eq!(
+            canonical_lenient(&root.join("a/b/.git")).unwrap(),
+            root.join("a/b/.git")
+        );
+        assert!(matches!(
+            canonical_lenient(Path::new("relative")),
+            Err(SandboxError::RelativePath { .. })
+        ));
+    }
+
+    #[test]
+    fn later_environment_entries_win() {
+        let mut base: Vec<(OsString, OsString)> =
+            vec![("PATH".into(), "/bin".into()), ("HOME".into(), "/h".into())];
+        merge_env(
+            &mut base,
+            vec![("PATH".into(), "/usr/bin".into()), ("X".into(), "1".into())],
+        );
+        assert_eq!(
+            base,
+            vec![
+                ("PATH".into(), "/usr/bin".into()),
+                ("HOME".into(), "/h".into()),
+                ("X".into(), "1".into())
+            ]
+        );
+    }
+}

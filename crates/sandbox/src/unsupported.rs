@@ -1,0 +1,134 @@
+//! Stub for non-Linux targets: the types exist so the workspace builds, and every entry
+//! point fails with [`SandboxError::Unsupported`].
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use crate::config::{ExitStatus, HostDefaults, HostSupport, Layer, SandboxConfig, SpawnRequest};
+use crate::error::SandboxError;
+
+/// Nothing is supported here.
+pub fn probe() -> HostSupport {
+    HostSupport {
+        landlock_abi: 0,
+        seccomp: false,
+        user_namespaces: false,
+        pid_namespaces: false,
+        mount_namespaces: false,
+        pid_max_per_namespace: false,
+        root: false,
+    }
+}
+
+/// No host defaults outside Linux.
+pub fn host_defaults() -> HostDefaults {
+    HostDefaults::default()
+}
+
+/// Never constructed outside Linux.
+#[derive(Debug)]
+pub struct PreparedSandbox {
+    _private: (),
+}
+
+impl PreparedSandbox {
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
+    pub fn prepare(_config: SandboxConfig) -> Result<PreparedSandbox, SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
+    pub fn prepare_with_support(
+        _config: SandboxConfig,
+        _support: HostSupport,
+    ) -> Result<PreparedSandbox, SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+
+    /// Every layer.
+    pub fn missing_layers(&self) -> &[Layer] {
+        &Layer::ALL
+    }
+
+    /// Unreachable: no instance exists.
+    pub fn tmp_dir(&self) -> &Path {
+        Path::new("/")
+    }
+
+    /// Unreachable: no instance exists.
+    pub fn home_dir(&self) -> &Path {
+        Path::new("/")
+    }
+
+    /// Unreachable: no instance exists.
+    pub fn base_env(&self) -> &[(OsString, OsString)] {
+        &[]
+    }
+
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
+    pub fn spawn(&self, _request: SpawnRequest) -> Result<SandboxedChild, SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+}
+
+/// Never constructed outside Linux.
+#[derive(Debug)]
+pub struct SandboxedChild {
+    _private: (),
+}
+
+impl SandboxedChild {
+    /// Unreachable: no instance exists.
+    pub fn pid(&self) -> u32 {
+        0
+    }
+
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
+    pub fn wait_blocking(&mut self) -> Result<ExitStatus, SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
+    pub fn try_wait(&mut self) -> Result<Option<ExitStatus>, SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
+    pub async fn wait(&mut self) -> Result<ExitStatus, SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
+    pub fn signal_tree(&self, _signal: i32) -> Result<(), SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
+    pub fn kill_tree(&self) -> Result<(), SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+}

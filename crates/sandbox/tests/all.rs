@@ -1,0 +1,19 @@
+//! Integration tests of the local sandbox against the real kernel (run as root on Linux):
+//! what commands can do (positive), what they cannot (the escape suite), process lifecycle,
+//! resource limits, environment scrubbing and the fail-closed / degraded paths.
+//! One test binary; the modules live in `tests/suite/`.
+
+#![cfg(target_os = "linux")]
+
+#[path = "suite/degraded.rs"]
+mod degraded;
+#[path = "suite/escapes.rs"]
+mod escapes;
+#[path = "suite/lifecycle.rs"]
+mod lifecycle;
+#[path = "suite/limits.rs"]
+mod limits;
+#[path = "suite/positive.rs"]
+mod positive;
+#[path = "suite/support.rs"]
+mod support;
