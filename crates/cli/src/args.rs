@@ -22,6 +22,9 @@ pub enum Command {
     /// Execute the tool calls of recorded assistant messages (JSONL), one batch per message,
     /// and print every event as JSONL.
     Replay(cmd::replay::ReplayArgs),
+    /// Serve the enabled tools over the Model Context Protocol on stdio (for Claude Code,
+    /// Claude Desktop, Codex and other MCP clients).
+    Mcp(cmd::mcp::McpArgs),
     /// Validate or explain a policy file.
     #[command(subcommand)]
     Policy(cmd::policy::PolicyCommand),

@@ -3,6 +3,7 @@
 pub mod audit;
 pub mod common;
 pub mod exec;
+pub mod mcp;
 pub mod policy;
 pub mod replay;
 
@@ -15,6 +16,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Exec(args) => exec::exec(args).await,
         Command::Replay(args) => replay::replay(args).await,
+        Command::Mcp(args) => mcp::mcp(args).await,
         Command::Policy(command) => policy::policy(command),
         Command::Audit(command) => audit::audit(command),
     }
