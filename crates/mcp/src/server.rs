@@ -130,8 +130,9 @@ impl McpServer {
         } = self;
         let transport = LineTransport::new(frames, output, options.max_message_bytes);
         let calls = TaskTracker::new();
-        // Cancelled once serving ends, so no call outlives the server.
-        let call_shutdown = CancellationToken::new();
+        // Cancelled once serving ends, so no call outlives the server; and at once on a
+        // shutdown request, even while the SDK still gives calls a grace after stdin EOF.
+        let call_shutdown = shutdown.child_token();
         let handler = Handler {
             session: session.clone(),
             tools,
