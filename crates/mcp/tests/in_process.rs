@@ -153,7 +153,10 @@ async fn bash_fails_closed_without_the_os_sandbox_or_an_explicit_downgrade() {
     } else {
         assert_eq!(text, "confined\n", "{response}");
         let sandbox = &result["_meta"][cordon_mcp::DETAILS_META_KEY]["sandbox"];
-        assert_ne!(sandbox["degraded"], true, "ran degraded without opt-in: {response}");
+        assert_ne!(
+            sandbox["degraded"], true,
+            "ran degraded without opt-in: {response}"
+        );
     }
 }
 
