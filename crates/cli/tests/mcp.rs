@@ -27,6 +27,9 @@ const SANDBOX_FLAGS: &[&str] = &["--allow-degraded"];
 /// Upper bound for anything the server must do; generous for a loaded 2-core machine.
 const PATIENCE: Duration = Duration::from_secs(120);
 
+/// The bearer token the `--http` tests give the server and the client.
+const HTTP_TOKEN: &str = "cordon-test-token-0123456789";
+
 const CLIENT_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py");
 
 fn cordon() -> &'static str {
@@ -84,17 +87,28 @@ fn require_python_sdk() {
     }
 }
 
-/// Run one scenario of `client.py` against `cordon mcp --root root EXTRA…`; its JSON report.
+/// Run one scenario of `client.py` against `cordon mcp --root root EXTRA…` (started by the
+/// client over stdio); its JSON report.
 fn python_scenario(scenario: &str, root: &Path, extra: &[&str]) -> Value {
+    let mut target = vec!["--".to_owned(), cordon().to_owned()];
+    target.extend(mcp_args(root, extra));
+    run_python_client(scenario, root, &target)
+}
+
+/// Run one scenario of `client.py` against a running `cordon mcp --http` at `url`.
+fn python_http_scenario(scenario: &str, root: &Path, url: &str) -> Value {
+    run_python_client(scenario, root, &["--url".to_owned(), url.to_owned()])
+}
+
+fn run_python_client(scenario: &str, root: &Path, target: &[String]) -> Value {
     require_python_sdk();
     let mut command = Command::new("python3");
     command
         .arg(CLIENT_SCRIPT)
         .arg(scenario)
         .arg(root)
-        .arg("--")
-        .arg(cordon())
-        .args(mcp_args(root, extra))
+        .args(target)
+        .env("CORDON_MCP_TOKEN", HTTP_TOKEN)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -709,4 +723,219 @@ fn unreadable_policy_is_a_configuration_error() {
     assert!(output.stdout.is_empty(), "stdout must carry only JSON-RPC");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("/nonexistent/policy.toml"), "{stderr}");
+}
+
+// --- streamable HTTP ----------------------------------------------------------------------
+
+/// `cordon mcp --http 127.0.0.1:0` with [`HTTP_TOKEN`].
+struct HttpServer {
+    child: Child,
+    url: String,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl HttpServer {
+    fn start(root: &Path) -> HttpServer {
+        let mut child = Command::new(cordon())
+            .args(mcp_args(root, &["--http", "127.0.0.1:0"]))
+            .env("CORDON_MCP_TOKEN", HTTP_TOKEN)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start cordon mcp --http");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (sender, lines) = mpsc::channel();
+        let sink = stderr.clone();
+        let mut pipe = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while pipe.read_line(&mut line).is_ok_and(|read| read > 0) {
+                sink.lock().unwrap().push_str(&line);
+                let _ = sender.send(line.clone());
+                line.clear();
+            }
+        });
+        let url = loop {
+            let line = lines.recv_timeout(PATIENCE).unwrap_or_else(|error| {
+                panic!(
+                    "cordon mcp --http did not announce its URL ({error}): {}",
+                    stderr.lock().unwrap()
+                )
+            });
+            if let Some((_, rest)) = line.split_once(" at http://") {
+                let address = rest.split_whitespace().next().unwrap();
+                break format!("http://{address}");
+            }
+        };
+        assert!(url.ends_with(cordon_mcp::HTTP_PATH), "{url}");
+        HttpServer { child, url, stderr }
+    }
+
+    /// `127.0.0.1:PORT`.
+    fn authority(&self) -> &str {
+        let rest = self.url.strip_prefix("http://").unwrap();
+        &rest[..rest.find('/').unwrap()]
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn terminate(&mut self) -> ExitStatus {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        wait_with_patience(&mut self.child, "cordon mcp --http")
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// One HTTP/1.1 POST over a fresh connection; the status code and the whole response.
+fn http_post(authority: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(authority).expect("connect");
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\
+         Connection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    let mut buffer = [0u8; 4096];
+    // Read until the status line and a body fragment arrived; an SSE stream stays open.
+    while !String::from_utf8_lossy(&response).contains("\r\n\r\n") {
+        let read = stream.read(&mut buffer).expect("read the response");
+        if read == 0 {
+            break;
+        }
+        response.extend_from_slice(&buffer[..read]);
+    }
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP status line: {text:?}"));
+    (status, text)
+}
+
+const INITIALIZE_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw-http","version":"1"}}}"#;
+
+#[test]
+fn http_python_client_calls_streams_progress_and_cancels() {
+    let dir = workspace();
+    let mut server = HttpServer::start(dir.path());
+    python_http_scenario("calls", dir.path(), &server.url);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes/todo.txt")).unwrap(),
+        "alpha\ngamma\n"
+    );
+    python_http_scenario("progress", dir.path(), &server.url);
+    let report = python_http_scenario("cancel", dir.path(), &server.url);
+    assert!(report["killed"].as_array().unwrap().len() >= 2, "{report}");
+    python_http_scenario("denied", dir.path(), &server.url);
+    let status = server.terminate();
+    assert!(
+        status.success(),
+        "exit {status}; stderr:\n{}",
+        server.stderr()
+    );
+}
+
+#[test]
+fn http_requests_need_the_token_and_no_browser_origin() {
+    let dir = workspace();
+    let mut server = HttpServer::start(dir.path());
+    let authority = server.authority().to_owned();
+    let bearer = format!("Bearer {HTTP_TOKEN}");
+    let path = cordon_mcp::HTTP_PATH;
+
+    let (status, response) = http_post(&authority, path, &[], INITIALIZE_BODY);
+    assert_eq!(status, 401, "{response}");
+    assert!(
+        response.to_lowercase().contains("www-authenticate: bearer"),
+        "{response}"
+    );
+    let (status, _) = http_post(
+        &authority,
+        path,
+        &[("Authorization", "Bearer wrong-token-0123456789")],
+        INITIALIZE_BODY,
+    );
+    assert_eq!(status, 401);
+    let (status, _) = http_post(
+        &authority,
+        "/other",
+        &[("Authorization", &bearer)],
+        INITIALIZE_BODY,
+    );
+    assert_eq!(status, 404);
+    let (status, response) = http_post(
+        &authority,
+        path,
+        &[
+            ("Authorization", &bearer),
+            ("Origin", "http://evil.example"),
+        ],
+        INITIALIZE_BODY,
+    );
+    assert_eq!(status, 403, "{response}");
+    let (status, response) = http_post(
+        &authority,
+        path,
+        &[("Authorization", &bearer)],
+        INITIALIZE_BODY,
+    );
+    assert_eq!(status, 200, "{response}");
+
+    let exit = server.terminate();
+    assert!(exit.success(), "exit {exit}; stderr:\n{}", server.stderr());
+}
+
+#[test]
+fn http_refuses_non_loopback_addresses_and_weak_tokens() {
+    let dir = workspace();
+    let output = Command::new(cordon())
+        .args(mcp_args(dir.path(), &["--http", "0.0.0.0:0"]))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("loopback"),
+        "{output:?}"
+    );
+
+    let output = Command::new(cordon())
+        .args(mcp_args(dir.path(), &["--http", "127.0.0.1:0"]))
+        .env("CORDON_MCP_TOKEN", "short")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("CORDON_MCP_TOKEN"),
+        "{output:?}"
+    );
 }

@@ -14,16 +14,21 @@
 //!   the session goes on; closing stdin ends the session cleanly: in-flight calls get a short
 //!   grace to answer, are then cancelled and awaited, and the backend is shut down.
 //!
+//! With `--http`, the same server speaks MCP's streamable HTTP transport on a loopback
+//! address, behind a bearer token ([`McpServer::serve_http`]).
+//!
 //! It owns no tool, policy or backend logic.
 #![warn(missing_docs)]
 
 mod convert;
 mod framing;
+mod http;
 mod server;
 mod transport;
 
 pub use convert::{DETAILS_META_KEY, PROGRESS_MESSAGE_MAX_BYTES};
 pub use framing::DEFAULT_MAX_MESSAGE_BYTES;
+pub use http::{AccessToken, HTTP_PATH};
 pub use server::{McpServer, ServeEnd, ServeOptions};
 
 /// Why the MCP server could not start or stopped abnormally.
@@ -41,6 +46,35 @@ pub enum McpError {
         /// What the SDK reported (boxed: it carries whole protocol messages).
         #[source]
         source: Box<rmcp::service::ServerInitializeError>,
+    },
+    /// `--http` was given an address that is not loopback.
+    #[error(
+        "failed to serve MCP over HTTP on {address}: only loopback addresses (127.0.0.1, ::1) \
+         are allowed"
+    )]
+    NotLoopback {
+        /// The refused address.
+        address: std::net::SocketAddr,
+    },
+    /// The HTTP listener's address could not be read.
+    #[error("failed to read the HTTP listener's address")]
+    Listen {
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No random token could be generated.
+    #[error("failed to generate an access token")]
+    Token {
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The operator's token is too weak.
+    #[error("failed to accept the access token: use at least {min} visible ASCII characters")]
+    WeakToken {
+        /// The minimum length.
+        min: usize,
     },
     /// The service task failed.
     #[error("failed to run the MCP service")]

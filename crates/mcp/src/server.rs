@@ -94,6 +94,10 @@ impl McpServer {
         &self.tools
     }
 
+    pub(crate) fn max_message_bytes(&self) -> usize {
+        self.options.max_message_bytes
+    }
+
     /// Serve on this process's stdin and stdout until the client closes stdin or `shutdown`
     /// is cancelled; then cancel and await in-flight calls and shut the session down.
     pub async fn serve_stdio(self, shutdown: CancellationToken) -> Result<ServeEnd, McpError> {
@@ -122,41 +126,64 @@ impl McpServer {
         output: Box<dyn AsyncWrite + Send + Unpin>,
         shutdown: CancellationToken,
     ) -> Result<ServeEnd, McpError> {
+        let transport = LineTransport::new(frames, output, self.options.max_message_bytes);
+        let shared = self.into_shared(&shutdown);
+        let served = serve_until_done(Handler(shared.clone()), transport, &shutdown).await;
+        shared.finish().await;
+        served
+    }
+
+    /// The state every connection's handler shares. Calls are cancelled when `shutdown` is
+    /// (at once, even while the SDK still gives calls a grace after stdin EOF) and when
+    /// serving ends ([`Shared::finish`]).
+    pub(crate) fn into_shared(self, shutdown: &CancellationToken) -> Arc<Shared> {
         let McpServer {
             session,
-            options,
+            options: _,
             tools,
             info,
         } = self;
-        let transport = LineTransport::new(frames, output, options.max_message_bytes);
-        let calls = TaskTracker::new();
-        // Cancelled once serving ends, so no call outlives the server; and at once on a
-        // shutdown request, even while the SDK still gives calls a grace after stdin EOF.
-        let call_shutdown = shutdown.child_token();
-        let handler = Handler {
-            session: session.clone(),
+        Arc::new(Shared {
+            session,
             tools,
             info,
             next_call: AtomicU64::new(1),
-            calls: calls.clone(),
-            shutdown: call_shutdown.clone(),
-        };
-        let served = serve_until_done(handler, transport, &shutdown).await;
-        call_shutdown.cancel();
-        calls.close();
-        if tokio::time::timeout(CALL_SETTLE_TIMEOUT, calls.wait())
+            calls: TaskTracker::new(),
+            shutdown: shutdown.child_token(),
+        })
+    }
+}
+
+/// What every connection's handler shares: the session, the tool list, the call counter and
+/// the in-flight calls.
+pub(crate) struct Shared {
+    session: Arc<Session>,
+    tools: Arc<[Tool]>,
+    info: ServerConfig,
+    /// Call ids key the runtime's in-flight bookkeeping, so they are unique per server.
+    next_call: AtomicU64,
+    calls: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+impl Shared {
+    /// Serving has ended: cancel the calls still running, wait for them to settle (process
+    /// trees killed), then release the backend's resources.
+    pub(crate) async fn finish(&self) {
+        self.shutdown.cancel();
+        self.calls.close();
+        if tokio::time::timeout(CALL_SETTLE_TIMEOUT, self.calls.wait())
             .await
             .is_err()
         {
             eprintln!(
                 "cordon mcp: {} cancelled call(s) did not finish within {}s; shutting the \
                  backend down anyway",
-                calls.len(),
+                self.calls.len(),
                 CALL_SETTLE_TIMEOUT.as_secs()
             );
         }
-        session.shutdown().await;
-        served
+        self.session.shutdown().await;
     }
 }
 
@@ -202,15 +229,9 @@ fn server_config(session: &Session) -> ServerConfig {
         .with_instructions(instructions)
 }
 
-/// The rmcp handler: one per served connection.
-struct Handler {
-    session: Arc<Session>,
-    tools: Arc<[Tool]>,
-    info: ServerConfig,
-    next_call: AtomicU64,
-    calls: TaskTracker,
-    shutdown: CancellationToken,
-}
+/// The rmcp handler: one per served connection (stdio) or HTTP session.
+#[derive(Clone)]
+pub(crate) struct Handler(pub(crate) Arc<Shared>);
 
 impl Handler {
     async fn call(
@@ -221,14 +242,13 @@ impl Handler {
         let CallToolRequestParams {
             name, arguments, ..
         } = params;
-        // Call ids key the runtime's in-flight bookkeeping, so they are unique per server.
-        let id = format!("mcp-{}", self.next_call.fetch_add(1, Ordering::Relaxed));
+        let id = format!("mcp-{}", self.0.next_call.fetch_add(1, Ordering::Relaxed));
         let call = ToolCall {
             id,
             name: name.into_owned(),
             arguments: Value::Object(arguments.unwrap_or_default()),
         };
-        let cancel = self.shutdown.child_token();
+        let cancel = self.0.shutdown.child_token();
         let done = CancellationToken::new();
         let (events, progress) = match context.meta.get_progress_token() {
             Some(token) => {
@@ -247,7 +267,7 @@ impl Handler {
         };
         let control = RunControl::new(cancel.clone(), events);
         let run = async {
-            let call = self.session.call(call, &control);
+            let call = self.0.session.call(call, &control);
             tokio::pin!(call);
             let result = loop {
                 tokio::select! {
@@ -323,7 +343,7 @@ async fn forward_progress(forward: ProgressForward<'_>) {
 
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
-        self.info.clone()
+        self.0.info.clone()
     }
 
     async fn list_tools(
@@ -331,7 +351,7 @@ impl ServerHandler for Handler {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools.to_vec()))
+        Ok(ListToolsResult::with_all_items(self.0.tools.to_vec()))
     }
 
     async fn call_tool(
@@ -339,7 +359,7 @@ impl ServerHandler for Handler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let result = self.calls.track_future(self.call(request, context)).await;
+        let result = self.0.calls.track_future(self.call(request, context)).await;
         Ok(CallToolResponse::from(call_tool_result(result)))
     }
 

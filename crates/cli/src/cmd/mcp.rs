@@ -1,25 +1,43 @@
-//! `cordon mcp`: the enabled tools as a Model Context Protocol server on stdio. Policy and
-//! backend apply exactly as for `exec`. Standard output carries only JSON-RPC; diagnostics go
-//! to standard error. Closing stdin, SIGINT or SIGTERM end the session cleanly (exit 0).
+//! `cordon mcp`: the enabled tools as a Model Context Protocol server, on stdio (the default)
+//! or, with `--http ADDR`, on MCP's streamable HTTP transport at a loopback address behind a
+//! bearer token. Policy and backend apply exactly as for `exec`. On stdio, standard output
+//! carries only JSON-RPC; diagnostics go to standard error. Closing stdin (stdio), SIGINT or
+//! SIGTERM end the session cleanly (exit 0).
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use anyhow::Context;
 use clap::Args;
 use cordon_core::CancellationToken;
-use cordon_mcp::{McpServer, ServeOptions};
+use cordon_mcp::{AccessToken, HTTP_PATH, McpServer, ServeOptions};
 
 use crate::cmd::common::CommonArgs;
 
+/// Environment variable holding the bearer token for `--http` (otherwise one is generated
+/// and printed on stderr).
+const TOKEN_ENV: &str = "CORDON_MCP_TOKEN";
+
 #[derive(Debug, Args)]
 pub struct McpArgs {
+    /// Serve MCP's streamable HTTP transport at http://ADDR/mcp instead of stdio. ADDR must
+    /// be a loopback address (e.g. 127.0.0.1:8765; port 0 picks a free one). Clients send
+    /// `Authorization: Bearer TOKEN`, TOKEN from $CORDON_MCP_TOKEN or printed on stderr.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
     #[command(flatten)]
     pub common: CommonArgs,
 }
 
 /// Run `cordon mcp`.
 pub async fn mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
-    let McpArgs { common } = args;
+    let McpArgs { http, common } = args;
+    // Refuse a bad --http before starting anything.
+    let http = match http {
+        Some(address) => Some(http_setup(address)?),
+        None => None,
+    };
     let session = Arc::new(common.open_session().await?);
     let server = match McpServer::new(session.clone(), ServeOptions::default()) {
         Ok(server) => server,
@@ -33,13 +51,79 @@ pub async fn mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|tool| tool.name.as_ref())
         .collect();
-    eprintln!(
-        "cordon mcp: serving {} on stdio ({})",
-        names.join(", "),
-        session.backend().id()
-    );
-    server.serve_stdio(shutdown_on_signal()).await?;
+    let tools = names.join(", ");
+    let backend = session.backend().id().to_string();
+    let shutdown = shutdown_on_signal();
+    match http {
+        None => {
+            eprintln!("cordon mcp: serving {tools} on stdio ({backend})");
+            server.serve_stdio(shutdown).await?;
+        }
+        Some(HttpSetup { address, token }) => {
+            let listener = match tokio::net::TcpListener::bind(address).await {
+                Ok(listener) => listener,
+                Err(error) => {
+                    session.shutdown().await;
+                    return Err(error).with_context(|| format!("failed to listen on {address}"));
+                }
+            };
+            let bound = listener
+                .local_addr()
+                .context("failed to read the bound address")?;
+            eprintln!("cordon mcp: serving {tools} at http://{bound}{HTTP_PATH} ({backend})");
+            match &token {
+                Token::Generated(token) => eprintln!(
+                    "cordon mcp: clients must send `Authorization: Bearer {}` (set \
+                     {TOKEN_ENV} to choose the token)",
+                    token.as_str()
+                ),
+                Token::FromEnv(_) => {
+                    eprintln!("cordon mcp: clients must send `Authorization: Bearer ${TOKEN_ENV}`")
+                }
+            }
+            server
+                .serve_http(listener, token.into_inner(), shutdown)
+                .await?;
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+struct HttpSetup {
+    address: SocketAddr,
+    token: Token,
+}
+
+enum Token {
+    Generated(AccessToken),
+    FromEnv(AccessToken),
+}
+
+impl Token {
+    fn into_inner(self) -> AccessToken {
+        match self {
+            Token::Generated(token) | Token::FromEnv(token) => token,
+        }
+    }
+}
+
+fn http_setup(address: SocketAddr) -> anyhow::Result<HttpSetup> {
+    if !address.ip().is_loopback() {
+        anyhow::bail!(
+            "--http {address}: only loopback addresses (127.0.0.1, ::1) are allowed; reach a \
+             remote host through an SSH tunnel instead"
+        );
+    }
+    let token = match std::env::var(TOKEN_ENV) {
+        Ok(token) => {
+            Token::FromEnv(AccessToken::new(token).with_context(|| format!("invalid {TOKEN_ENV}"))?)
+        }
+        Err(std::env::VarError::NotPresent) => Token::Generated(AccessToken::generate()?),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            anyhow::bail!("invalid {TOKEN_ENV}: not valid UTF-8")
+        }
+    };
+    Ok(HttpSetup { address, token })
 }
 
 /// A token cancelled by SIGINT or SIGTERM (how MCP clients stop a server that does not exit

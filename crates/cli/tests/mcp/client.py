@@ -1,11 +1,12 @@
 """End-to-end scenarios for `cordon mcp`, driven by the official MCP Python SDK.
 
-Usage: client.py SCENARIO WORKSPACE -- CORDON_ARGV...
+Usage: client.py SCENARIO WORKSPACE -- CORDON_ARGV...   (stdio: the client starts the server)
+       client.py SCENARIO WORKSPACE --url URL           (streamable HTTP: the server runs;
+                                                          the token is in $CORDON_MCP_TOKEN)
 
-The server is started as `CORDON_ARGV` (the Rust test passes the binary and its flags) with
-WORKSPACE as its root. Each scenario asserts what it can see over the protocol and prints one
-JSON object on stdout for the Rust side to check further (files on disk, audit log, tool
-schemas). Any failure exits non-zero with the reason on stderr.
+WORKSPACE is the server's root. Each scenario asserts what it can see over the protocol and
+prints one JSON object on stdout for the Rust side to check further (files on disk, audit
+log, tool schemas). Any failure exits non-zero with the reason on stderr.
 """
 
 import base64
@@ -21,6 +22,7 @@ try:
     import anyio
     from mcp import ClientSession, StdioServerParameters, types
     from mcp.client.stdio import stdio_client
+    from mcp.client.streamable_http import streamable_http_client
 except ImportError as error:  # pragma: no cover - reported to the Rust test
     print(
         f"the MCP Python SDK is not installed ({error}); install it with: "
@@ -324,22 +326,47 @@ SCENARIOS = {
 }
 
 
-async def main(name, workspace, argv):
-    server = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(workspace))
+async def run_session(name, workspace, read, write):
+    async with ClientSession(read, write) as session:
+        init = await session.initialize()
+        return await SCENARIOS[name](session, workspace, init)
+
+
+async def main(name, workspace, how, target):
     with anyio.fail_after(SCENARIO_TIMEOUT):
-        async with stdio_client(server) as (read, write):
-            async with ClientSession(read, write) as session:
-                init = await session.initialize()
-                report = await SCENARIOS[name](session, workspace, init)
+        if how == "--":
+            server = StdioServerParameters(command=target[0], args=target[1:], cwd=str(workspace))
+            async with stdio_client(server) as (read, write):
+                report = await run_session(name, workspace, read, write)
+        else:
+            import httpx2
+
+            token = os.environ["CORDON_MCP_TOKEN"]
+            headers = {"Authorization": f"Bearer {token}"}
+            timeout = httpx2.Timeout(SCENARIO_TIMEOUT, read=SCENARIO_TIMEOUT)
+            async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+                async with streamable_http_client(target[0], http_client=http) as (read, write):
+                    report = await run_session(name, workspace, read, write)
     print(json.dumps(report))
 
 
+def usage():
+    names = ",".join(SCENARIOS)
+    print(
+        f"usage: client.py {{{names}}} WORKSPACE (-- CORDON_ARGV... | --url URL)",
+        file=sys.stderr,
+    )
+    sys.exit(2)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 5 or sys.argv[3] != "--" or sys.argv[1] not in SCENARIOS:
-        print(f"usage: client.py {{{','.join(SCENARIOS)}}} WORKSPACE -- CORDON_ARGV...", file=sys.stderr)
-        sys.exit(2)
+    if len(sys.argv) < 5 or sys.argv[1] not in SCENARIOS:
+        usage()
+    how = sys.argv[3]
+    if how not in ("--", "--url") or (how == "--url" and len(sys.argv) != 5):
+        usage()
     try:
-        anyio.run(main, sys.argv[1], Path(sys.argv[2]), sys.argv[4:])
+        anyio.run(main, sys.argv[1], Path(sys.argv[2]), how, sys.argv[4:])
     except ScenarioFailed as failure:
         print(f"scenario {sys.argv[1]} failed: {failure}", file=sys.stderr)
         sys.exit(1)
