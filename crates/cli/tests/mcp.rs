@@ -596,10 +596,16 @@ fn raw_stdin_eof_before_initialize_exits_zero() {
 /// Start a long bash call whose processes carry a unique marker; return the marker once the
 /// shell and its child run.
 fn start_marked_sleep(server: &mut RawServer, root: &Path, id: i64) -> String {
+    // Unique across the tests running concurrently in this process and across runs.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let serial = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
     let marker = format!(
-        "4{:03}.{:06}",
-        std::process::id() % 1000,
-        id * 7919 % 1_000_000
+        "4{serial:03}.{:09}",
+        (nanos + std::process::id()) % 1_000_000_000
     );
     let command = format!("sleep {marker} & echo $! > child.pid; echo $$ > shell.pid; wait");
     server.send(&json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
