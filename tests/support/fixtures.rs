@@ -5,7 +5,8 @@ use std::io::Cursor;
 
 use base64::Engine as _;
 use cordon_core::protocol::{AssistantContent, AssistantMessage, StopReason, ToolCall};
-use image::{ImageFormat, Rgb, RgbImage};
+pub use image::ImageFormat;
+use image::{Rgb, RgbImage};
 use serde_json::Value;
 
 /// A `width`×`height` image encoded as `format` (a simple gradient, so it is not blank).
