@@ -52,6 +52,7 @@ macro_rules! conformance_tests {
                     creates_parent_directories,
                     reports_utf8_byte_count,
                     overwrite_keeps_permissions,
+                    read_only_file_and_directory,
                 ],
                 edit: [
                     replaces_and_reports_diff,
@@ -64,6 +65,7 @@ macro_rules! conformance_tests {
                     preserves_crlf_and_bom,
                     legacy_arguments,
                     through_symlink_inside_workspace,
+                    read_only_file,
                 ],
                 ls: [
                     sorted_with_directory_slashes,
@@ -96,6 +98,8 @@ macro_rules! conformance_tests {
                     spill_file_readable_with_read,
                     spill_file_on_error_result,
                     invalid_timeout,
+                    streams_partial_updates,
+                    timeout_clamped_to_policy_maximum,
                 ],
                 pipeline: [
                     unknown_tool,

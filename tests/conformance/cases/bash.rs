@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use cordon_core::CancellationToken;
+use cordon_core::event::AgentEvent;
 use cordon_tests::fixtures::numbered_range;
 use cordon_tests::procs::{assert_gone, sleep_marker, wait_for_processes};
-use cordon_tests::{Harness, Workspace};
+use cordon_tests::{Harness, Workspace, WorkspaceOptions};
 use serde_json::{Value, json};
 
 pub async fn merged_output_and_structured_content(h: Arc<dyn Harness>) {
@@ -220,4 +221,68 @@ pub async fn invalid_timeout(h: Arc<dyn Harness>) {
              timeout to use the default of 120 seconds.",
         );
     assert!(!ws.exists("ran"), "the command did not run");
+}
+
+pub async fn streams_partial_updates(h: Arc<dyn Harness>) {
+    let ws = Workspace::open(&h).await;
+    let run = ws
+        .call("bash", json!({"command": "echo one; echo two"}))
+        .await;
+    run.assert_ok("one\ntwo\n");
+    let updates: Vec<(usize, String)> = run
+        .events
+        .iter()
+        .enumerate()
+        .filter_map(|(index, event)| match event {
+            AgentEvent::ToolExecutionUpdate { partial_result, .. } => Some((
+                index,
+                partial_result
+                    .content
+                    .iter()
+                    .filter_map(|block| block.as_text())
+                    .collect(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let end = run
+        .events
+        .iter()
+        .position(|event| matches!(event, AgentEvent::ToolExecutionEnd { .. }))
+        .expect("an end event");
+    let (last_index, last_text) = updates.last().expect("at least one partial update");
+    assert!(*last_index < end, "updates come before the end event");
+    assert_eq!(
+        last_text, "one\ntwo\n",
+        "the last update holds the whole output"
+    );
+}
+
+const SHORT_LIMITS: &str = r#"version = 1
+
+[limits]
+timeout = 1
+max_timeout = 2
+"#;
+
+pub async fn timeout_clamped_to_policy_maximum(h: Arc<dyn Harness>) {
+    let ws = Workspace::open_with(&h, WorkspaceOptions::policy(SHORT_LIMITS)).await;
+    // The policy's default applies when the model gives none…
+    let marker = sleep_marker();
+    let run = ws
+        .call("bash", json!({"command": format!("sleep {marker}")}))
+        .await;
+    run.assert_error("Command timed out after 1 seconds");
+    assert_gone(&marker).await;
+    // …and a larger request is clamped to its maximum, which the details state.
+    let marker = sleep_marker();
+    let run = ws
+        .call(
+            "bash",
+            json!({"command": format!("sleep {marker}"), "timeout": 600}),
+        )
+        .await;
+    run.assert_error("Command timed out after 2 seconds");
+    assert_eq!(run.details()["timeoutClampedTo"], json!(2));
+    assert_gone(&marker).await;
 }

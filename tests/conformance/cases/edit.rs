@@ -205,3 +205,18 @@ pub async fn through_symlink_inside_workspace(h: Arc<dyn Harness>) {
         "the link itself stays a link"
     );
 }
+
+pub async fn read_only_file(h: Arc<dyn Harness>) {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Workspace::open(&h).await;
+    ws.put("ro.txt", "ro\n");
+    std::fs::set_permissions(ws.host("ro.txt"), std::fs::Permissions::from_mode(0o444))
+        .expect("chmod");
+    ws.call(
+        "edit",
+        json!({"path": "ro.txt", "edits": [{"oldText": "ro", "newText": "rw"}]}),
+    )
+    .await
+    .assert_error("Could not edit file: ro.txt. Error code: EACCES.");
+    assert_eq!(ws.get_text("ro.txt"), "ro\n");
+}

@@ -68,3 +68,19 @@ pub async fn overwrite_keeps_permissions(h: Arc<dyn Harness>) {
         .collect();
     assert_eq!(names, vec!["run.sh".to_owned()]);
 }
+
+pub async fn read_only_file_and_directory(h: Arc<dyn Harness>) {
+    let ws = Workspace::open(&h).await;
+    ws.put("ro.txt", "ro\n");
+    std::fs::set_permissions(ws.host("ro.txt"), std::fs::Permissions::from_mode(0o444))
+        .expect("chmod");
+    // Judged as the unprivileged agent would be, whoever runs the backend.
+    ws.call("write", json!({"path": "ro.txt", "content": "x"}))
+        .await
+        .assert_error("Could not write file: ro.txt. Error code: EACCES.");
+    assert_eq!(ws.get_text("ro.txt"), "ro\n");
+    ws.mkdir("sub");
+    ws.call("write", json!({"path": "sub", "content": "x"}))
+        .await
+        .assert_error("Could not write file: sub. Error code: EISDIR.");
+}
