@@ -53,7 +53,10 @@ pub(crate) struct PathGlob {
 type GlobMatcher = GlobSet;
 
 fn build(pattern: &str) -> Result<GlobMatcher, globset::Error> {
-    let glob = GlobBuilder::new(pattern).literal_separator(true).backslash_escape(true).build()?;
+    let glob = GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()?;
     GlobSetBuilder::new().add(glob).build()
 }
 
