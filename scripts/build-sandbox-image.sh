@@ -93,7 +93,7 @@ build_base() {
     if [ -z "$mirror" ]; then
         # The mirror apt is configured with (deb822 or one-line format).
         mirror="$(grep -h -E '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null \
-            | grep -v security | head -n1 | sed -E 's/^URIs:[[:space:]]*//; s/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?//; s/[[:space:]].*$//')"
+            | grep -v security | head -n1 | sed -E 's/^URIs:[[:space:]]*//; s/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?//; s/[[:space:]].*$//' || true)"
     fi
     [ -n "$mirror" ] || { log "no Debian mirror found; set DEBIAN_MIRROR"; exit 1; }
     local rootfs

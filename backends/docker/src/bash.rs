@@ -17,7 +17,7 @@ use crate::files::collect;
 
 fn human_bytes(bytes: u64) -> String {
     const MIB: u64 = 1 << 20;
-    if bytes >= 1 << 30 && bytes % (1 << 30) == 0 {
+    if bytes >= 1 << 30 && bytes.is_multiple_of(1 << 30) {
         format!("{} GiB", bytes >> 30)
     } else {
         format!("{} MiB", bytes.div_ceil(MIB))

@@ -43,9 +43,15 @@ pub async fn connect(host: Option<&str>) -> Result<(Docker, String), DockerError
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| DEFAULT_HOST.to_owned()),
     };
-    let docker = Docker::connect_with_host(&host).map_err(|source| DockerError::Host {
-        host: host.clone(),
-        source,
+    let docker = Docker::connect_with_host(&host).map_err(|source| match source {
+        bollard::errors::Error::UnsupportedURISchemeError { .. } => DockerError::Host {
+            host: host.clone(),
+            source,
+        },
+        other => DockerError::Unreachable {
+            host: host.clone(),
+            reason: other.to_string(),
+        },
     })?;
     let negotiated = tokio::time::timeout(Duration::from_secs(20), docker.negotiate_version())
         .await

@@ -43,17 +43,28 @@ const IN: &str = "into the container from";
 const OUT: &str = "out of the container to";
 
 /// Tar the host root (symlinks kept as links), owned by the session's uid:gid.
-fn tar_root(root: &Path, user: (u32, u32)) -> std::io::Result<Vec<u8>> {
+fn tar_root(root: &Path, prefix: &Path, user: (u32, u32)) -> std::io::Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     builder.follow_symlinks(false);
     builder.mode(tar::HeaderMode::Deterministic);
+    // The root entry first (the archive is extracted at `/`, entries under the workspace's
+    // name), so the volume's top directory gets the session's owner and the host root's mode
+    // (a fresh volume copies the image's /workspace ownership).
+    let root_meta = std::fs::metadata(root)?;
+    let mut header = tar::Header::new_gnu();
+    header.set_metadata_in_mode(&root_meta, tar::HeaderMode::Complete);
+    header.set_uid(u64::from(user.0));
+    header.set_gid(u64::from(user.1));
+    header.set_size(0);
+    builder.append_data(&mut header, prefix, std::io::empty())?;
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let dir = root.join(&rel);
         let mut entries: Vec<_> = std::fs::read_dir(&dir)?.collect::<Result<_, _>>()?;
         entries.sort_by_key(|e| e.file_name());
         for entry in entries {
-            let rel_path = rel.join(entry.file_name());
+            let host_rel = rel.join(entry.file_name());
+            let rel_path = prefix.join(&host_rel);
             let meta = std::fs::symlink_metadata(entry.path())?;
             let mut header = tar::Header::new_gnu();
             header.set_metadata_in_mode(&meta, tar::HeaderMode::Complete);
@@ -62,7 +73,7 @@ fn tar_root(root: &Path, user: (u32, u32)) -> std::io::Result<Vec<u8>> {
             if meta.is_dir() {
                 header.set_size(0);
                 builder.append_data(&mut header, &rel_path, std::io::empty())?;
-                stack.push(rel_path);
+                stack.push(host_rel);
             } else if meta.file_type().is_symlink() {
                 let target = std::fs::read_link(entry.path())?;
                 header.set_size(0);
@@ -80,7 +91,12 @@ fn tar_root(root: &Path, user: (u32, u32)) -> std::io::Result<Vec<u8>> {
 pub(crate) async fn copy_in(docker: &Docker, plan: &CopyIn<'_>) -> Result<(), DockerError> {
     let root = plan.host_root.to_path_buf();
     let user = plan.user;
-    let tar = tokio::task::spawn_blocking(move || tar_root(&root, user))
+    let prefix = plan
+        .workspace
+        .strip_prefix("/")
+        .unwrap_or(plan.workspace)
+        .to_path_buf();
+    let tar = tokio::task::spawn_blocking(move || tar_root(&root, &prefix, user))
         .await
         .map_err(|e| copy_err(IN, plan.host_root, e))?
         .map_err(|e| copy_err(IN, plan.host_root, e))?;
@@ -142,7 +158,7 @@ pub(crate) async fn copy_in(docker: &Docker, plan: &CopyIn<'_>) -> Result<(), Do
         .upload_to_container(
             &loader,
             Some(UploadToContainerOptions {
-                path: plan.workspace.to_string_lossy().into_owned(),
+                path: "/".to_owned(),
                 ..Default::default()
             }),
             bollard::body_full(tar.into()),
