@@ -275,7 +275,7 @@ async fn reads_stats_and_lists() {
 
 /// Run an interactive op: wait for `canon`, then send `answer` (and close stdin).
 async fn interactive(shell: &[String], fx: &Fixture, op: FileOp, answer: &[u8]) -> Vec<FsRecord> {
-    let argv = files_argv(&[fx.root.clone()], &op).expect("argv");
+    let argv = files_argv(std::slice::from_ref(&fx.root), &op).expect("argv");
     let mut child = spawn(shell, &argv, Path::new("/"));
     let mut stderr = child.stderr.take().expect("stderr");
     let mut stdin = Some(child.stdin.take().expect("stdin"));
