@@ -1,15 +1,17 @@
-//! [`SearchOperations`] inside the container: grep with `rg --json` when the image has it (the
-//! POSIX fallback otherwise: listing + ignore rules here, contents streamed as tar and searched
-//! here), find from the POSIX listing. Both yield exactly the local backend's data.
+//! [`SearchOperations`] inside the container, one exec per search: the file helper resolves and
+//! confines the search path, then runs `rg --json` (when the image has it) or the POSIX listing
+//! on the canonical path. Without rg, grep lists, applies the ignore rules here and streams the
+//! chosen files as tar to search them here. find always uses the listing (it must include
+//! symlinks to files, which rg skips). Both yield exactly the local backend's data.
 
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use cordon_remote::files::{FileOp, FsRecord, files_argv, files_record_parser, parse_fs_record};
+use cordon_remote::files::{FileOp, RunPrelude, files_argv, split_run_prelude};
 use cordon_remote::search::fallback::search_tar;
 use cordon_remote::search::ignore_rules::walk;
 use cordon_remote::search::listing::{
-    EntryKind, fetch_argv, list_argv, parse_find_errors, parse_listing,
+    Listing, fetch_argv, list_argv, parse_fetch_errors, parse_find_errors, parse_listing,
 };
 use cordon_remote::search::rg::{Flow, RgCollector, rg_argv};
 use cordon_remote::search::{compile_glob, compile_pattern};
@@ -30,155 +32,156 @@ fn backend(e: impl std::fmt::Display) -> SearchError {
     }
 }
 
-impl Inner {
-    /// Resolve `path` in the container: canonical, inside the roots, existing.
-    async fn search_root(&self, path: &Path) -> Result<(PathBuf, EntryKind), SearchError> {
-        let argv = files_argv(&self.roots, &FileOp::Stat(path.to_path_buf())).map_err(backend)?;
-        let exec = client::start_exec(&self.docker, &self.container, argv, None)
-            .await
-            .map_err(backend)?;
-        let (_, stderr) = collect(exec.output).await.map_err(backend)?;
-        let mut parser = files_record_parser();
-        let mut canon = None;
-        for record in parser.feed(&stderr).map_err(backend)? {
-            match parse_fs_record(&record).map_err(backend)? {
-                FsRecord::Canon(c) => canon = Some(c),
-                FsRecord::Stat(stat) => {
-                    let kind = match stat.kind {
-                        cordon_tools::ops::FileKind::Dir => EntryKind::Dir,
-                        cordon_tools::ops::FileKind::File => EntryKind::File,
-                        cordon_tools::ops::FileKind::Symlink
-                        | cordon_tools::ops::FileKind::Other => EntryKind::Other,
-                    };
-                    let canon = canon.clone().unwrap_or_else(|| path.to_path_buf());
-                    return Ok((canon, kind));
-                }
-                FsRecord::Err { code, .. } => {
-                    return Err(match code.as_str() {
-                        "outside" => SearchError::OutsideRoot {
-                            path: path.to_path_buf(),
-                        },
-                        _ => SearchError::PathNotFound {
-                            path: path.to_path_buf(),
-                        },
-                    });
-                }
-                FsRecord::Ok | FsRecord::Ent(_) => {}
+/// `argv` without its last element (the path, which the helper appends canonicalised).
+fn without_path(mut argv: Vec<String>) -> Vec<String> {
+    argv.pop();
+    argv
+}
+
+fn prelude_error(path: &Path, code: &str) -> SearchError {
+    match code {
+        "outside" => SearchError::OutsideRoot {
+            path: path.to_path_buf(),
+        },
+        _ => SearchError::PathNotFound {
+            path: path.to_path_buf(),
+        },
+    }
+}
+
+/// The streams of a `run` exec, split into the resolved path and the command's output.
+struct RunExec {
+    output: ExecOutput,
+    stderr: Vec<u8>,
+    stdout: Vec<u8>,
+}
+
+impl RunExec {
+    /// Read until the prelude is known; command output read meanwhile stays buffered.
+    async fn resolve(
+        &mut self,
+        path: &Path,
+        cancel: &CancellationToken,
+    ) -> Result<PathBuf, SearchError> {
+        loop {
+            if let Some((prelude, offset)) = split_run_prelude(&self.stderr) {
+                self.stderr.drain(..offset);
+                return match prelude {
+                    RunPrelude::Resolved(base) => Ok(base),
+                    RunPrelude::Failed { code, .. } => Err(prelude_error(path, &code)),
+                };
+            }
+            if !self.pump(cancel).await? {
+                return Err(backend("the file helper ended without an answer"));
             }
         }
-        Err(backend("the file helper ended without an answer"))
     }
 
-    async fn run_collect(
-        &self,
-        argv: Vec<String>,
-        stdin: Option<Vec<u8>>,
-        cancel: &CancellationToken,
-    ) -> Result<(Vec<u8>, Vec<u8>), SearchError> {
-        let mut exec = client::start_exec(&self.docker, &self.container, argv, None)
+    /// Read one frame; `false` at the end of the streams.
+    async fn pump(&mut self, cancel: &CancellationToken) -> Result<bool, SearchError> {
+        let frame = tokio::select! {
+            _ = cancel.cancelled() => return Err(SearchError::Cancelled),
+            frame = self.output.next() => frame,
+        };
+        match frame {
+            None => Ok(false),
+            Some(frame) => {
+                match frame.map_err(backend)? {
+                    bollard::container::LogOutput::StdOut { message }
+                    | bollard::container::LogOutput::Console { message } => {
+                        self.stdout.extend_from_slice(&message)
+                    }
+                    bollard::container::LogOutput::StdErr { message } => {
+                        self.stderr.extend_from_slice(&message)
+                    }
+                    bollard::container::LogOutput::StdIn { .. } => {}
+                }
+                Ok(true)
+            }
+        }
+    }
+}
+
+impl Inner {
+    async fn start_run(&self, path: &Path, argv: Vec<String>) -> Result<RunExec, SearchError> {
+        let op = FileOp::Run {
+            path: path.to_path_buf(),
+            argv,
+        };
+        let helper = files_argv(&self.roots, &op).map_err(backend)?;
+        let exec = client::start_exec(&self.docker, &self.container, helper, None)
             .await
             .map_err(backend)?;
-        let input = stdin.unwrap_or_default();
-        let writer = async move {
-            let _ = exec.input.write_all(&input).await;
-            let _ = exec.input.shutdown().await;
-            exec.input
-        };
-        let reader = collect(exec.output);
-        tokio::select! {
-            _ = cancel.cancelled() => Err(SearchError::Cancelled),
-            (result, _input) = async { tokio::join!(reader, writer) } => result.map_err(backend),
-        }
+        Ok(RunExec {
+            output: exec.output,
+            stderr: Vec::new(),
+            stdout: Vec::new(),
+        })
     }
 
     async fn grep_rg(
         &self,
         request: &GrepRequest,
-        base: &Path,
         cancel: &CancellationToken,
     ) -> Result<GrepOutput, SearchError> {
         let glob = compile_glob(request.glob.as_deref())?;
-        let mut req = request.clone();
-        req.path = base.to_path_buf();
-        let argv = rg_argv(&req);
-        let exec = client::start_exec(&self.docker, &self.container, argv, None)
-            .await
-            .map_err(backend)?;
-        let mut collector = RgCollector::new(base, glob, request.max_matches);
-        let mut output: ExecOutput = exec.output;
-        let mut line = Vec::new();
-        let mut errors = Vec::new();
-        loop {
-            let frame = tokio::select! {
-                _ = cancel.cancelled() => return Err(SearchError::Cancelled),
-                frame = output.next() => frame,
-            };
-            let Some(frame) = frame else { break };
-            match frame.map_err(backend)? {
-                bollard::container::LogOutput::StdOut { message }
-                | bollard::container::LogOutput::Console { message } => {
-                    let mut stop = false;
-                    for &byte in message.iter() {
-                        if byte == b'\n' {
-                            if collector.push_line(&line) == Flow::Stop {
-                                stop = true;
-                            }
-                            line.clear();
-                            if stop {
-                                break;
-                            }
-                        } else {
-                            line.push(byte);
-                        }
-                    }
-                    if stop {
-                        break;
-                    }
+        let mut run = self
+            .start_run(&request.path, without_path(rg_argv(request)))
+            .await?;
+        let base = run.resolve(&request.path, cancel).await?;
+        let mut collector = RgCollector::new(&base, glob, request.max_matches);
+        let mut consumed = 0;
+        'read: loop {
+            // Whole lines only; a partial line waits for the next frame.
+            while let Some(end) = run.stdout[consumed..].iter().position(|&b| b == b'\n') {
+                let line = &run.stdout[consumed..consumed + end];
+                consumed += end + 1;
+                if collector.push_line(line) == Flow::Stop {
+                    break 'read;
                 }
-                bollard::container::LogOutput::StdErr { message } => {
-                    errors.extend_from_slice(&message)
+            }
+            if !run.pump(cancel).await? {
+                if consumed < run.stdout.len() {
+                    collector.push_line(&run.stdout[consumed..]);
                 }
-                bollard::container::LogOutput::StdIn { .. } => {}
+                break;
             }
         }
-        if !line.is_empty() && !collector.is_done() {
-            collector.push_line(&line);
-        }
-        for text in String::from_utf8_lossy(&errors).lines() {
+        for text in String::from_utf8_lossy(&run.stderr).lines() {
             collector.push_error(text);
         }
         Ok(collector.finish())
     }
 
+    /// The POSIX listing of `path` (one exec) and its error notes.
     async fn listing(
         &self,
-        base: &Path,
+        path: &Path,
         cancel: &CancellationToken,
-    ) -> Result<(cordon_remote::search::listing::Listing, Vec<String>), SearchError> {
-        let argv = list_argv(base).map_err(backend)?;
-        let (stdout, stderr) = self.run_collect(argv, None, cancel).await?;
-        let listing = parse_listing(&stdout).map_err(backend)?;
-        Ok((
-            listing,
-            parse_find_errors(&String::from_utf8_lossy(&stderr)),
-        ))
+    ) -> Result<(PathBuf, Listing, Vec<String>), SearchError> {
+        let argv = without_path(list_argv(path).map_err(backend)?);
+        let mut run = self.start_run(path, argv).await?;
+        let base = run.resolve(path, cancel).await?;
+        while run.pump(cancel).await? {}
+        let listing = parse_listing(&run.stdout).map_err(backend)?;
+        let errors = parse_find_errors(&String::from_utf8_lossy(&run.stderr));
+        Ok((base, listing, errors))
     }
 
     async fn grep_fallback(
         &self,
         request: &GrepRequest,
-        base: &Path,
         cancel: &CancellationToken,
     ) -> Result<GrepOutput, SearchError> {
         let regex = compile_pattern(request)?;
         let glob = compile_glob(request.glob.as_deref())?;
-        let (listing, errors) = self.listing(base, cancel).await?;
-        let files: Vec<PathBuf> = walk(&listing, base)
+        let (base, listing, errors) = self.listing(&request.path, cancel).await?;
+        let files: Vec<PathBuf> = walk(&listing, &base)
             .files
             .into_iter()
-            .filter(|f| glob.as_ref().is_none_or(|g| g.matches(base, f)))
+            .filter(|f| glob.as_ref().is_none_or(|g| g.matches(&base, f)))
             .collect();
-        if files.is_empty() || request.max_matches == 0 {
+        if files.is_empty() {
             return Ok(GrepOutput {
                 files: Vec::new(),
                 errors,
@@ -190,12 +193,25 @@ impl Inner {
             stdin.extend_from_slice(f.as_os_str().as_bytes());
             stdin.push(0);
         }
+        // The grep -F prefilter only where its matching equals ours (case-sensitive literal).
         let literal = (request.literal && !request.ignore_case).then_some(request.pattern.as_str());
-        let (tar, _) = self
-            .run_collect(fetch_argv(literal), Some(stdin), cancel)
-            .await?;
+        let mut exec = client::start_exec(&self.docker, &self.container, fetch_argv(literal), None)
+            .await
+            .map_err(backend)?;
+        let writer = async move {
+            let _ = exec.input.write_all(&stdin).await;
+            let _ = exec.input.shutdown().await;
+            exec.input
+        };
+        let reader = collect(exec.output);
+        let (tar, fetch_stderr) = tokio::select! {
+            _ = cancel.cancelled() => return Err(SearchError::Cancelled),
+            (result, _input) = async { tokio::join!(reader, writer) } => result.map_err(backend)?,
+        };
         let mut out = search_tar(&tar, &files, &regex, request.context, request.max_matches);
         out.errors = errors;
+        out.errors
+            .extend(parse_fetch_errors(&String::from_utf8_lossy(&fetch_stderr)));
         Ok(out)
     }
 }
@@ -209,14 +225,10 @@ impl SearchOperations for Inner {
     ) -> Result<GrepOutput, SearchError> {
         compile_pattern(&request)?;
         compile_glob(request.glob.as_deref())?;
-        let (base, _) = self.search_root(&request.path).await?;
-        if request.max_matches == 0 {
-            return Ok(GrepOutput::default());
-        }
         if self.has_rg {
-            self.grep_rg(&request, &base, &cancel).await
+            self.grep_rg(&request, &cancel).await
         } else {
-            self.grep_fallback(&request, &base, &cancel).await
+            self.grep_fallback(&request, &cancel).await
         }
     }
 
@@ -225,9 +237,9 @@ impl SearchOperations for Inner {
         request: FindRequest,
         cancel: CancellationToken,
     ) -> Result<FindOutput, SearchError> {
-        let glob = compile_glob(Some(&request.pattern))?.ok_or_else(|| backend("empty glob"))?;
-        let (base, _) = self.search_root(&request.path).await?;
-        let (listing, errors) = self.listing(&base, &cancel).await?;
+        let glob = compile_glob(Some(&request.pattern))?
+            .ok_or_else(|| backend("the find pattern is empty"))?;
+        let (base, listing, errors) = self.listing(&request.path, &cancel).await?;
         let paths: Vec<PathBuf> = walk(&listing, &base)
             .files_and_links()
             .into_iter()

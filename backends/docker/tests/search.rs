@@ -229,3 +229,83 @@ async fn grep_and_find_respect_gitignore_inside_and_outside_git_and_match_the_fa
         fallback.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_entries_become_notes_and_do_not_fail_the_search() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::write(ws.path().join("ok.txt"), "needle\n").expect("write");
+    std::fs::create_dir(ws.path().join("locked")).expect("mkdir");
+    std::fs::write(ws.path().join("locked/inner.txt"), "needle\n").expect("write");
+    std::fs::write(ws.path().join("secret.txt"), "needle\n").expect("write");
+    // Commands run as 1234; the locked entries belong to root and are private.
+    std::os::unix::fs::chown(ws.path(), Some(1234), Some(1234)).expect("chown");
+    std::os::unix::fs::chown(ws.path().join("ok.txt"), Some(1234), Some(1234)).expect("chown");
+    std::fs::set_permissions(
+        ws.path().join("locked"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .expect("chmod");
+    std::fs::set_permissions(
+        ws.path().join("secret.txt"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod");
+    let mut config = support::config(&host, ws.path());
+    let rg = cordon_backend_docker::DockerBackend::start(config.clone())
+        .await
+        .expect("start");
+    config.image = BUSYBOX.to_owned();
+    let fallback = cordon_backend_docker::DockerBackend::start(config)
+        .await
+        .expect("start busybox");
+    for backend in [&rg, &fallback] {
+        let got = backend
+            .search()
+            .grep(
+                grep_request("/workspace", None, 0, 100),
+                CancellationToken::new(),
+            )
+            .await
+            .expect("grep");
+        assert_eq!(
+            got.files.iter().map(|f| f.path.clone()).collect::<Vec<_>>(),
+            vec![PathBuf::from("/workspace/ok.txt")],
+            "rg={}",
+            backend.has_ripgrep()
+        );
+        assert_eq!(
+            got.errors,
+            vec![
+                "/workspace/locked: Permission denied (os error 13)".to_owned(),
+                "/workspace/secret.txt: Permission denied (os error 13)".to_owned(),
+            ],
+            "rg={}",
+            backend.has_ripgrep()
+        );
+        let found = backend
+            .search()
+            .find(
+                FindRequest {
+                    pattern: "*.txt".to_owned(),
+                    path: PathBuf::from("/workspace"),
+                    max_results: 10,
+                },
+                CancellationToken::new(),
+            )
+            .await
+            .expect("find");
+        assert_eq!(
+            found,
+            FindOutput {
+                paths: vec![
+                    PathBuf::from("/workspace/ok.txt"),
+                    PathBuf::from("/workspace/secret.txt")
+                ],
+                errors: vec!["/workspace/locked: Permission denied (os error 13)".to_owned()],
+            }
+        );
+    }
+    rg.shutdown().await;
+    fallback.shutdown().await;
+}

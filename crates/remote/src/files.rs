@@ -50,6 +50,14 @@ pub enum FileOp {
         /// File name.
         name: String,
     },
+    /// Resolve and confine `path` (which must exist), report `canon PATH ok`, then run `argv`
+    /// with the canonical path appended; after the prelude, stderr is the command's own.
+    Run {
+        /// The path.
+        path: PathBuf,
+        /// The command (the canonical path is appended).
+        argv: Vec<String>,
+    },
     /// Delete spill files older than `minutes` in `dir`.
     Cleanup {
         /// Spill directory.
@@ -87,6 +95,13 @@ pub fn files_argv(roots: &[PathBuf], op: &FileOp) -> Result<Vec<String>, RemoteE
         FileOp::Write(path) => ("write", vec![path_arg(path)?]),
         FileOp::Spill { dir, name } => ("spill", vec![path_arg(dir)?, name.clone()]),
         FileOp::Cleanup { dir, minutes } => ("cleanup", vec![path_arg(dir)?, minutes.to_string()]),
+        FileOp::Run { path, argv } => {
+            let mut rest = vec![path_arg(path)?];
+            for arg in argv {
+                rest.push(crate::checked_arg("argument", arg)?);
+            }
+            ("run", rest)
+        }
     };
     let mut args = vec![name.to_owned(), roots.len().to_string()];
     for root in roots {
@@ -94,6 +109,61 @@ pub fn files_argv(roots: &[PathBuf], op: &FileOp) -> Result<Vec<String>, RemoteE
     }
     args.append(&mut rest);
     Ok(sh_argv(FILES_SCRIPT, "cordon-fs", args))
+}
+
+/// The prelude of a [`FileOp::Run`] exec's stderr.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunPrelude {
+    /// The path resolved; the command runs with it.
+    Resolved(PathBuf),
+    /// The helper refused (`code`, `message`, as in an `err` record).
+    Failed {
+        /// Error code.
+        code: String,
+        /// Detail.
+        message: String,
+    },
+}
+
+/// Split a [`FileOp::Run`] exec's stderr into its prelude and the offset where the command's
+/// own stderr starts; `None` while the prelude is incomplete.
+pub fn split_run_prelude(stderr: &[u8]) -> Option<(RunPrelude, usize)> {
+    let mut tokens = Vec::new();
+    let mut start = 0;
+    for (i, &b) in stderr.iter().enumerate() {
+        if b != 0 {
+            continue;
+        }
+        tokens.push(&stderr[start..i]);
+        start = i + 1;
+        match tokens.as_slice() {
+            [b"canon", path, b"ok"] => {
+                use std::os::unix::ffi::OsStrExt;
+                let path = PathBuf::from(std::ffi::OsStr::from_bytes(path));
+                return Some((RunPrelude::Resolved(path), start));
+            }
+            [b"err", code, _path, message] => {
+                return Some((
+                    RunPrelude::Failed {
+                        code: String::from_utf8_lossy(code).into_owned(),
+                        message: String::from_utf8_lossy(message).into_owned(),
+                    },
+                    start,
+                ));
+            }
+            _ if tokens.len() >= 4 => {
+                return Some((
+                    RunPrelude::Failed {
+                        code: "io".to_owned(),
+                        message: "unexpected answer from the file helper".to_owned(),
+                    },
+                    start,
+                ));
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// A spill file name like the local backend's: `cordon-bash-<16 hex>.log`.
@@ -458,6 +528,25 @@ mod tests {
                 "/workspace/a.txt".to_owned(),
                 "512".to_owned(),
             ]
+        );
+    }
+
+    #[test]
+    fn splits_the_run_prelude() {
+        assert_eq!(split_run_prelude(b"canon\0/w\0o"), None);
+        assert_eq!(
+            split_run_prelude(b"canon\0/w/x\0ok\0rg: oops\n"),
+            Some((RunPrelude::Resolved(PathBuf::from("/w/x")), 14))
+        );
+        assert_eq!(
+            split_run_prelude(b"err\0notfound\0/w/y\0no such file or directory\0"),
+            Some((
+                RunPrelude::Failed {
+                    code: "notfound".to_owned(),
+                    message: "no such file or directory".to_owned()
+                },
+                44
+            ))
         );
     }
 

@@ -164,6 +164,15 @@ pub fn parse_find_errors(stderr: &str) -> Vec<String> {
     notes
 }
 
+/// Turn the fetch script's stderr (`unreadable PATH` lines) into notes.
+pub fn parse_fetch_errors(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("unreadable "))
+        .map(|path| format!("{path}: Permission denied (os error 13)"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

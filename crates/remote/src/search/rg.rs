@@ -197,7 +197,7 @@ impl RgCollector {
         if line.is_empty() {
             return;
         }
-        let note = line.strip_prefix("rg: ").unwrap_or(line).to_owned();
+        let note = normalize_note(line.strip_prefix("rg: ").unwrap_or(line));
         if !self.output.errors.contains(&note) {
             self.output.errors.push(note);
         }
@@ -214,6 +214,17 @@ impl RgCollector {
         self.output.files.sort_by(|a, b| a.path.cmp(&b.path));
         self.output
     }
+}
+
+/// `PATH: IO error for operation on PATH: REASON` (walkdir's wording inside rg) becomes
+/// `PATH: REASON`, the shape every backend reports.
+fn normalize_note(note: &str) -> String {
+    if let Some((path, rest)) = note.split_once(": IO error for operation on ")
+        && let Some(reason) = rest.strip_prefix(path).and_then(|r| r.strip_prefix(": "))
+    {
+        return format!("{path}: {reason}");
+    }
+    note.to_owned()
 }
 
 fn push_line(file: &mut GrepFile, number: Option<u64>, lines: &RgData, is_match: bool) {
@@ -298,6 +309,9 @@ mod tests {
             assert_eq!(collector.push_line(line.as_bytes()), Flow::Continue);
         }
         collector.push_error("rg: /w/secret: Permission denied (os error 13)\n");
+        collector.push_error(
+            "rg: /w/dir: IO error for operation on /w/dir: Permission denied (os error 13)",
+        );
         assert_eq!(
             collector.finish(),
             GrepOutput {
@@ -321,7 +335,10 @@ mod tests {
                         },
                     ],
                 }],
-                errors: vec!["/w/secret: Permission denied (os error 13)".to_owned()],
+                errors: vec![
+                    "/w/secret: Permission denied (os error 13)".to_owned(),
+                    "/w/dir: Permission denied (os error 13)".to_owned(),
+                ],
             }
         );
     }

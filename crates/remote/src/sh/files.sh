@@ -4,7 +4,8 @@
 # stdout; everything else the helper's commands print on stderr is captured or discarded, so
 # the record stream stays parseable. Records:
 #   canon PATH | err CODE PATH MESSAGE | ok | stat KIND SIZE MODE UID GID | ent NAME KIND ERROR
-# CODE is one of outside notfound notdir isdir access loop io.
+# CODE is one of outside notfound notdir isdir access loop io. After `run`'s `canon PATH ok`
+# the stream carries the command's own stderr.
 exec 3>&2 2>/dev/null
 LC_ALL=C
 export LC_ALL
@@ -241,6 +242,15 @@ spill)
     set +C
     rec canon "$1/$2" ok
     exec cat >>"$1/$2"
+    ;;
+run)
+    # $1 = path, then a command: resolve and confine the path, report it, then run the
+    # command with the canonical path appended (its stderr restored) — one exec for both.
+    resolve "$1"
+    [ -e "$C" ] || fail notfound "$1" "no such file or directory"
+    rec canon "$C" ok
+    shift
+    exec "$@" "$C" 2>&3 3>&- 4>&-
     ;;
 cleanup)
     # $1 = spill directory, $2 = age in minutes: remove older spill files.

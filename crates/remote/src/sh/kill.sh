@@ -6,5 +6,6 @@ exec 3>&2 2>/dev/null
 tag=$1
 sess=$2
 main=$2
+start=0
 ticks=$3
 if killtree; then printf 'killed\0' >&3; else printf 'stuck\0' >&3; fi

@@ -41,6 +41,9 @@ oom_before=$OOM
 pid=$!
 if [ -n "$launcher" ]; then sess=$pid; else sess=; fi
 main=$pid
+# The shell may not have exec'd yet; its start time is fixed at fork, which is what counts.
+start_of "$pid"
+start=$START
 printf 'pid\0%s\0' "$pid" >&3
 
 (
