@@ -261,6 +261,14 @@ impl DockerBackend {
             }
         };
         let (docker, host) = client::connect(docker_host.as_deref()).await?;
+        // Docker refuses a CPU limit above the host's count; a spec asking for more than the
+        // host has gets all of it.
+        let mut spec = spec;
+        if let (Some(cpus), Ok(info)) = (spec.limits.cpus, docker.info().await)
+            && let Some(ncpu) = info.ncpu.filter(|n| *n > 0)
+        {
+            spec.limits.cpus = Some(cpus.min(ncpu as f64));
+        }
         let owner = Owner::current();
         client::reap_stale(&docker, &owner).await;
         match docker.inspect_image(&image).await {

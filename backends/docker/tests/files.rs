@@ -347,3 +347,44 @@ async fn spill_files_outlive_the_session() {
     );
     later.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_workspace_refuses_writes_from_files_and_commands() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::write(ws.path().join("a.txt"), "keep").expect("write");
+    let mut config = crate::support::config(&host, ws.path());
+    config.spec.workspace = cordon_core::sandbox::RootAccess::ReadOnly;
+    config.spec.limits.cpus = Some(64.0);
+    let backend = cordon_backend_docker::DockerBackend::start(config)
+        .await
+        .expect("start");
+    let files = backend.files();
+    assert_eq!(
+        files.read_file(&p("/workspace/a.txt")).await.expect("read"),
+        b"keep"
+    );
+    let err = files
+        .write_file(&p("/workspace/a.txt"), b"x")
+        .await
+        .expect_err("read-only");
+    assert!(matches!(err, FsError::PermissionDenied { .. }), "{err:?}");
+    let err = files
+        .create_dir_all(&p("/workspace/d"))
+        .await
+        .expect_err("read-only");
+    assert!(matches!(err, FsError::PermissionDenied { .. }), "{err:?}");
+    assert!(
+        !files
+            .metadata(&p("/workspace/a.txt"))
+            .await
+            .expect("stat")
+            .writable
+    );
+    let ran = run(&backend, "echo x > a.txt; touch b.txt; cat a.txt").await;
+    assert_eq!(
+        ran.output,
+        "bash: line 1: a.txt: Read-only file system\ntouch: cannot touch 'b.txt': Read-only file system\nkeep"
+    );
+    backend.shutdown().await;
+}
