@@ -11,7 +11,8 @@ use cordon_remote::files::{FileOp, RunPrelude, files_argv, split_run_prelude};
 use cordon_remote::search::fallback::search_tar;
 use cordon_remote::search::ignore_rules::walk;
 use cordon_remote::search::listing::{
-    Listing, fetch_argv, list_argv, parse_fetch_errors, parse_find_errors, parse_listing,
+    Listing, fetch_argv, fetch_input, list_argv, parse_fetch_errors, parse_find_errors,
+    parse_listing,
 };
 use cordon_remote::search::rg::{Flow, RgCollector, rg_argv};
 use cordon_remote::search::{compile_glob, compile_pattern};
@@ -49,8 +50,11 @@ fn prelude_error(path: &Path, code: &str) -> SearchError {
     }
 }
 
-/// The streams of a `run` exec, split into the resolved path and the command's output.
+/// The streams of a `run` exec, split into the resolved path and the command's output. The
+/// exec's stdin is held open while we read: dropping it (limit reached, cancelled, done) makes
+/// the helper kill the command, so nothing stays blocked writing to a closed connection.
 struct RunExec {
+    _input: crate::client::ExecInput,
     output: ExecOutput,
     stderr: Vec<u8>,
     stdout: Vec<u8>,
@@ -113,6 +117,7 @@ impl Inner {
             .await
             .map_err(backend)?;
         Ok(RunExec {
+            _input: exec.input,
             output: exec.output,
             stderr: Vec::new(),
             stdout: Vec::new(),
@@ -187,27 +192,20 @@ impl Inner {
                 errors,
             });
         }
-        let mut stdin = Vec::new();
-        for f in &files {
-            use std::os::unix::ffi::OsStrExt;
-            stdin.extend_from_slice(f.as_os_str().as_bytes());
-            stdin.push(0);
-        }
+        let stdin = fetch_input(&files);
         // The grep -F prefilter only where its matching equals ours (case-sensitive literal).
         let literal = (request.literal && !request.ignore_case).then_some(request.pattern.as_str());
         let mut exec = client::start_exec(&self.docker, &self.container, fetch_argv(literal), None)
             .await
             .map_err(backend)?;
-        let writer = async move {
-            let _ = exec.input.write_all(&stdin).await;
-            let _ = exec.input.shutdown().await;
-            exec.input
-        };
-        let reader = collect(exec.output);
+        // stdin stays open until the output ends; dropping it early stops the fetch.
+        exec.input.write_all(&stdin).await.map_err(backend)?;
+        exec.input.flush().await.map_err(backend)?;
         let (tar, fetch_stderr) = tokio::select! {
             _ = cancel.cancelled() => return Err(SearchError::Cancelled),
-            (result, _input) = async { tokio::join!(reader, writer) } => result.map_err(backend)?,
+            result = collect(exec.output) => result.map_err(backend)?,
         };
+        drop(exec.input);
         let mut out = search_tar(&tar, &files, &regex, request.context, request.max_matches);
         out.errors = errors;
         out.errors

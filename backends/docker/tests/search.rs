@@ -309,3 +309,34 @@ async fn unreadable_entries_become_notes_and_do_not_fail_the_search() {
     rg.shutdown().await;
     fallback.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_cut_at_its_limit_leaves_no_process_behind() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::write(ws.path().join("many.txt"), "needle\n".repeat(300_000)).expect("write");
+    let backend = crate::support::session(&host, ws.path()).await;
+    let got = backend
+        .search()
+        .grep(
+            grep_request("/workspace", None, 0, 1),
+            CancellationToken::new(),
+        )
+        .await
+        .expect("grep");
+    assert_eq!(got.files.len(), 1);
+    assert_eq!(got.files[0].lines.len(), 1);
+    // The helper kills rg once we stop reading; wait for it (bounded), never for a fixed time.
+    let mut left = String::new();
+    for _ in 0..300 {
+        left = crate::support::run(&backend, "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done | grep -c '^rg ' || true")
+            .await
+            .output;
+        if left == "0\n" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, "0\n", "rg is still running after the search returned");
+    backend.shutdown().await;
+}

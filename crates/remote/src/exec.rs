@@ -217,8 +217,8 @@ pub struct DriveOutcome {
     pub oom: bool,
     /// A kill request was sent to the wrapper.
     pub kill_sent: bool,
-    /// The wrapper confirmed that nothing of the command is left (or exited normally with no
-    /// survivors). `false` means the caller should run [`kill_argv`] as a last resort.
+    /// The wrapper reported the exit and closed its streams after its sweep: nothing of the
+    /// command is left. `false` means the caller should run [`kill_argv`] as a last resort.
     pub clean: bool,
     /// The transport failed mid-way (message).
     pub transport_error: Option<String>,
@@ -260,6 +260,8 @@ where
     let mut idle_deadline: Option<Instant> = None;
     let mut idle_cap: Option<Instant> = None;
     let mut give_up_at: Option<Instant> = None;
+    let mut stuck = false;
+    let mut streams_ended = false;
 
     // Sends the kill line once and arms the bound on how long we wait for the tree to die.
     macro_rules! send_kill {
@@ -293,6 +295,7 @@ where
             _ = tokio::time::sleep_until(next) => {
                 let now = Instant::now();
                 if give_up_at.is_some_and(|at| now >= at) {
+                    // The tree did not go away in time; the caller sweeps by tag.
                     break;
                 }
                 if !outcome.kill_sent && now >= deadline {
@@ -303,7 +306,10 @@ where
                 }
             }
             event = events.next() => match event {
-                None => break,
+                None => {
+                    streams_ended = true;
+                    break;
+                }
                 Some(Err(reason)) => {
                     outcome.transport_error = Some(reason);
                     break;
@@ -350,22 +356,17 @@ where
                             }
                             ExecRecord::Oom => outcome.oom = true,
                             ExecRecord::Survivors => survivors = true,
-                            ExecRecord::Killed => outcome.clean = true,
-                            ExecRecord::Stuck => outcome.clean = false,
+                            ExecRecord::Killed => {}
+                            ExecRecord::Stuck => stuck = true,
                         }
                     }
                 }
             }
         }
     }
-    if exited && !survivors && !outcome.kill_sent && outcome.transport_error.is_none() {
-        // The wrapper scanned after the shell exited and found nothing left.
-        outcome.clean = true;
-    }
-    if exited && outcome.kill_sent && give_up_at.is_some_and(|at| Instant::now() < at) {
-        // The streams closed after the kill: the wrapper finished its sweep.
-        outcome.clean = outcome.clean || outcome.transport_error.is_none();
-    }
+    // The wrapper only closes its streams after the shell exited and either nothing was left
+    // or its watcher finished killing the rest.
+    outcome.clean = streams_ended && exited && !stuck && outcome.transport_error.is_none();
     Ok(outcome)
 }
 

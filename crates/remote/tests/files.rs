@@ -435,3 +435,45 @@ async fn spill_files_are_created_exclusively_and_appended() {
         );
     }
 }
+
+#[tokio::test]
+async fn run_stops_its_command_when_the_client_stops_reading() {
+    use tokio::io::AsyncReadExt;
+    for shell in shells() {
+        let fx = fixture();
+        let marker = format!("cordon-run-{:016x}", fastrand_u64());
+        let op = FileOp::Run {
+            path: fx.root.clone(),
+            argv: vec!["sh".into(), "-c".into(), format!("exec yes {marker}")],
+        };
+        let argv = files_argv(std::slice::from_ref(&fx.root), &op).expect("argv");
+        let mut child = spawn(&shell, &argv, Path::new("/"));
+        let mut stdout = child.stdout.take().expect("stdout");
+        let mut buf = vec![0u8; 4096];
+        stdout.read_exact(&mut buf).await.expect("output flows");
+        assert!(String::from_utf8_lossy(&buf).contains(&marker));
+        drop(child.stdin.take());
+        drop(stdout);
+        let status = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait())
+            .await
+            .expect("helper ends")
+            .expect("wait");
+        assert!(status.success(), "{shell:?}");
+        let alive = std::process::Command::new("pgrep")
+            .args(["-f", &marker])
+            .output()
+            .expect("pgrep");
+        assert_eq!(
+            String::from_utf8_lossy(&alive.stdout),
+            "",
+            "{shell:?}: the command survived"
+        );
+    }
+}
+
+fn fastrand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id() as u64);
+    h.finish()
+}

@@ -5,10 +5,12 @@ use std::path::{Path, PathBuf};
 
 use cordon_remote::search::fallback::search_tar;
 use cordon_remote::search::ignore_rules::walk;
-use cordon_remote::search::listing::{EntryKind, fetch_argv, list_argv, parse_listing};
+use cordon_remote::search::listing::{
+    EntryKind, fetch_argv, fetch_input, list_argv, parse_listing,
+};
 use cordon_tools::ops::{GrepFile, GrepLine, GrepOutput};
 
-use crate::support::{run, shells};
+use crate::support::{run, run_holding_stdin, shells};
 
 fn write(root: &Path, rel: &str, body: &str) {
     let path = root.join(rel);
@@ -110,12 +112,7 @@ async fn fallback_grep_streams_and_searches_the_walked_files() {
     tree(&root);
     let (files, _) = reference(&root);
     let regex = regex::bytes::Regex::new("needle").expect("regex");
-    let mut stdin = Vec::new();
-    for f in &files {
-        use std::os::unix::ffi::OsStrExt;
-        stdin.extend_from_slice(f.as_os_str().as_bytes());
-        stdin.push(0);
-    }
+    let stdin = fetch_input(&files);
     let expected = GrepOutput {
         files: [
             ".hidden/inner.txt",
@@ -140,7 +137,7 @@ async fn fallback_grep_streams_and_searches_the_walked_files() {
     };
     for shell in shells() {
         for literal in [None, Some("needle")] {
-            let (tar, _) = run(&shell, &fetch_argv(literal), &stdin).await;
+            let (tar, _) = run_holding_stdin(&shell, &fetch_argv(literal), &stdin).await;
             let got = search_tar(&tar, &files, &regex, 0, 4);
             assert_eq!(got, expected, "{shell:?} literal={literal:?}");
         }

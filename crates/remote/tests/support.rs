@@ -73,3 +73,25 @@ pub async fn run(shell: &[String], argv: &[String], stdin: &[u8]) -> (Vec<u8>, V
     let out = child.wait_with_output().await.expect("wait");
     (out.stdout, out.stderr)
 }
+
+/// Run a helper whose stdin is also its control input: write `stdin`, keep the pipe open
+/// until stdout and stderr end, then close it.
+pub async fn run_holding_stdin(
+    shell: &[String],
+    argv: &[String],
+    stdin: &[u8],
+) -> (Vec<u8>, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut child = spawn(shell, argv, Path::new("/"));
+    let mut input = child.stdin.take().expect("stdin");
+    input.write_all(stdin).await.expect("write stdin");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let (a, b) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
+    a.expect("stdout");
+    b.expect("stderr");
+    drop(input);
+    child.wait().await.expect("wait");
+    (out, err)
+}

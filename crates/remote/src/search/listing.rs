@@ -26,6 +26,19 @@ pub fn fetch_argv(literal: Option<&str>) -> Vec<String> {
     )
 }
 
+/// The fetch script's stdin: the byte count line, then the NUL-separated file names. Keep
+/// stdin open afterwards; closing it (or a line) stops the fetch.
+pub fn fetch_input(files: &[PathBuf]) -> Vec<u8> {
+    let mut list = Vec::new();
+    for file in files {
+        list.extend_from_slice(file.as_os_str().as_bytes());
+        list.push(0);
+    }
+    let mut input = format!("{}\n", list.len()).into_bytes();
+    input.extend_from_slice(&list);
+    input
+}
+
 /// Kind of an entry (symlinks: of their target).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntryKind {
@@ -198,6 +211,14 @@ mod tests {
                     (PathBuf::from("/w/dangling"), EntryKind::Missing),
                 ],
             }
+        );
+    }
+
+    #[test]
+    fn fetch_input_is_length_prefixed() {
+        assert_eq!(
+            fetch_input(&[PathBuf::from("/w/a"), PathBuf::from("/w/b c")]),
+            b"12\n/w/a\0/w/b c\0".to_vec()
         );
     }
 

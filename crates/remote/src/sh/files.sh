@@ -246,11 +246,24 @@ spill)
 run)
     # $1 = path, then a command: resolve and confine the path, report it, then run the
     # command with the canonical path appended (its stderr restored) — one exec for both.
+    # The command runs in its own session; a line on stdin, or EOF (the client stopped
+    # reading or went away), kills it, so a search cut at its limit never lingers blocked.
     resolve "$1"
     [ -e "$C" ] || fail notfound "$1" "no such file or directory"
     rec canon "$C" ok
     shift
-    exec "$@" "$C" 2>&3 3>&- 4>&-
+    exec 5<&0
+    if command -v setsid >/dev/null; then
+        setsid "$@" "$C" 2>&3 3>&- 4>&- 5<&- </dev/null &
+    else
+        "$@" "$C" 2>&3 3>&- 4>&- 5<&- </dev/null &
+    fi
+    cmd=$!
+    ( IFS= read -r _; kill -TERM -"$cmd" "$cmd" 2>/dev/null ) <&5 3>&- 4>&- &
+    guard=$!
+    wait "$cmd"
+    kill "$guard" 2>/dev/null
+    exit 0
     ;;
 cleanup)
     # $1 = spill directory, $2 = age in minutes: remove older spill files.
