@@ -23,8 +23,10 @@ use crate::{RemoteError, path_arg, sh_argv};
 /// The file helper (POSIX sh).
 pub const FILES_SCRIPT: &str = include_str!("sh/files.sh");
 
-/// One file operation for the helper.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One file operation for the helper: a plain request (serialisable, so a resident agent can
+/// later take the same requests over a wire instead of a shell script).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", tag = "op", content = "args")]
 pub enum FileOp {
     /// Canonical path (`canon`, `ok`).
     Canon(PathBuf),
@@ -528,6 +530,21 @@ mod tests {
                 "/workspace/a.txt".to_owned(),
                 "512".to_owned(),
             ]
+        );
+    }
+
+    #[test]
+    fn file_ops_are_plain_serialisable_requests() {
+        let op = FileOp::Read {
+            path: PathBuf::from("/w/a"),
+            max: Some(4),
+        };
+        let json = serde_json::to_string(&op).expect("serialise");
+        assert_eq!(json, r#"{"op":"read","args":{"path":"/w/a","max":4}}"#);
+        assert_eq!(serde_json::from_str::<FileOp>(&json).expect("parse"), op);
+        assert_eq!(
+            serde_json::to_string(&FileOp::Canon(PathBuf::from("/w"))).expect("serialise"),
+            r#"{"op":"canon","args":"/w"}"#
         );
     }
 
