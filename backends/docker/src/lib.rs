@@ -548,6 +548,20 @@ impl DockerBackend {
         synced
     }
 
+    /// Opt-in Ctrl-C handling for programs that own the process (a CLI): on the first SIGINT
+    /// the session is stopped (copy mode syncs out, the container is removed) and the process
+    /// exits with status 130. A library never installs this by itself; without it a Ctrl-C'd
+    /// runtime's container is reaped by the next session on this machine.
+    pub fn stop_on_ctrl_c(&self) -> tokio::task::JoinHandle<()> {
+        let backend = self.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                let _ = backend.stop().await;
+                std::process::exit(130);
+            }
+        })
+    }
+
     /// End the session: copy mode syncs the workspace out, then the container (and its
     /// workspace volumes) are removed. Idempotent. The spill volume stays for later sessions.
     pub async fn stop(&self) -> Result<(), DockerError> {

@@ -197,7 +197,7 @@ async fn network_none_has_no_interface_but_loopback() {
     backend.shutdown().await;
 }
 
-/// Runs only as the child of `a_crashed_sessions_container_is_reaped_by_the_next_start`.
+/// Runs only as the child of the crash and Ctrl-C tests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "helper: run by the crash test as a child process"]
 async fn crash_child_session() {
@@ -205,28 +205,36 @@ async fn crash_child_session() {
         .expect("this helper only runs as the crash test's child (CORDON_CRASH_CHILD_ROOT)");
     let host = std::env::var("CORDON_CRASH_CHILD_HOST").expect("CORDON_CRASH_CHILD_HOST");
     let backend = session(&host, std::path::Path::new(&root)).await;
+    if std::env::var("CORDON_CRASH_CHILD_CTRL_C").is_ok() {
+        let _handler = backend.stop_on_ctrl_c();
+    }
     println!("CONTAINER={}", backend.container());
     tokio::time::sleep(Duration::from_secs(600)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_sessions_container_is_reaped_by_the_next_start() {
+/// Start the helper child session; returns it and its container's name.
+fn spawn_child_session(
+    host: &str,
+    root: &std::path::Path,
+    ctrl_c: bool,
+) -> (std::process::Child, String) {
     use std::io::BufRead;
-    let host = host_or_skip!();
-    let ws = workspace();
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+    let mut command = Command::new(std::env::current_exe().expect("test binary"));
+    command
         .args([
             "--exact",
             "lifecycle::crash_child_session",
             "--ignored",
             "--nocapture",
         ])
-        .env("CORDON_CRASH_CHILD_ROOT", ws.path())
-        .env("CORDON_CRASH_CHILD_HOST", &host)
+        .env("CORDON_CRASH_CHILD_ROOT", root)
+        .env("CORDON_CRASH_CHILD_HOST", host)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn child");
+        .stderr(Stdio::null());
+    if ctrl_c {
+        command.env("CORDON_CRASH_CHILD_CTRL_C", "1");
+    }
+    let mut child = command.spawn().expect("spawn child");
     let stdout = child.stdout.take().expect("stdout");
     let mut name = None;
     for line in std::io::BufReader::new(stdout).lines() {
@@ -236,7 +244,33 @@ async fn a_crashed_sessions_container_is_reaped_by_the_next_start() {
             break;
         }
     }
-    let name = name.expect("child reported its container");
+    (child, name.expect("child reported its container"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_with_the_opt_in_handler_removes_the_container() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let (mut child, name) = spawn_child_session(&host, ws.path(), true);
+    assert!(container_exists(&host, &name).await);
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(status.success());
+    let exit = child.wait().expect("wait child");
+    assert_eq!(exit.code(), Some(130));
+    assert!(
+        !container_exists(&host, &name).await,
+        "Ctrl-C must remove {name}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_sessions_container_is_reaped_by_the_next_start() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let (mut child, name) = spawn_child_session(&host, ws.path(), false);
     child.kill().expect("SIGKILL the child");
     child.wait().expect("reap child");
     assert!(
