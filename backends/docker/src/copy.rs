@@ -27,7 +27,6 @@ pub(crate) struct CopyIn<'a> {
     pub workspace: &'a Path,
     pub source: &'a WorkspaceSource,
     pub protected: &'a [(PathBuf, String)],
-    pub protected_dirs: &'a [PathBuf],
     pub user: (u32, u32),
 }
 
@@ -174,7 +173,6 @@ pub(crate) async fn copy_in(docker: &Docker, plan: &CopyIn<'_>) -> Result<(), Do
         )
         .await;
     uploaded.map_err(|e| copy_err(IN, plan.host_root, e))?;
-    let _ = plan.protected_dirs;
     Ok(())
 }
 

@@ -401,7 +401,7 @@ impl DockerBackend {
             .map(|c| c.volumes.clone())
             .unwrap_or_default();
         let result = async {
-            if let Some(state) = &copy_state {
+            if copy_state.is_some() {
                 copy::copy_in(
                     &docker,
                     &copy::CopyIn {
@@ -411,7 +411,6 @@ impl DockerBackend {
                         workspace: &workspace,
                         source: &source,
                         protected: &protected,
-                        protected_dirs: &state.protected,
                         user: (uid, gid),
                     },
                 )
