@@ -181,16 +181,18 @@ impl Drop for DropGuard {
 }
 
 async fn remove_container_and_volumes(docker: &Docker, container: &str, volumes: &[String]) {
-    let _ = docker
-        .remove_container(
-            container,
-            Some(RemoveContainerOptions {
-                force: true,
-                v: true,
-                ..Default::default()
-            }),
-        )
-        .await;
+    if !container.is_empty() {
+        let _ = docker
+            .remove_container(
+                container,
+                Some(RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    ..Default::default()
+                }),
+            )
+            .await;
+    }
     for volume in volumes {
         let _ = docker
             .remove_volume(
@@ -340,17 +342,20 @@ impl DockerBackend {
                     volumes.push(name.clone());
                     protected.push((rel.clone(), name));
                 }
-                for name in &volumes {
+                for (i, name) in volumes.iter().enumerate() {
                     let mut volume_labels = labels.clone();
                     volume_labels.insert("cordon.volume".to_owned(), "workspace".to_owned());
-                    docker
+                    let created = docker
                         .create_volume(VolumeCreateRequest {
                             name: Some(name.clone()),
                             labels: Some(volume_labels),
                             ..Default::default()
                         })
-                        .await
-                        .map_err(|e| DockerError::api(format!("create volume {name}"), e))?;
+                        .await;
+                    if let Err(e) = created {
+                        remove_container_and_volumes(&docker, "", &volumes[..i]).await;
+                        return Err(DockerError::api(format!("create volume {name}"), e));
+                    }
                 }
                 (
                     WorkspaceSource::Volume(ws_volume),
