@@ -221,7 +221,8 @@ impl Owner {
 }
 
 /// Remove containers and workspace volumes left by sessions whose runtime died (crash,
-/// SIGKILL, Ctrl-C without cleanup). Returns the names of the removed containers.
+/// SIGKILL, Ctrl-C without cleanup), and spill volumes of this machine's roots that no longer
+/// exist. Returns the names of the removed containers.
 pub async fn reap_stale(docker: &Docker, owner: &Owner) -> Vec<String> {
     let mut removed = Vec::new();
     let filters = HashMap::from([("label".to_owned(), vec![LABEL_SESSION.to_owned()])]);
@@ -270,6 +271,31 @@ pub async fn reap_stale(docker: &Docker, owner: &Owner) -> Vec<String> {
     {
         for volume in volumes.volumes.unwrap_or_default() {
             if owner.is_stale(&volume.labels) {
+                let _ = docker
+                    .remove_volume(
+                        &volume.name,
+                        None::<bollard::query_parameters::RemoveVolumeOptions>,
+                    )
+                    .await;
+            }
+        }
+    }
+    // Spill volumes of roots that no longer exist on this machine (Docker refuses to remove
+    // one that a container still mounts).
+    let spill_filter = HashMap::from([("label".to_owned(), vec![LABEL_SPILL_ROOT.to_owned()])]);
+    if let Ok(volumes) = docker
+        .list_volumes(Some(ListVolumesOptions {
+            filters: Some(spill_filter),
+        }))
+        .await
+    {
+        for volume in volumes.volumes.unwrap_or_default() {
+            let ours = volume.labels.get(LABEL_HOST) == Some(&owner.host);
+            let gone = volume
+                .labels
+                .get(LABEL_SPILL_ROOT)
+                .is_some_and(|root| !std::path::Path::new(root).exists());
+            if ours && gone {
                 let _ = docker
                     .remove_volume(
                         &volume.name,

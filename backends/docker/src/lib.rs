@@ -294,10 +294,13 @@ impl DockerBackend {
         docker
             .create_volume(VolumeCreateRequest {
                 name: Some(spill_volume.clone()),
-                labels: Some(HashMap::from([(
-                    client::LABEL_SPILL_ROOT.to_owned(),
-                    host_root.to_string_lossy().into_owned(),
-                )])),
+                labels: Some(HashMap::from([
+                    (
+                        client::LABEL_SPILL_ROOT.to_owned(),
+                        host_root.to_string_lossy().into_owned(),
+                    ),
+                    (client::LABEL_HOST.to_owned(), owner.host.clone()),
+                ])),
                 ..Default::default()
             })
             .await

@@ -295,3 +295,31 @@ async fn a_crashed_sessions_container_is_reaped_by_the_next_start() {
     live.shutdown().await;
     next.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spill_volumes_of_deleted_roots_are_removed() {
+    let host = host_or_skip!();
+    let gone = workspace();
+    let root = std::fs::canonicalize(gone.path()).expect("canon");
+    let volume = cordon_backend_docker::spill_volume_name(&root);
+    session(&host, &root).await.shutdown().await;
+    let exists = |name: &str| {
+        Command::new("docker")
+            .args(["volume", "inspect", name])
+            .env("DOCKER_HOST", &host)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("docker volume inspect")
+            .success()
+    };
+    assert!(exists(&volume), "the spill volume outlives its session");
+    drop(gone);
+    let other = workspace();
+    let next = session(&host, other.path()).await;
+    assert!(
+        !exists(&volume),
+        "spill volume {volume} of a deleted root must be removed"
+    );
+    next.shutdown().await;
+}
