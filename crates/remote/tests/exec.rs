@@ -259,3 +259,31 @@ async fn a_vanished_client_kills_the_tree() {
     assert!(status.success());
     assert_eq!(tagged(&tag), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kill_script_sweeps_a_tree_by_tag_and_session() {
+    use cordon_remote::exec::kill_argv;
+    for shell in shells() {
+        let tag = new_tag();
+        // A tree without the wrapper: its own session, a tagged escapee in yet another one.
+        let mut root = std::process::Command::new("setsid")
+            .args(["sh", "-c", "setsid sleep 309 & sleep 310 & wait"])
+            .env("CORDON_EXEC_ID", &tag)
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn tree");
+        // setsid may fork when the caller leads its group; the tree is what matters.
+        for _ in 0..600 {
+            if tagged(&tag) >= 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(tagged(&tag) >= 3, "{shell:?}: tree did not start");
+        let (_, stderr) =
+            crate::support::run(&shell, &kill_argv(&tag, Some(root.id()), KILL_GRACE), b"").await;
+        assert_eq!(stderr, b"killed\0", "{shell:?}");
+        let _ = root.wait();
+        assert_eq!(tagged(&tag), 0, "{shell:?}");
+    }
+}
