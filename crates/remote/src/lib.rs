@@ -15,6 +15,13 @@
 //!   quoting for transports that take a command line (SSH).
 //!
 //! Transports (bollard, russh) live in the backend crates; nothing here opens a connection.
+//! Docker exec takes the argv the builders return; a transport that takes one command line
+//! (SSH) joins it with [`quote::command_line`].
+//!
+//! What the remote side needs: Linux (`/proc`), a POSIX `sh`, and GNU coreutils/findutils or
+//! busybox (`stat -c`, `head -c`, `readlink`, `mktemp`, `find -print0`, `xargs -0 -r`,
+//! `grep -z`, `tar`); `setsid` (util-linux or busybox) for the command's own session; `rg` ≥ 11
+//! for the fast grep (a POSIX fallback is used without it).
 #![warn(missing_docs)]
 
 pub mod exec;
