@@ -289,7 +289,10 @@ where
         tokio::select! {
             biased;
             _ = cancel.cancelled(), if !outcome.kill_sent => {
-                outcome.termination = Termination::Cancelled;
+                // After the shell's own exit a cancel only hurries the sweep of leftovers.
+                if !exited {
+                    outcome.termination = Termination::Cancelled;
+                }
                 send_kill!();
             }
             _ = tokio::time::sleep_until(next) => {
@@ -299,7 +302,9 @@ where
                     break;
                 }
                 if !outcome.kill_sent && now >= deadline {
-                    outcome.termination = Termination::TimedOut;
+                    if !exited {
+                        outcome.termination = Termination::TimedOut;
+                    }
                     send_kill!();
                 } else if !outcome.kill_sent && exited && survivors {
                     send_kill!();
@@ -327,11 +332,15 @@ where
                                 output_open = sent.is_ok();
                             }
                             _ = cancel.cancelled(), if !outcome.kill_sent => {
-                                outcome.termination = Termination::Cancelled;
+                                if !exited {
+                                    outcome.termination = Termination::Cancelled;
+                                }
                                 send_kill!();
                             }
                             _ = tokio::time::sleep_until(deadline), if !outcome.kill_sent => {
-                                outcome.termination = Termination::TimedOut;
+                                if !exited {
+                                    outcome.termination = Termination::TimedOut;
+                                }
                                 send_kill!();
                             }
                         }
