@@ -155,3 +155,36 @@ async fn missing_cwd_and_environment() {
     assert_eq!(String::from_utf8_lossy(&out), "hello 'world'|unset|/tmp\n");
     backend.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_commands_are_killed_independently() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let backend = session(&host, ws.path()).await;
+    let long = run_with(
+        &backend,
+        "sleep 3; echo survived",
+        Duration::from_secs(120),
+        CancellationToken::new(),
+    );
+    let doomed = run_with(
+        &backend,
+        "setsid sleep 308 & nohup sleep 309 >/dev/null 2>&1 & sleep 310",
+        Duration::from_secs(1),
+        CancellationToken::new(),
+    );
+    let background = run_with(
+        &backend,
+        "(sleep 2; echo from-background) & wait",
+        Duration::from_secs(120),
+        CancellationToken::new(),
+    );
+    let (long, doomed, background) = tokio::join!(long, doomed, background);
+    assert_eq!(doomed.outcome.termination, Termination::TimedOut);
+    assert_eq!(long.output, "survived\n");
+    assert_eq!(long.outcome.status, Some(ExitStatus::Code(0)));
+    assert_eq!(background.output, "from-background\n");
+    assert_eq!(background.outcome.termination, Termination::Exited);
+    assert_eq!(run(&backend, LEFTOVERS).await.output, "0\n");
+    backend.shutdown().await;
+}
