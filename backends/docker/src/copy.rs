@@ -16,6 +16,8 @@ use bollard::query_parameters::{
 };
 use futures::StreamExt;
 
+use cordon_remote::files::PathRules;
+
 use crate::error::DockerError;
 use crate::plan::{WorkspaceSource, mounts};
 
@@ -27,6 +29,7 @@ pub(crate) struct CopyIn<'a> {
     pub workspace: &'a Path,
     pub source: &'a WorkspaceSource,
     pub protected: &'a [(PathBuf, String)],
+    pub rules: &'a PathRules,
     pub user: (u32, u32),
 }
 
@@ -41,8 +44,14 @@ fn copy_err(direction: &'static str, path: &Path, reason: impl std::fmt::Display
 const IN: &str = "into the container from";
 const OUT: &str = "out of the container to";
 
-/// Tar the host root (symlinks kept as links), owned by the session's uid:gid.
-fn tar_root(root: &Path, prefix: &Path, user: (u32, u32)) -> std::io::Result<Vec<u8>> {
+/// Tar the host root (symlinks kept as links), owned by the session's uid:gid; `skip` says
+/// which host-relative paths stay out (denied paths never enter the container).
+fn tar_root(
+    root: &Path,
+    prefix: &Path,
+    user: (u32, u32),
+    skip: &dyn Fn(&Path) -> bool,
+) -> std::io::Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     builder.follow_symlinks(false);
     builder.mode(tar::HeaderMode::Deterministic);
@@ -63,6 +72,9 @@ fn tar_root(root: &Path, prefix: &Path, user: (u32, u32)) -> std::io::Result<Vec
         entries.sort_by_key(|e| e.file_name());
         for entry in entries {
             let host_rel = rel.join(entry.file_name());
+            if skip(&host_rel) {
+                continue;
+            }
             let rel_path = prefix.join(&host_rel);
             let meta = std::fs::symlink_metadata(entry.path())?;
             let mut header = tar::Header::new_gnu();
@@ -95,10 +107,15 @@ pub(crate) async fn copy_in(docker: &Docker, plan: &CopyIn<'_>) -> Result<(), Do
         .strip_prefix("/")
         .unwrap_or(plan.workspace)
         .to_path_buf();
-    let tar = tokio::task::spawn_blocking(move || tar_root(&root, &prefix, user))
-        .await
-        .map_err(|e| copy_err(IN, plan.host_root, e))?
-        .map_err(|e| copy_err(IN, plan.host_root, e))?;
+    let rules = plan.rules.clone();
+    let workspace = plan.workspace.to_path_buf();
+    let tar = tokio::task::spawn_blocking(move || {
+        let skip = |rel: &Path| rules.is_denied(&workspace.join(rel));
+        tar_root(&root, &prefix, user, &skip)
+    })
+    .await
+    .map_err(|e| copy_err(IN, plan.host_root, e))?
+    .map_err(|e| copy_err(IN, plan.host_root, e))?;
     let loader = format!(
         "{}-loader",
         plan.labels
@@ -115,6 +132,7 @@ pub(crate) async fn copy_in(docker: &Docker, plan: &CopyIn<'_>) -> Result<(), Do
         workspace: plan.workspace,
         source: plan.source,
         protected: plan.protected,
+        masks: &[],
         extra_roots: &[],
         spill_volume: "unused",
         network: None,
@@ -183,6 +201,7 @@ pub(crate) async fn copy_out(
     workspace: &Path,
     host_root: &Path,
     protected: &[PathBuf],
+    rules: &PathRules,
 ) -> Result<(), DockerError> {
     let mut stream = docker.download_from_container(
         container,
@@ -196,6 +215,8 @@ pub(crate) async fn copy_out(
     }
     let root = host_root.to_path_buf();
     let protected = protected.to_vec();
+    let rules = rules.clone();
+    let workspace = workspace.to_path_buf();
     tokio::task::spawn_blocking(move || -> std::io::Result<()> {
         let mut archive = tar::Archive::new(tar.as_slice());
         archive.set_preserve_permissions(true);
@@ -207,7 +228,10 @@ pub(crate) async fn copy_out(
                 .components()
                 .filter(|c| !matches!(c, std::path::Component::CurDir))
                 .collect();
-            if rel.as_os_str().is_empty() || protected.iter().any(|p| rel.starts_with(p)) {
+            if rel.as_os_str().is_empty()
+                || protected.iter().any(|p| rel.starts_with(p))
+                || rules.is_denied(&workspace.join(&rel))
+            {
                 continue;
             }
             // unpack_in refuses `..` and parents that resolve outside `root`.

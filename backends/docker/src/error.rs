@@ -45,6 +45,16 @@ pub enum DockerError {
     /// The spec's protected/denied globs do not parse.
     #[error(transparent)]
     Rules(#[from] cordon_remote::files::RuleError),
+    /// The workspace is too large to find its denied paths (fail closed).
+    #[error(
+        "failed to hide denied paths from commands: {path} has more than {limit} entries; narrow the workspace or accept a degraded sandbox"
+    )]
+    DeniedScan {
+        /// The host root.
+        path: PathBuf,
+        /// The walk's limit.
+        limit: usize,
+    },
     /// A Docker API call failed.
     #[error("failed to {step}: {source}")]
     Api {

@@ -261,12 +261,17 @@ impl FileOperations for Inner {
             let _ = exec.send(STOP_LINE).await;
             return Err(e);
         }
-        exec.send(&go_line(data.len())).await?;
+        // The helper checks the file system after our answer and may refuse without reading
+        // the data; its records, not a failed send, say what happened.
+        let mut sent = exec.send(&go_line(data.len())).await;
         for chunk in data.chunks(1 << 20) {
-            exec.send(chunk).await?;
+            if sent.is_err() {
+                break;
+            }
+            sent = exec.send(chunk).await;
         }
         match exec.expect_ok().await {
-            Ok(()) => Ok(()),
+            Ok(()) => sent,
             Err(e) => Err(self.protected_or(path, &canon, e)),
         }
     }
@@ -280,8 +285,8 @@ impl FileOperations for Inner {
             let _ = exec.send(STOP_LINE).await;
             return Err(e);
         }
-        exec.send(GO_LINE).await?;
-        match exec.expect_ok().await {
+        let sent = exec.send(GO_LINE).await;
+        match exec.expect_ok().await.and(sent) {
             Ok(()) => Ok(()),
             Err(e) => Err(self.protected_or(path, &canon, e)),
         }

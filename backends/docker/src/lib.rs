@@ -20,6 +20,7 @@ pub mod client;
 mod copy;
 mod error;
 mod files;
+mod mask;
 pub mod plan;
 mod search;
 
@@ -119,6 +120,7 @@ pub(crate) struct Inner {
     has_rg: bool,
     memory_limit: Option<u64>,
     copy: Option<CopyState>,
+    missing: Vec<String>,
     closed: tokio::sync::Mutex<bool>,
     closed_flag: std::sync::atomic::AtomicBool,
 }
@@ -307,6 +309,51 @@ impl DockerBackend {
             .map_err(|e| DockerError::api(format!("create volume {spill_volume}"), e))?;
 
         let workspace = PathBuf::from(CONTAINER_WORKSPACE);
+        let extra_roots: Vec<(PathBuf, bool)> = match mode {
+            WorkspaceMode::Bind => spec
+                .readable_roots
+                .iter()
+                .filter_map(|r| expand_root(&host_root, r).map(|p| (p, false)))
+                .chain(
+                    spec.writable_roots
+                        .iter()
+                        .filter_map(|r| expand_root(&host_root, r).map(|p| (p, true))),
+                )
+                .filter(|(p, _)| !p.starts_with(&host_root))
+                .collect(),
+            WorkspaceMode::Copy => Vec::new(),
+        };
+        let spill_dir = PathBuf::from(SPILL_DIR);
+        let mut extra = vec![Root {
+            path: spill_dir.clone(),
+            writable: false,
+        }];
+        extra.extend(extra_roots.iter().map(|(p, w)| Root {
+            path: p.clone(),
+            writable: *w,
+        }));
+        let rules = PathRules::new(&workspace, &spec, extra)?;
+        let mut missing = Vec::new();
+        let masks = match mode {
+            WorkspaceMode::Bind if !spec.denied.is_empty() => {
+                match mask::denied_masks(&host_root, &workspace, &rules, mask::MASK_WALK_LIMIT) {
+                    Ok(masks) => masks,
+                    Err(limit) if spec.allow_degraded => {
+                        missing.push(format!(
+                            "denied paths are hidden from file operations only: the workspace has more than {limit} entries"
+                        ));
+                        Vec::new()
+                    }
+                    Err(limit) => {
+                        return Err(DockerError::DeniedScan {
+                            path: host_root,
+                            limit,
+                        });
+                    }
+                }
+            }
+            WorkspaceMode::Bind | WorkspaceMode::Copy => Vec::new(),
+        };
         let protected_rel: Vec<PathBuf> = plan::mountable_protected(&spec.protected)
             .into_iter()
             .filter(|rel| std::fs::symlink_metadata(host_root.join(rel)).is_ok())
@@ -370,20 +417,6 @@ impl DockerBackend {
                 )
             }
         };
-        let extra_roots: Vec<(PathBuf, bool)> = match mode {
-            WorkspaceMode::Bind => spec
-                .readable_roots
-                .iter()
-                .filter_map(|r| expand_root(&host_root, r).map(|p| (p, false)))
-                .chain(
-                    spec.writable_roots
-                        .iter()
-                        .filter_map(|r| expand_root(&host_root, r).map(|p| (p, true))),
-                )
-                .filter(|(p, _)| !p.starts_with(&host_root))
-                .collect(),
-            WorkspaceMode::Copy => Vec::new(),
-        };
         let passed_env: Vec<(String, String)> = spec
             .env
             .pass
@@ -398,6 +431,7 @@ impl DockerBackend {
             workspace: &workspace,
             source: &source,
             protected: &protected,
+            masks: &masks,
             extra_roots: &extra_roots,
             spill_volume: &spill_volume,
             network: network.as_deref(),
@@ -419,6 +453,7 @@ impl DockerBackend {
                         workspace: &workspace,
                         source: &source,
                         protected: &protected,
+                        rules: &rules,
                         user: (uid, gid),
                     },
                 )
@@ -449,22 +484,6 @@ impl DockerBackend {
             return Err(e);
         }
 
-        let spill_dir = PathBuf::from(SPILL_DIR);
-        let mut extra = vec![Root {
-            path: spill_dir.clone(),
-            writable: false,
-        }];
-        extra.extend(extra_roots.iter().map(|(p, w)| Root {
-            path: p.clone(),
-            writable: *w,
-        }));
-        let rules = match PathRules::new(&workspace, &spec, extra) {
-            Ok(rules) => rules,
-            Err(e) => {
-                remove_container_and_volumes(&docker, &container, &cleanup_volumes).await;
-                return Err(e.into());
-            }
-        };
         let roots = rules.root_paths();
         let mut inner = Inner {
             docker,
@@ -482,6 +501,7 @@ impl DockerBackend {
             has_rg: false,
             memory_limit: spec.limits.memory_bytes,
             copy: copy_state,
+            missing,
             closed: tokio::sync::Mutex::new(false),
             closed_flag: std::sync::atomic::AtomicBool::new(false),
         };
@@ -528,6 +548,7 @@ impl DockerBackend {
                     &self.inner.workspace,
                     &self.inner.host_root,
                     &state.protected,
+                    &self.inner.rules,
                 )
                 .await
             }
@@ -629,7 +650,7 @@ impl Backend for DockerBackend {
     }
 
     fn missing_layers(&self) -> Vec<String> {
-        Vec::new()
+        self.inner.missing.clone()
     }
 
     async fn shutdown(&self) {

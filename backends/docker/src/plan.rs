@@ -26,6 +26,15 @@ pub enum WorkspaceSource {
     Volume(String),
 }
 
+/// A denied path to hide inside the container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mask {
+    /// Path relative to the workspace.
+    pub rel: PathBuf,
+    /// Whether it is a directory.
+    pub is_dir: bool,
+}
+
 /// Everything [`container_body`] needs.
 #[derive(Clone, Debug)]
 pub struct ContainerPlan<'a> {
@@ -44,6 +53,9 @@ pub struct ContainerPlan<'a> {
     /// Protected paths relative to the workspace, mounted read-only: for bind mode host
     /// directories, for copy mode `(relative path, volume name)`.
     pub protected: &'a [(PathBuf, String)],
+    /// Denied paths relative to the workspace, hidden from commands: files under an empty
+    /// read-only `/dev/null`, directories under an empty read-only tmpfs.
+    pub masks: &'a [Mask],
     /// Extra host roots mounted at the same path: `(path, writable)`.
     pub extra_roots: &'a [(PathBuf, bool)],
     /// Name of the spill volume.
@@ -113,6 +125,13 @@ pub fn mounts(plan: &ContainerPlan<'_>) -> Vec<Mount> {
     for (path, writable) in plan.extra_roots {
         out.push(bind(path, path, !writable));
     }
+    for mask in plan.masks.iter().filter(|m| !m.is_dir) {
+        out.push(bind(
+            Path::new("/dev/null"),
+            &plan.workspace.join(&mask.rel),
+            true,
+        ));
+    }
     out.push(volume(plan.spill_volume, Path::new(SPILL_DIR), false));
     out
 }
@@ -148,13 +167,22 @@ pub fn container_body(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
         NetworkMode::Disabled => Some("none".to_owned()),
         NetworkMode::Enabled => plan.network.map(str::to_owned),
     };
-    let tmpfs = HashMap::from([
+    let mut tmpfs = HashMap::from([
         ("/tmp".to_owned(), "rw,nosuid,nodev,mode=1777".to_owned()),
         (
             HOME_DIR.to_owned(),
             format!("rw,nosuid,nodev,mode=0700,uid={uid},gid={gid}"),
         ),
     ]);
+    for mask in plan.masks.iter().filter(|m| m.is_dir) {
+        tmpfs.insert(
+            plan.workspace
+                .join(&mask.rel)
+                .to_string_lossy()
+                .into_owned(),
+            "ro,nosuid,nodev,noexec,size=4k,mode=0555".to_owned(),
+        );
+    }
     ContainerCreateBody {
         image: Some(plan.image.to_owned()),
         user: Some(format!("{uid}:{gid}")),
@@ -231,6 +259,55 @@ mod tests {
     }
 
     #[test]
+    fn denied_paths_are_masked() {
+        let spec = SandboxSpec::default();
+        let source = WorkspaceSource::Bind(PathBuf::from("/p"));
+        let masks = vec![
+            Mask {
+                rel: PathBuf::from(".env"),
+                is_dir: false,
+            },
+            Mask {
+                rel: PathBuf::from("secrets"),
+                is_dir: true,
+            },
+        ];
+        let plan = ContainerPlan {
+            image: "i",
+            user: (1, 1),
+            spec: &spec,
+            passed_env: &[],
+            workspace: Path::new("/workspace"),
+            source: &source,
+            protected: &[],
+            masks: &masks,
+            extra_roots: &[],
+            spill_volume: "s",
+            network: None,
+            labels: HashMap::new(),
+        };
+        let body = container_body(&plan);
+        let host = body.host_config.expect("host config");
+        assert_eq!(
+            host.mounts.expect("mounts")[1],
+            Mount {
+                target: Some("/workspace/.env".to_owned()),
+                source: Some("/dev/null".to_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(true),
+                ..Default::default()
+            }
+        );
+        assert_eq!(
+            host.tmpfs
+                .expect("tmpfs")
+                .get("/workspace/secrets")
+                .map(String::as_str),
+            Some("ro,nosuid,nodev,noexec,size=4k,mode=0555")
+        );
+    }
+
+    #[test]
     fn environment_baseline_then_passed_then_set() {
         let mut spec = SandboxSpec::default();
         spec.env.set = vec![
@@ -275,6 +352,7 @@ mod tests {
             workspace: Path::new("/workspace"),
             source: &source,
             protected: &protected,
+            masks: &[],
             extra_roots: &[(PathBuf::from("/opt/tools"), false)],
             spill_volume: "cordon-spill-abc",
             network: None,

@@ -388,3 +388,60 @@ async fn a_read_only_workspace_refuses_writes_from_files_and_commands() {
     );
     backend.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_paths_are_hidden_from_commands_too() {
+    for mode in [
+        cordon_backend_docker::WorkspaceMode::Bind,
+        cordon_backend_docker::WorkspaceMode::Copy,
+    ] {
+        let host = host_or_skip!();
+        let ws = workspace();
+        std::fs::write(ws.path().join(".env"), "TOKEN=hunter2\n").expect("write");
+        std::fs::create_dir_all(ws.path().join("app")).expect("mkdir");
+        std::fs::write(ws.path().join("app/.env"), "TOKEN=hunter3\n").expect("write");
+        std::fs::create_dir_all(ws.path().join("secrets")).expect("mkdir");
+        std::fs::write(ws.path().join("secrets/key"), "hunter4\n").expect("write");
+        std::fs::write(ws.path().join("visible.txt"), "fine\n").expect("write");
+        let mut config = crate::support::config(&host, ws.path());
+        config.mode = mode;
+        config.spec.denied = vec!["**/.env".to_owned(), "secrets/**".to_owned()];
+        let backend = cordon_backend_docker::DockerBackend::start(config)
+            .await
+            .expect("start");
+        let ran = run(
+            &backend,
+            "cat .env app/.env secrets/key visible.txt 2>/dev/null; grep -rs hunter . | wc -l",
+        )
+        .await;
+        assert_eq!(ran.output, "fine\n0\n", "{mode:?}");
+        let err = backend
+            .files()
+            .read_file(&p("/workspace/.env"))
+            .await
+            .expect_err("denied");
+        assert!(matches!(err, FsError::Denied { .. }), "{mode:?}: {err:?}");
+        let err = backend
+            .files()
+            .read_file(&p("/workspace/secrets/key"))
+            .await
+            .expect_err("denied");
+        assert!(matches!(err, FsError::Denied { .. }), "{mode:?}: {err:?}");
+        let err = backend
+            .files()
+            .write_file(&p("/workspace/app/.env"), b"x")
+            .await
+            .expect_err("denied");
+        assert!(matches!(err, FsError::Denied { .. }), "{mode:?}: {err:?}");
+        assert!(backend.missing_layers().is_empty());
+        backend.shutdown().await;
+        assert_eq!(
+            std::fs::read_to_string(ws.path().join(".env")).expect("read"),
+            "TOKEN=hunter2\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.path().join("secrets/key")).expect("read"),
+            "hunter4\n"
+        );
+    }
+}

@@ -187,7 +187,14 @@ async fn reads_stats_and_lists() {
             },
         )
         .await;
-        assert_eq!(recs, vec![err("isdir", &r.join("dir"), "is a directory")]);
+        // The canonical path comes first, so the client judges its rules before anything else.
+        assert_eq!(
+            recs,
+            vec![
+                FsRecord::Canon(r.join("dir")),
+                err("isdir", &r.join("dir"), "is a directory")
+            ]
+        );
         let (recs, _) = records(
             &shell,
             &fx,
@@ -199,11 +206,10 @@ async fn reads_stats_and_lists() {
         .await;
         assert_eq!(
             recs,
-            vec![err(
-                "notfound",
-                &r.join("nope"),
-                "no such file or directory"
-            )]
+            vec![
+                FsRecord::Canon(r.join("nope")),
+                err("notfound", &r.join("nope"), "no such file or directory")
+            ]
         );
 
         let (recs, _) = records(&shell, &fx, FileOp::Stat(r.join("a.txt"))).await;
@@ -364,14 +370,21 @@ async fn interactive_writes_are_atomic_and_keep_the_mode() {
             vec![FsRecord::Canon(r.join("dir/new.txt")), FsRecord::Ok]
         );
         assert_eq!(std::fs::read(r.join("dir/new.txt")).expect("read"), b"hi");
-        let recs = interactive(&shell, &fx, FileOp::Write(r.join("nodir/x")), b"").await;
+        let recs = interactive(&shell, &fx, FileOp::Write(r.join("nodir/x")), &go_line(0)).await;
         assert_eq!(
             recs,
-            vec![err(
-                "notfound",
-                &r.join("nodir/x"),
-                "no such file or directory"
-            )]
+            vec![
+                FsRecord::Canon(r.join("nodir/x")),
+                err("notfound", &r.join("nodir/x"), "no such file or directory")
+            ]
+        );
+        let recs = interactive(&shell, &fx, FileOp::Write(r.join("dir")), &go_line(0)).await;
+        assert_eq!(
+            recs,
+            vec![
+                FsRecord::Canon(r.join("dir")),
+                err("isdir", &r.join("dir"), "is a directory")
+            ]
         );
         let recs = interactive(&shell, &fx, FileOp::Write(r.join("out-link")), b"").await;
         assert_eq!(

@@ -129,11 +129,11 @@ canon)
     ;;
 read)
     resolve "$1"
+    rec canon "$C"
     [ -e "$C" ] || fail notfound "$1" "no such file or directory"
     [ -d "$C" ] && fail isdir "$1" "is a directory"
     [ -f "$C" ] || fail io "$1" "not a regular file"
     [ -r "$C" ] || fail access "$1" "permission denied"
-    rec canon "$C"
     if [ -n "$2" ]; then
         msg=$(head -c "$2" -- "$C" 2>&1 >&4)
     else
@@ -145,18 +145,19 @@ read)
     ;;
 stat)
     resolve "$1"
+    rec canon "$C"
     [ -e "$C" ] || fail notfound "$1" "no such file or directory"
     s=$(stat -L -c '%f %s %u %g' -- "$C" 2>&1) || fail "$(io_code "$s")" "$1" "$s"
     kind_of "$C"
     set -- $s
-    rec canon "$C" stat "$K" "$2" "$1" "$3" "$4" ok
+    rec stat "$K" "$2" "$1" "$3" "$4" ok
     ;;
 list)
     resolve "$1"
+    rec canon "$C"
     [ -e "$C" ] || fail notfound "$1" "no such file or directory"
     [ -d "$C" ] || fail notdir "$1" "not a directory"
     { [ -r "$C" ] && [ -x "$C" ]; } || fail access "$1" "permission denied"
-    rec canon "$C"
     dir=$C
     [ "$dir" = / ] && dir=
     for e in "$dir"/* "$dir"/.[!.]* "$dir"/..?*; do
@@ -188,18 +189,25 @@ list)
     rec ok
     ;;
 mkdir)
+    # Interactive: after `canon`, stdin carries "go\n" (anything else aborts untouched).
     resolve "$1"
-    if [ -e "$C" ] && [ ! -d "$C" ]; then fail notdir "$1" "not a directory"; fi
     rec canon "$C"
     IFS= read -r answer || exit 0
     [ "$answer" = go ] || exit 0
+    if [ -e "$C" ] && [ ! -d "$C" ]; then fail notdir "$1" "not a directory"; fi
     msg=$(mkdir -p -- "$C" 2>&1) || fail "$(io_code "$msg")" "$1" "$msg"
     rec ok
     ;;
 write)
     # $1 = path. Interactive: after `canon`, stdin carries "go LENGTH\n" and exactly LENGTH
     # bytes (anything else aborts before the target is touched).
+    # Checks that need the file system run after the answer, so the client always learns
+    # the canonical path first (and judges its rules on it).
     resolve "$1"
+    rec canon "$C"
+    IFS= read -r answer || exit 0
+    case $answer in "go "*) len=${answer#go } ;; *) exit 0 ;; esac
+    case $len in '' | *[!0-9]*) exit 0 ;; esac
     [ -d "$C" ] && fail isdir "$1" "is a directory"
     parent=${C%/*}
     [ -z "$parent" ] && parent=/
@@ -209,9 +217,6 @@ write)
     if [ -e "$C" ]; then
         mode=$(stat -L -c '%a' -- "$C" 2>/dev/null) || mode=
     fi
-    rec canon "$C"
-    IFS= read -r answer || exit 0
-    case $answer in "go "*) len=${answer#go } ;; *) exit 0 ;; esac
     if [ -z "$mode" ]; then
         mode=$(printf '%o' $(( 0644 & ~0$(umask) )))
     fi
