@@ -61,10 +61,14 @@ impl Target {
             return Err(bad("the host name is empty"));
         }
         if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(bad("the host name contains whitespace or control characters"));
+            return Err(bad(
+                "the host name contains whitespace or control characters",
+            ));
         }
         let port = match port {
-            Some(p) => Some(parse_port(p).ok_or_else(|| bad("the port is not a number in 1-65535"))?),
+            Some(p) => {
+                Some(parse_port(p).ok_or_else(|| bad("the port is not a number in 1-65535"))?)
+            }
             None => None,
         };
         Ok(Target {
@@ -292,8 +296,8 @@ impl Eval<'_> {
                 }
                 "port" => {
                     let v = first()?;
-                    let port = parse_port(&v)
-                        .ok_or_else(|| err(number, format!("bad port `{v}`")))?;
+                    let port =
+                        parse_port(&v).ok_or_else(|| err(number, format!("bad port `{v}`")))?;
                     s.port.get_or_insert(port);
                 }
                 "identityfile" => {
@@ -605,12 +609,18 @@ Match all
     fn includes_are_followed() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("conf.d")).unwrap();
-        std::fs::write(dir.path().join("conf.d/a.conf"), "Host inc\n HostName 10.0.0.1\n")
-            .unwrap();
+        std::fs::write(
+            dir.path().join("conf.d/a.conf"),
+            "Host inc\n HostName 10.0.0.1\n",
+        )
+        .unwrap();
         let main = dir.path().join("config");
         std::fs::write(
             &main,
-            format!("Include {}/conf.d/*.conf\nHost inc\n HostName ignored\n", dir.path().display()),
+            format!(
+                "Include {}/conf.d/*.conf\nHost inc\n HostName ignored\n",
+                dir.path().display()
+            ),
         )
         .unwrap();
         let s = resolve(&main, "inc", None).unwrap();
@@ -625,7 +635,10 @@ Match all
         let err = resolve(&path, "a", None).unwrap_err();
         assert_eq!(
             err.to_string(),
-            format!("failed to parse ssh config {} line 2: bad port `nope`", path.display())
+            format!(
+                "failed to parse ssh config {} line 2: bad port `nope`",
+                path.display()
+            )
         );
     }
 

@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use russh::Channel;
 use russh::client::{self, Handle};
 use russh::keys::agent::AgentIdentity;
 use russh::keys::agent::client::AgentClient;
 use russh::keys::{PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
-use russh::Channel;
 use russh_sftp::client::RawSftpSession;
 
 use crate::config::{self, Target, Tokens};
@@ -120,7 +120,10 @@ pub(crate) fn resolve_endpoint(
         Some(path) => config::resolve(path, &target.host, home)?,
         None => config::HostSettings::default(),
     };
-    let host = settings.hostname.clone().unwrap_or_else(|| target.host.clone());
+    let host = settings
+        .hostname
+        .clone()
+        .unwrap_or_else(|| target.host.clone());
     let user = target
         .user
         .clone()
@@ -176,7 +179,10 @@ pub(crate) fn resolve_endpoint(
         }
     }
     Ok(Endpoint {
-        key_host: settings.host_key_alias.clone().unwrap_or_else(|| host.clone()),
+        key_host: settings
+            .host_key_alias
+            .clone()
+            .unwrap_or_else(|| host.clone()),
         user,
         host,
         port,
@@ -373,10 +379,13 @@ async fn authenticate(
     if let Some(socket) = auth.agent.socket() {
         match AgentClient::connect_uds(&socket).await {
             Ok(mut agent) => {
-                let identities = agent.request_identities().await.map_err(|e| SshError::Agent {
-                    socket: socket.clone(),
-                    reason: e.to_string(),
-                })?;
+                let identities = agent
+                    .request_identities()
+                    .await
+                    .map_err(|e| SshError::Agent {
+                        socket: socket.clone(),
+                        reason: e.to_string(),
+                    })?;
                 for identity in identities {
                     let key = match identity {
                         AgentIdentity::PublicKey { key, .. } => key,
@@ -389,7 +398,12 @@ async fn authenticate(
                         continue;
                     }
                     let hash = if key.algorithm().is_rsa() {
-                        handle.best_supported_rsa_hash().await.ok().flatten().flatten()
+                        handle
+                            .best_supported_rsa_hash()
+                            .await
+                            .ok()
+                            .flatten()
+                            .flatten()
                     } else {
                         None
                     };
@@ -415,7 +429,10 @@ async fn authenticate(
                         reason: e.to_string(),
                     });
                 }
-                tried.push(format!("ssh-agent at {} (unreachable: {e})", socket.display()));
+                tried.push(format!(
+                    "ssh-agent at {} (unreachable: {e})",
+                    socket.display()
+                ));
             }
         }
     }
@@ -466,13 +483,21 @@ async fn authenticate(
             }
         };
         let hash = if key.algorithm().is_rsa() {
-            handle.best_supported_rsa_hash().await.ok().flatten().flatten()
+            handle
+                .best_supported_rsa_hash()
+                .await
+                .ok()
+                .flatten()
+                .flatten()
         } else {
             None
         };
         tried.push(path.display().to_string());
         let result = handle
-            .authenticate_publickey(user.clone(), PrivateKeyWithHashAlg::new(Arc::new(key), hash))
+            .authenticate_publickey(
+                user.clone(),
+                PrivateKeyWithHashAlg::new(Arc::new(key), hash),
+            )
             .await
             .map_err(|e| SshError::Handshake {
                 host: endpoint.label(),
@@ -520,7 +545,10 @@ impl Live {
 
 const SFTP_REQUEST_TIMEOUT_SECS: u64 = 60;
 
-async fn open_sftp(session: &Session, label: &str) -> Result<(RawSftpSession, SftpExtensions), SshError> {
+async fn open_sftp(
+    session: &Session,
+    label: &str,
+) -> Result<(RawSftpSession, SftpExtensions), SshError> {
     let channel_error = |reason: String| SshError::Channel {
         what: "the SFTP subsystem",
         host: label.to_owned(),
@@ -607,7 +635,10 @@ impl Pool {
     /// Forget `live` if it is still the current connection (its transport failed).
     pub async fn invalidate(&self, live: &Live) {
         let mut current = self.current.lock().await;
-        if current.as_ref().is_some_and(|c| c.generation == live.generation) {
+        if current
+            .as_ref()
+            .is_some_and(|c| c.generation == live.generation)
+        {
             *current = None;
         }
     }

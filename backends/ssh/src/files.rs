@@ -183,12 +183,14 @@ impl Inner {
     /// Canonical path, checked for reading.
     async fn readable(&self, live: &Live, path: &Path) -> Result<PathBuf, FsError> {
         let canonical = self.real_path(live, path).await?;
-        self.rules.check_read(path, &canonical).map_err(|e| match e {
-            FsError::Denied { .. } => FsError::Denied {
-                path: canonical.clone(),
-            },
-            other => other,
-        })?;
+        self.rules
+            .check_read(path, &canonical)
+            .map_err(|e| match e {
+                FsError::Denied { .. } => FsError::Denied {
+                    path: canonical.clone(),
+                },
+                other => other,
+            })?;
         Ok(canonical)
     }
 
@@ -239,11 +241,15 @@ impl Inner {
             });
         }
         let limit = max.unwrap_or(usize::MAX);
-        let size = usize::try_from(attrs.len()).unwrap_or(usize::MAX).min(limit);
+        let size = usize::try_from(attrs.len())
+            .unwrap_or(usize::MAX)
+            .min(limit);
         let mut data = Vec::with_capacity(size.min(64 << 20));
         // Pipelined reads of the size fstat reported, then sequential reads until EOF (the
         // file may have grown) or the limit.
-        let offsets: Vec<u64> = (0..size.div_ceil(CHUNK)).map(|i| (i * CHUNK) as u64).collect();
+        let offsets: Vec<u64> = (0..size.div_ceil(CHUNK))
+            .map(|i| (i * CHUNK) as u64)
+            .collect();
         let chunks: Vec<Vec<u8>> = futures::stream::iter(offsets.into_iter().map(|offset| {
             let len = CHUNK.min(size - offset as usize) as u32;
             async move { read_chunk(live, handle, offset, len).await }
@@ -641,7 +647,12 @@ impl Inner {
     }
 }
 
-async fn read_chunk(live: &Live, handle: &str, offset: u64, len: u32) -> Result<Vec<u8>, SftpError> {
+async fn read_chunk(
+    live: &Live,
+    handle: &str,
+    offset: u64,
+    len: u32,
+) -> Result<Vec<u8>, SftpError> {
     match live.sftp.read(handle, offset, len).await {
         Ok(data) => Ok(data.data),
         Err(SftpError::Status(status)) if status.status_code == StatusCode::Eof => Ok(Vec::new()),
@@ -686,10 +697,7 @@ impl AsyncWrite for SpillSink {
         Pin::new(&mut self.pipe).poll_flush(cx)
     }
 
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         futures::ready!(Pin::new(&mut self.pipe).poll_shutdown(cx))?;
         let Some(done) = self.done.as_mut() else {
             return Poll::Ready(Ok(()));

@@ -67,7 +67,9 @@ fn hashed_match(entry: &str, name: &str) -> bool {
     let Ok(mac) = Hmac::<Sha1>::new_from_slice(&salt) else {
         return false;
     };
-    mac.chain_update(name.as_bytes()).verify_slice(&hash).is_ok()
+    mac.chain_update(name.as_bytes())
+        .verify_slice(&hash)
+        .is_ok()
 }
 
 fn hosts_match(hosts: &str, name: &str) -> bool {
@@ -153,7 +155,11 @@ impl KnownHosts {
             .map(|f| f.display().to_string())
             .collect::<Vec<_>>()
             .join(", ");
-        let same_key = |e: &Entry| e.key.as_ref().is_some_and(|k| k.key_data() == key.key_data());
+        let same_key = |e: &Entry| {
+            e.key
+                .as_ref()
+                .is_some_and(|k| k.key_data() == key.key_data())
+        };
         // A revoked key is refused whatever host it was recorded for.
         if let Some(revoked) = entries
             .iter()
@@ -185,7 +191,12 @@ impl KnownHosts {
                 .iter()
                 .filter_map(|e| {
                     e.key.as_ref().map(|k| {
-                        format!("{} {} ({})", k.algorithm().as_str(), fingerprint(k), e.location)
+                        format!(
+                            "{} {} ({})",
+                            k.algorithm().as_str(),
+                            fingerprint(k),
+                            e.location
+                        )
                     })
                 })
                 .collect::<Vec<_>>()
@@ -250,9 +261,20 @@ mod tests {
     fn plain_bracketed_and_hashed_entries_trust() {
         check(&format!("h ssh-ed25519 {KEY_A}\n"), "h", 22, KEY_A).unwrap();
         check(&format!("[h]:2222 ssh-ed25519 {KEY_A}\n"), "h", 2222, KEY_A).unwrap();
-        check(&format!("{} ssh-ed25519 {KEY_A}\n", hashed("[h]:2222")), "h", 2222, KEY_A)
-            .unwrap();
-        check(&format!("*.example ssh-ed25519 {KEY_A}\n"), "a.example", 22, KEY_A).unwrap();
+        check(
+            &format!("{} ssh-ed25519 {KEY_A}\n", hashed("[h]:2222")),
+            "h",
+            2222,
+            KEY_A,
+        )
+        .unwrap();
+        check(
+            &format!("*.example ssh-ed25519 {KEY_A}\n"),
+            "a.example",
+            22,
+            KEY_A,
+        )
+        .unwrap();
         // The port matters: an entry for port 22 does not vouch for 2222.
         let err = check(&format!("h ssh-ed25519 {KEY_A}\n"), "h", 2222, KEY_A).unwrap_err();
         assert!(matches!(err, SshError::UnknownHostKey { .. }), "{err}");

@@ -132,7 +132,9 @@ pub(crate) struct Inner {
 impl Inner {
     fn this(&self) -> Arc<Inner> {
         // `Inner` only ever lives in the `Arc` built by `SshBackend::connect`.
-        self.this.upgrade().unwrap_or_else(|| unreachable!("Inner outlived its Arc"))
+        self.this
+            .upgrade()
+            .unwrap_or_else(|| unreachable!("Inner outlived its Arc"))
     }
 }
 
@@ -260,28 +262,29 @@ impl SshBackend {
             .await
             .map_err(probe_error)?;
         let pairs = parse_probe(&out.stdout);
-        let get = |key: &str| {
-            pairs
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.clone())
-        };
+        let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
         if let Some(dir) = get("unsafe") {
             return Err(probe_error(format!(
                 "the spill directory {dir} is a symlink, not a directory, or not owned by the \
                  remote user; remove it and connect again"
             )));
         }
-        let uid = get("uid")
-            .and_then(|u| u.parse().ok())
-            .ok_or_else(|| probe_error(format!(
+        let uid = get("uid").and_then(|u| u.parse().ok()).ok_or_else(|| {
+            probe_error(format!(
                 "the probe script gave no uid (stderr: {})",
                 String::from_utf8_lossy(&out.stderr).trim()
-            )))?;
+            ))
+        })?;
         let gids = get("gids")
-            .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+            .map(|g| {
+                g.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
             .unwrap_or_default();
-        let home = get("home").filter(|h| h.starts_with('/')).map(PathBuf::from);
+        let home = get("home")
+            .filter(|h| h.starts_with('/'))
+            .map(PathBuf::from);
         let spill_dir = get("spill")
             .filter(|s| s.starts_with('/'))
             .map(PathBuf::from)

@@ -66,7 +66,9 @@ impl Preamble {
             return Ok(rest);
         }
         if pending.len() > MAX_PREAMBLE {
-            return Err("the remote login shell printed more than 1 MiB before running the command".into());
+            return Err(
+                "the remote login shell printed more than 1 MiB before running the command".into(),
+            );
         }
         Ok(Vec::new())
     }
@@ -80,7 +82,13 @@ impl Preamble {
     pub fn skipped(&self) -> String {
         self.pending
             .as_ref()
-            .map(|p| String::from_utf8_lossy(p).trim().chars().take(300).collect())
+            .map(|p| {
+                String::from_utf8_lossy(p)
+                    .trim()
+                    .chars()
+                    .take(300)
+                    .collect()
+            })
             .unwrap_or_default()
     }
 }
@@ -105,7 +113,10 @@ impl RemoteExec {
         let marker = new_marker();
         if let Err(e) = channel.exec(false, command_line(&marker, argv)).await {
             pool.invalidate(&live).await;
-            return Err(format!("failed to start a command on {}: {e}", pool.label()));
+            return Err(format!(
+                "failed to start a command on {}: {e}",
+                pool.label()
+            ));
         }
         let (read, write) = channel.split();
         Ok(RemoteExec {
