@@ -5,6 +5,7 @@
 //! markers is discarded here, so rc-file output never reaches a result. (Its time cost cannot
 //! be avoided from the client side; see the crate docs.)
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -98,7 +99,8 @@ pub(crate) struct RemoteExec {
     /// The connection it runs on.
     pub live: Arc<Live>,
     read: ChannelReadHalf,
-    write: ChannelWriteHalf<Msg>,
+    /// Always `Some` until drop.
+    write: Option<ChannelWriteHalf<Msg>>,
     stdout: Preamble,
     stderr: Preamble,
     /// The channel's exit status, once reported.
@@ -122,7 +124,7 @@ impl RemoteExec {
         Ok(RemoteExec {
             live,
             read,
-            write,
+            write: Some(write),
             stdout: Preamble::new(&marker),
             stderr: Preamble::new(&marker),
             exit_status: None,
@@ -190,18 +192,41 @@ impl RemoteExec {
     }
 
     /// The channel's stdin.
-    pub fn stdin(&self) -> impl AsyncWrite + Unpin + Send + 'static {
-        Box::pin(self.write.make_writer())
+    pub fn stdin(&self) -> Pin<Box<dyn AsyncWrite + Send>> {
+        match &self.write {
+            Some(write) => Box::pin(write.make_writer()),
+            None => Box::pin(tokio::io::sink()),
+        }
     }
 
     /// Send EOF on stdin.
     pub async fn eof(&self) {
-        let _ = self.write.eof().await;
+        if let Some(write) = &self.write {
+            let _ = write.eof().await;
+        }
     }
 
     /// Close the channel (the remote side gets SIGPIPE/EOF).
-    pub async fn close(&self) {
-        let _ = self.write.close().await;
+    pub async fn close(&mut self) {
+        if let Some(write) = &self.write {
+            let _ = write.close().await;
+        }
+        self.finished = true;
+    }
+}
+
+impl Drop for RemoteExec {
+    fn drop(&mut self) {
+        // russh keeps a channel open until it is closed explicitly: a command abandoned
+        // half-way (error, early stop) must not hold a server session slot.
+        if !self.finished
+            && let Some(write) = self.write.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                let _ = write.close().await;
+            });
+        }
     }
 }
 

@@ -29,6 +29,17 @@ fn backend(e: impl std::fmt::Display) -> SearchError {
 }
 
 impl Inner {
+    /// Whether `path` or a directory above it (inside the roots) is denied: the local backend
+    /// prunes denied entries from its walk, so nothing below them is listed either.
+    fn denied_or_under(&self, path: &Path) -> bool {
+        if self.spec.denied.is_empty() {
+            return false;
+        }
+        path.ancestors()
+            .take_while(|p| self.rules.roots().iter().any(|r| p.starts_with(&r.path)))
+            .any(|p| self.rules.is_denied(p))
+    }
+
     /// Resolve the search path: canonical, readable under the rules, existing.
     async fn search_root(&self, path: &Path) -> Result<PathBuf, SearchError> {
         use cordon_tools::ops::FileOperations;
@@ -67,7 +78,17 @@ impl Inner {
         let glob = compile_glob(request.glob.as_deref())?;
         let mut req = request.clone();
         req.path = base.to_path_buf();
-        let argv = rg_argv(&req);
+        let mut argv = rg_argv(&req);
+        // Prune denied paths in rg too, so they do not count against the limit; the result is
+        // filtered again below with the backend's own glob engine.
+        let at = argv
+            .iter()
+            .position(|a| a == "--regexp")
+            .unwrap_or(argv.len());
+        for glob in &self.spec.denied {
+            argv.insert(at, format!("!{glob}"));
+            argv.insert(at, "--glob".to_owned());
+        }
         let mut exec = RemoteExec::start(&self.pool, &argv)
             .await
             .map_err(backend)?;
@@ -118,7 +139,9 @@ impl Inner {
         for text in String::from_utf8_lossy(&errors).lines() {
             collector.push_error(text);
         }
-        Ok(collector.finish())
+        let mut output = collector.finish();
+        output.files.retain(|f| !self.denied_or_under(&f.path));
+        Ok(output)
     }
 
     async fn listing(
@@ -148,6 +171,7 @@ impl Inner {
             .files
             .into_iter()
             .filter(|f| glob.as_ref().is_none_or(|g| g.matches(base, f)))
+            .filter(|f| !self.denied_or_under(f))
             .collect();
         if files.is_empty() {
             return Ok(GrepOutput {
@@ -209,6 +233,7 @@ impl SearchOperations for Inner {
             .files_and_links()
             .into_iter()
             .filter(|p| glob.matches(&base, p))
+            .filter(|p| !self.denied_or_under(p))
             .take(request.max_results)
             .collect();
         Ok(FindOutput { paths, errors })

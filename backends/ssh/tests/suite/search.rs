@@ -204,3 +204,49 @@ async fn find_lists_regular_files_sorted_and_ignore_aware() {
         .unwrap();
     assert_eq!(found.paths, vec![ws.join("src/c.rs")]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_paths_are_never_listed() {
+    let Some(server) = server() else { return };
+    let ws = server.workspace.canonicalize().unwrap();
+    tree(&ws);
+    std::fs::write(ws.join(".env"), "needle=token\n").unwrap();
+    std::fs::create_dir(ws.join("secret")).unwrap();
+    std::fs::write(ws.join("secret/key.txt"), "needle key\n").unwrap();
+    let mut results = Vec::new();
+    for fallback in [false, true] {
+        let mut config = server.config();
+        config.spec.denied = vec!["**/.env".into(), "secret".into()];
+        config.force_search_fallback = fallback;
+        let backend = SshBackend::connect(config).await.unwrap();
+        let grep = backend
+            .search()
+            .grep(
+                grep_request(&ws, "needle", 0, 100),
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        let find = backend
+            .search()
+            .find(
+                FindRequest {
+                    pattern: "*".into(),
+                    path: ws.clone(),
+                    max_results: 100,
+                },
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        for path in grep.files.iter().map(|f| &f.path).chain(find.paths.iter()) {
+            assert!(
+                !path.ends_with(".env") && !path.starts_with(ws.join("secret")),
+                "denied path listed: {}",
+                path.display()
+            );
+        }
+        results.push((grep, find));
+    }
+    assert_eq!(results[0], results[1]);
+}
