@@ -9,7 +9,8 @@
 //! scripts/ssh-test-server.sh stop /tmp/cordon-ssh-bench
 //! ```
 //!
-//! Prints median and mean per-call latency of each path.
+//! Prints median and mean per-call latency of each path (`CORDON_SSH_BENCH_RUNS` calls each,
+//! default 200).
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -24,7 +25,6 @@ use russh::keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-const RUNS: usize = 200;
 
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
@@ -69,6 +69,10 @@ async fn main() {
     let key = PathBuf::from(env("CORDON_SSH_KEY"));
     let known = PathBuf::from(env("CORDON_SSH_KNOWN_HOSTS"));
     let root = PathBuf::from(env("CORDON_SSH_ROOT"));
+    let runs: usize = std::env::var("CORDON_SSH_BENCH_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(200);
     std::fs::write(root.join("small.txt"), "x".repeat(2048)).expect("small file");
 
     // Connection setup.
@@ -122,7 +126,7 @@ async fn main() {
 
     // Warm up every path once.
     let mut raw = Vec::new();
-    for i in 0..RUNS + 5 {
+    for i in 0..runs + 5 {
         let start = Instant::now();
         let mut channel = handle.channel_open_session().await.expect("channel");
         channel.exec(false, "true").await.expect("exec");
@@ -138,7 +142,7 @@ async fn main() {
     let raw_median = report("raw russh exec channel `true`", raw);
 
     let mut ours = Vec::new();
-    for i in 0..RUNS + 5 {
+    for i in 0..runs + 5 {
         let (tx, mut rx) = mpsc::channel(16);
         let request = ExecRequest {
             command: "true".into(),
@@ -159,7 +163,7 @@ async fn main() {
 
     let mut reads = Vec::new();
     let small = root.canonicalize().expect("root").join("small.txt");
-    for i in 0..RUNS + 5 {
+    for i in 0..runs + 5 {
         let start = Instant::now();
         let data = files.read_file(&small).await.expect("read");
         assert_eq!(data.len(), 2048);
@@ -195,7 +199,7 @@ async fn main() {
         cmd
     };
     let mut cli = Vec::new();
-    for i in 0..RUNS + 5 {
+    for i in 0..runs + 5 {
         let start = Instant::now();
         let status = ssh(&["true"]).status().expect("ssh");
         assert!(status.success(), "ssh with ControlMaster failed");
