@@ -25,7 +25,6 @@ use russh::keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!("{name} is not set: start a server with scripts/ssh-test-server.sh start DIR")
