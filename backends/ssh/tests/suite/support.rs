@@ -272,7 +272,8 @@ fn comm(pid: u32) -> Option<String> {
         .map(|s| s.trim().to_owned())
 }
 
-fn parent_of(pid: u32) -> Option<u32> {
+/// The parent pid of a process.
+pub fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = stat.rsplit_once(')')?.1;
     after.split_whitespace().nth(1)?.parse().ok()
