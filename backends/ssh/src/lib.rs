@@ -65,7 +65,8 @@ pub struct SshConfig {
     pub ssh_config: Option<PathBuf>,
     /// The workspace root on the remote host (absolute, `~/…`, or relative to the home).
     pub remote_root: PathBuf,
-    /// The sandbox spec (roots, protected and denied globs, environment).
+    /// The sandbox spec (roots, protected and denied globs, environment). [`SshConfig::new`]
+    /// protects `.git/**`.
     pub spec: SandboxSpec,
     /// Where ssh-agent is.
     pub agent: AgentSource,
@@ -91,7 +92,8 @@ impl std::fmt::Debug for SshConfig {
 }
 
 impl SshConfig {
-    /// A config for `host` and `remote_root` with every other field at its default.
+    /// A config for `host` and `remote_root` with every other field at its default (agent
+    /// from `SSH_AUTH_SOCK`, `~/.ssh/config`, `~/.ssh/known_hosts`, `.git/**` protected).
     pub fn new(host: impl Into<String>, remote_root: impl Into<PathBuf>) -> Self {
         SshConfig {
             host: host.into(),
@@ -99,7 +101,10 @@ impl SshConfig {
             known_hosts: None,
             ssh_config: None,
             remote_root: remote_root.into(),
-            spec: SandboxSpec::default(),
+            spec: SandboxSpec {
+                protected: vec![".git/**".to_owned()],
+                ..SandboxSpec::default()
+            },
             agent: AgentSource::Env,
             passphrase: None,
             force_search_fallback: false,
