@@ -36,6 +36,7 @@ use cordon_core::tool::ExecutionMode;
 use cordon_core::{Agent, CancellationToken};
 use cordon_model::{ProviderOptions, parse_model_spec, provider_from_env};
 use cordon_runtime::{Approver, Session};
+use tokio::sync::mpsc;
 
 use crate::cmd::common::CommonArgs;
 use crate::output::print_json_line;
@@ -253,8 +254,7 @@ fn read_prompt(prompt: String) -> anyhow::Result<String> {
 /// The first Ctrl-C (or SIGTERM) cancels `cancel`; a second exits at once. The handlers are
 /// installed before this returns, so no signal is missed once the run starts.
 fn cancel_on_interrupt(cancel: CancellationToken) -> anyhow::Result<()> {
-    const NOTICE: &str =
-        "\ncordon: cancelling: stopping tools and the model (Ctrl-C again to exit now)";
+    let (sender, signals) = mpsc::unbounded_channel();
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -263,32 +263,47 @@ fn cancel_on_interrupt(cancel: CancellationToken) -> anyhow::Result<()> {
         let mut terminate =
             signal(SignalKind::terminate()).context("failed to install the SIGTERM handler")?;
         tokio::spawn(async move {
-            tokio::select! {
-                _ = interrupt.recv() => {}
-                _ = terminate.recv() => {}
+            loop {
+                let received = tokio::select! {
+                    received = interrupt.recv() => received,
+                    received = terminate.recv() => received,
+                };
+                if received.is_none() || sender.send(()).is_err() {
+                    return;
+                }
             }
-            eprintln!("{NOTICE}");
-            cancel.cancel();
-            tokio::select! {
-                _ = interrupt.recv() => {}
-                _ = terminate.recv() => {}
-            }
-            std::process::exit(130);
         });
     }
     #[cfg(not(unix))]
     {
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("{NOTICE}");
-                cancel.cancel();
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    std::process::exit(130);
+            while tokio::signal::ctrl_c().await.is_ok() {
+                if sender.send(()).is_err() {
+                    return;
                 }
             }
         });
     }
+    tokio::spawn(async move {
+        if watch_interrupts(signals, cancel).await {
+            std::process::exit(130);
+        }
+    });
     Ok(())
+}
+
+/// The first signal cancels the run; returns `true` at the second (exit now), `false` if
+/// the signal source went away.
+async fn watch_interrupts(
+    mut signals: mpsc::UnboundedReceiver<()>,
+    cancel: CancellationToken,
+) -> bool {
+    if signals.recv().await.is_none() {
+        return false;
+    }
+    eprintln!("\ncordon: cancelling: stopping tools and the model (Ctrl-C again to exit now)");
+    cancel.cancel();
+    signals.recv().await.is_some()
 }
 
 #[cfg(test)]
@@ -367,5 +382,23 @@ mod tests {
             Outcome::of(&[user], None),
             Outcome::Failed("the run ended without a model response".into())
         );
+    }
+
+    #[tokio::test]
+    async fn the_first_interrupt_cancels_and_the_second_exits() {
+        let (sender, signals) = mpsc::unbounded_channel();
+        let cancel = CancellationToken::new();
+        let watcher = tokio::spawn(watch_interrupts(signals, cancel.clone()));
+        sender.send(()).unwrap();
+        cancel.cancelled().await;
+        assert!(!watcher.is_finished(), "one interrupt only cancels the run");
+        sender.send(()).unwrap();
+        assert!(watcher.await.unwrap(), "the second interrupt exits");
+
+        let (sender, signals) = mpsc::unbounded_channel();
+        drop(sender);
+        let cancel = CancellationToken::new();
+        assert!(!watch_interrupts(signals, cancel.clone()).await);
+        assert!(!cancel.is_cancelled());
     }
 }
