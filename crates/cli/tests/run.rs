@@ -907,20 +907,22 @@ async fn ctrl_c_during_a_command_kills_it_records_the_result_and_aborts() {
         .expect("spawn cordon");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let seen = read_until(&mut lines, |line| line.contains("\"tool_execution_start\"")).await;
-    // The command writes its pid, then becomes `sleep`: once the pid is there, it runs.
-    let pid_file = ws.path().join("pid.txt");
-    let pid: i32 = tokio::time::timeout(PATIENCE, async {
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&pid_file)
-                && let Ok(pid) = text.trim().parse()
-            {
-                return pid;
-            }
+    // The command marks its start, then becomes `sleep` under a name of its own.
+    let started = ws.path().join("started.txt");
+    tokio::time::timeout(PATIENCE, async {
+        while !started.exists() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await
     .expect("the command never started");
+    tokio::time::timeout(PATIENCE, async {
+        while live_processes_named(SLEEPER).is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the command's process never showed up");
     interrupt(&child);
     let (code, events, stderr) = rest_of_run(child, lines, seen).await;
     assert_eq!(code, Some(1), "stderr: {stderr}");
@@ -938,13 +940,37 @@ async fn ctrl_c_during_a_command_kills_it_records_the_result_and_aborts() {
     assert_eq!(roles, ["user", "assistant", "toolResult", "assistant"]);
     assert_eq!(messages[3]["stopReason"], "aborted");
     assert_eq!(server.attempts(), 1, "no model call after Ctrl-C");
-    // The command is gone (killed and reaped, not left running).
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.trim_start().chars().next());
-    assert!(
-        matches!(state, None | Some(Some('Z'))),
-        "the command survived Ctrl-C: /proc/{pid}/stat = {stat}"
+    // The command is gone: killed, not left running.
+    assert_eq!(
+        live_processes_named(SLEEPER),
+        Vec::<u32>::new(),
+        "the command survived Ctrl-C"
     );
+}
+
+/// `argv[0]` of the command the bash fixture leaves running.
+const SLEEPER: &str = "cordon-run-test-sleeper";
+
+/// Pids of running (not zombie) processes whose `argv[0]` is `name`, in any PID namespace.
+fn live_processes_named(name: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("read /proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline.split(|byte| *byte == 0).next() != Some(name.as_bytes()) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        if !matches!(state, None | Some('Z')) {
+            pids.push(pid);
+        }
+    }
+    pids
 }
