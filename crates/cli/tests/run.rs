@@ -626,11 +626,15 @@ async fn configuration_errors_exit_2_before_anything_runs() {
                 "http://127.0.0.1:9/v1",
                 "--policy",
                 "no-such-policy.toml",
+                "--save",
+                "previous.jsonl",
                 "hi",
             ],
             "no-such-policy.toml",
         ),
     ];
+    // A transcript from an earlier run survives a run that never started.
+    std::fs::write(ws.path().join("previous.jsonl"), "{\"role\":\"user\"}\n").unwrap();
     for (args, expected) in cases {
         let output = finish(&mut cordon(ws.path(), &args, &[])).await;
         assert_exit(&output, 2);
@@ -646,6 +650,8 @@ async fn configuration_errors_exit_2_before_anything_runs() {
         assert_eq!(text(&output.stdout), "", "{args:?}");
     }
     assert_eq!(read(ws.path(), "src/lib.rs"), LIB_RS);
+    assert_eq!(read(ws.path(), "previous.jsonl"), "{\"role\":\"user\"}\n");
+    assert!(!ws.path().join("missing-dir").exists());
 }
 
 const ASK_POLICY: &str = r#"version = 1

@@ -3,9 +3,12 @@
 //! the user and toolResult lines and executes the assistant messages' calls.
 //!
 //! Lines are appended as the run goes, so an interrupted run (even a second Ctrl-C) leaves a
-//! transcript of everything up to that point, and every line in it is a whole message.
+//! transcript of everything up to that point, and every line in it is a whole message. The
+//! path is checked before the run, but the file is only created (or an existing one replaced)
+//! when the first message is recorded: a configuration error found after the check leaves an
+//! existing file as it was.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -21,20 +24,35 @@ pub struct Transcript {
 }
 
 struct State {
-    file: File,
+    /// Created at the first message.
+    file: Option<File>,
     /// The first write failure; nothing is written after it.
     failure: Option<std::io::Error>,
 }
 
 impl Transcript {
-    /// Create (or truncate) `path`. Fails before the run starts if it cannot be written.
+    /// A transcript at `path`, which must be writable: an existing file is opened for writing
+    /// without being changed, a new one is created and removed again. Fails before the run
+    /// starts if it cannot be written.
     pub fn create(path: &Path) -> anyhow::Result<Transcript> {
-        let file = File::create(path)
-            .with_context(|| format!("failed to create the transcript {}", path.display()))?;
+        let failed = || format!("failed to create the transcript {}", path.display());
+        if path.exists() {
+            OpenOptions::new()
+                .write(true)
+                .open(path)
+                .with_context(failed)?;
+        } else {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .with_context(failed)?;
+            std::fs::remove_file(path).with_context(failed)?;
+        }
         Ok(Transcript {
             path: path.to_owned(),
             state: Mutex::new(State {
-                file,
+                file: None,
                 failure: None,
             }),
         })
@@ -52,9 +70,14 @@ impl Transcript {
         if state.failure.is_some() {
             return;
         }
-        let written = transcript_line(message).and_then(|line| state.file.write_all(&line));
+        let State { file, failure } = &mut *state;
+        let written = match file {
+            Some(file) => Ok(file),
+            None => File::create(&self.path).map(|created| file.insert(created)),
+        }
+        .and_then(|file| file.write_all(&transcript_line(message)?));
         if let Err(error) = written {
-            state.failure = Some(error);
+            *failure = Some(error);
         }
     }
 
@@ -65,9 +88,11 @@ impl Transcript {
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let synced = match state.failure.take() {
-            Some(error) => Err(error),
-            None => state.file.sync_all(),
+        let State { file, failure } = &mut *state;
+        let synced = match (failure.take(), file) {
+            (Some(error), _) => Err(error),
+            (None, Some(file)) => file.sync_all(),
+            (None, None) => Ok(()),
         };
         synced.with_context(|| format!("failed to write the transcript {}", self.path.display()))
     }
@@ -110,6 +135,28 @@ mod tests {
             .map(|line| serde_json::from_str(line).unwrap())
             .collect();
         assert_eq!(lines, vec![user, assistant]);
+    }
+
+    #[test]
+    fn an_existing_file_is_kept_until_the_first_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl");
+        std::fs::write(&path, "previous\n").unwrap();
+        let transcript = Transcript::create(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "previous\n");
+        let user = Message::User(UserMessage::text("again"));
+        transcript.record(&AgentEvent::MessageEnd {
+            message: user.clone(),
+        });
+        transcript.finish().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            format!("{}\n", serde_json::to_string(&user).unwrap())
+        );
+
+        let fresh = dir.path().join("fresh.jsonl");
+        Transcript::create(&fresh).unwrap().finish().unwrap();
+        assert!(!fresh.exists(), "nothing recorded, nothing created");
     }
 
     #[test]
