@@ -386,6 +386,52 @@ async fn anthropic_run_with_json_prints_every_event() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_llama_cpp_server_needs_no_key_and_shows_its_reasoning() {
+    let ws = workspace();
+    let server = TestServer::start(vec![
+        stream("llamacpp_reasoning_read.sse"),
+        stream("llamacpp_final.sse"),
+    ])
+    .await;
+    let base = format!("{}/v1", server.url());
+    let args = [
+        "run",
+        "--model",
+        "openai-compatible:qwen3:8b",
+        "--base-url",
+        &base,
+        "What is the README's title?",
+    ];
+    // An OpenAI key in the environment must not travel to another server.
+    let output = finish(&mut cordon(
+        ws.path(),
+        &args,
+        &[("OPENAI_API_KEY", "sk-must-not-leak")],
+    ))
+    .await;
+    assert_exit(&output, 0);
+    assert_eq!(
+        text(&output.stdout),
+        "│ The user wants the README's title.\n\
+         │ It is on line 1.\n\
+         \n\
+         ● read  README.md\n  \
+         1 line\n\
+         \n\
+         The title is **demo**.\n"
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests.iter().all(|r| r.header("authorization").is_none()));
+    assert_eq!(requests[0].body["model"], "qwen3:8b");
+    assert!(
+        requests[1].body["messages"][3]["content"]
+            .to_string()
+            .contains("# demo")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_length_stop_runs_no_call_and_the_model_retries() {
     let ws = workspace();
     let server = TestServer::start(vec![
