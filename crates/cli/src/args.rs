@@ -22,6 +22,8 @@ pub enum Command {
     /// Execute the tool calls of recorded assistant messages (JSONL), one batch per message,
     /// and print every event as JSONL.
     Replay(cmd::replay::ReplayArgs),
+    /// Run the agent: a model drives the sandboxed tools until it finishes.
+    Run(cmd::run::RunArgs),
     /// Validate or explain a policy file.
     #[command(subcommand)]
     Policy(cmd::policy::PolicyCommand),

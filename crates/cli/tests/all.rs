@@ -2,3 +2,4 @@
 //! runs the built binary (`CARGO_BIN_EXE_cordon`) the way a user or a CI job would.
 
 mod cli;
+mod run;

@@ -5,6 +5,7 @@ pub mod common;
 pub mod exec;
 pub mod policy;
 pub mod replay;
+pub mod run;
 
 use std::process::ExitCode;
 
@@ -15,6 +16,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Exec(args) => exec::exec(args).await,
         Command::Replay(args) => replay::replay(args).await,
+        Command::Run(args) => run::run(args).await,
         Command::Policy(command) => policy::policy(command),
         Command::Audit(command) => audit::audit(command),
     }
