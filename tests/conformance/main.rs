@@ -149,3 +149,5 @@ macro_rules! conformance_tests {
 }
 
 conformance_tests!(local, cordon_tests::Local);
+conformance_tests!(docker, cordon_tests::Docker);
+conformance_tests!(ssh, cordon_tests::Ssh);

@@ -239,6 +239,10 @@ impl FileOperations for Inner {
         Some(&self.home)
     }
 
+    fn spill_dir(&self) -> Option<&Path> {
+        Some(&self.spill_dir)
+    }
+
     async fn read_file(&self, path: &Path) -> Result<Vec<u8>, FsError> {
         self.read_impl(path, None).await
     }
@@ -333,6 +337,9 @@ impl FileOperations for Inner {
             .await?;
         let canon = exec.expect_canon().await?;
         exec.expect_ok().await?;
+        if self.rules.is_denied(&canon) {
+            return Err(FsError::Denied { path: canon });
+        }
         Ok(canon)
     }
 

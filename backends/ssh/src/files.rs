@@ -290,6 +290,18 @@ impl Inner {
                 if attrs.attrs.is_dir() {
                     return Err(FsError::IsADirectory { path });
                 }
+                // Judged as the unprivileged agent would be, whoever the SFTP server runs as
+                // (the same rule as the local backend: a 0444 file is read-only even for root).
+                let record = cordon_remote::files::StatRecord {
+                    kind: kind_of(&attrs.attrs),
+                    size: attrs.attrs.len(),
+                    mode: attrs.attrs.permissions.unwrap_or(0) & 0o7777,
+                    uid: attrs.attrs.uid.unwrap_or(u32::MAX),
+                    gid: attrs.attrs.gid.unwrap_or(u32::MAX),
+                };
+                if !record.unprivileged_writable(self.identity.uid, &self.identity.gids) {
+                    return Err(FsError::PermissionDenied { path });
+                }
                 attrs.attrs.permissions.map(|p| p & 0o7777)
             }
             Err(err) => match sftp_error("stat", &path, err) {
@@ -745,6 +757,10 @@ impl FileOperations for Inner {
 
     fn home(&self) -> Option<&Path> {
         self.identity.home.as_deref()
+    }
+
+    fn spill_dir(&self) -> Option<&Path> {
+        Some(&self.spill_dir)
     }
 
     async fn read_file(&self, path: &Path) -> Result<Vec<u8>, FsError> {

@@ -4,8 +4,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use cordon_backend_docker::{DockerBackend, DockerConfig};
 pub use cordon_backend_docker::WorkspaceMode;
+use cordon_backend_docker::{DockerBackend, DockerConfig};
 use cordon_backend_local::{LocalBackend, LocalConfig};
 use cordon_backend_ssh::{SshBackend, SshConfig};
 use cordon_core::agent::AgentConfig;
@@ -162,7 +162,11 @@ impl Session {
                 };
                 Arc::new(LocalBackend::new(config).map_err(RuntimeError::Local)?)
             }
-            BackendChoice::Docker(DockerOptions { image, mode, docker_host }) => {
+            BackendChoice::Docker(DockerOptions {
+                image,
+                mode,
+                docker_host,
+            }) => {
                 let config = DockerConfig {
                     spec: spec.clone(),
                     image,
@@ -170,9 +174,19 @@ impl Session {
                     docker_host,
                     ..DockerConfig::new(root)
                 };
-                Arc::new(DockerBackend::start(config).await.map_err(RuntimeError::Docker)?)
+                Arc::new(
+                    DockerBackend::start(config)
+                        .await
+                        .map_err(RuntimeError::Docker)?,
+                )
             }
-            BackendChoice::Ssh(SshOptions { host, remote_root, identity, known_hosts, ssh_config }) => {
+            BackendChoice::Ssh(SshOptions {
+                host,
+                remote_root,
+                identity,
+                known_hosts,
+                ssh_config,
+            }) => {
                 let config = SshConfig {
                     spec: spec.clone(),
                     identity,
@@ -180,7 +194,11 @@ impl Session {
                     ssh_config,
                     ..SshConfig::new(host, remote_root)
                 };
-                Arc::new(SshBackend::connect(config).await.map_err(RuntimeError::Ssh)?)
+                Arc::new(
+                    SshBackend::connect(config)
+                        .await
+                        .map_err(RuntimeError::Ssh)?,
+                )
             }
         };
         let tools = build_tools(backend.as_ref(), &policy, &spec);

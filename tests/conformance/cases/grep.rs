@@ -106,7 +106,7 @@ pub async fn invalid_regex(h: Arc<dyn Harness>) {
     let ws = Workspace::open(&h).await;
     ws.put("a.txt", "text\n");
     ws.call("grep", json!({"pattern": "("})).await.assert_error(
-        "Invalid regex `(`: regex parse error:\n    (?:()\n    ^\nerror: unclosed group. Fix \
+        "Invalid regex `(`: regex parse error:\n    (\n    ^\nerror: unclosed group. Fix \
              the pattern, or set literal=true to search for the text as is.",
     );
 }

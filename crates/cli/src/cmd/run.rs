@@ -172,7 +172,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     let cancel = CancellationToken::new();
     cancel_on_interrupt(cancel.clone())?;
-    let mut options = common.session_options();
+    let mut options = common.session_options()?;
     options.approver = std::io::stdin()
         .is_terminal()
         .then(|| Arc::new(TerminalApprover::new(cancel.clone())) as Arc<dyn Approver>);

@@ -209,6 +209,9 @@ write)
     case $answer in "go "*) len=${answer#go } ;; *) exit 0 ;; esac
     case $len in '' | *[!0-9]*) exit 0 ;; esac
     [ -d "$C" ] && fail isdir "$1" "is a directory"
+    # Replacing a file needs write permission on the FILE too (not only its directory), as
+    # for any unprivileged writer: a 0444 file stays read-only.
+    if [ -e "$C" ] && [ ! -w "$C" ]; then fail access "$1" "permission denied"; fi
     parent=${C%/*}
     [ -z "$parent" ] && parent=/
     [ -e "$parent" ] || fail notfound "$1" "no such file or directory"
