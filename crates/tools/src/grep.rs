@@ -126,18 +126,17 @@ impl AgentTool for GrepTool {
         // text (and a backend never sees one).
         let literal = literal.unwrap_or(false);
         let ignore_case = ignore_case.unwrap_or(false);
-        if !literal {
-            if let Err(error) = regex::RegexBuilder::new(&pattern)
+        if !literal
+            && let Err(error) = regex::RegexBuilder::new(&pattern)
                 .case_insensitive(ignore_case)
                 .build()
-            {
-                return Err(SearchToolError::from_search(SearchError::InvalidPattern {
-                    what: "regex",
-                    pattern,
-                    reason: error.to_string(),
-                })
-                .into());
-            }
+        {
+            return Err(SearchToolError::from_search(SearchError::InvalidPattern {
+                what: "regex",
+                pattern,
+                reason: error.to_string(),
+            })
+            .into());
         }
         let request = GrepRequest {
             pattern,
