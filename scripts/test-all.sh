@@ -31,7 +31,7 @@ if ! python3 -c 'import mcp' >/dev/null 2>&1; then
 fi
 
 log "Docker engine"
-eval "$(scripts/docker-start.sh)"
+DOCKER_HOST="$(scripts/docker-start.sh)"
 export DOCKER_HOST
 log "sandbox image"
 scripts/build-sandbox-image.sh

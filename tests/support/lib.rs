@@ -1,1 +1,24 @@
 //! Test support shared by the conformance, escape and end-to-end suites.
+//!
+//! - [`harness`]: the [`Harness`] trait (one small factory per backend) and [`Workspace`], a
+//!   fresh workspace directory on the host with a `cordon_runtime::Session` over it, host ↔
+//!   backend path mapping and result normalisation;
+//! - [`local`]: the local backend's factory; [`remote`]: the Docker and SSH factories, over
+//!   the shared infrastructure of [`infra`] (engine + image, a test sshd);
+//! - [`procs`]: finding a command's processes from the host (is the process tree gone?);
+//! - [`fixtures`]: file contents and messages the suites share (images, numbered lines,
+//!   assistant messages).
+//!
+//! It owns no assertions about tool behaviour; those live in the suites.
+#![warn(missing_docs)]
+
+pub mod fixtures;
+pub mod harness;
+pub mod infra;
+pub mod local;
+pub mod procs;
+pub mod remote;
+
+pub use harness::{Called, Harness, Replayed, SessionRequest, Workspace, WorkspaceOptions};
+pub use local::{LOCAL_ALLOW_DEGRADED_UNTIL_SANDBOX_MERGE, Local};
+pub use remote::{Docker, Ssh};

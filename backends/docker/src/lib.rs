@@ -1,2 +1,659 @@
-//! `cordon-backend-docker`: Cordon's Docker backend (bollard): one hardened container per session.
+//! `cordon-backend-docker`: Cordon's Docker backend (bollard): one hardened container per
+//! session, implementing the backend traits of `cordon_tools::ops`.
+//!
+//! A session ([`DockerBackend::start`]) reaps containers of crashed sessions, checks that the
+//! image exists (it never pulls), creates a container (no network unless the spec enables it,
+//! all capabilities dropped, `no-new-privileges`, read-only root filesystem, tini as init,
+//! memory/CPU/pids limits, private `/tmp` and home, the uid:gid owning the host workspace,
+//! owner labels) with the workspace bind-mounted at `/workspace` (or copied into a volume, for
+//! remote daemons) and protected paths mounted read-only on top, and a per-root spill volume at
+//! `/cordon-spill` so bash's full-output files outlive the session. Every operation is a
+//! plain request executed through `docker exec` with the POSIX helpers of `cordon-remote`;
+//! [`Backend::shutdown`] (or dropping the backend) removes the container.
+//!
+//! It does not know any tool; it does not install signal handlers (a CLI that wants Ctrl-C
+//! cleanup calls `shutdown`; a killed runtime's container is reaped by the next session).
 #![warn(missing_docs)]
+
+mod bash;
+pub mod client;
+mod copy;
+mod error;
+mod files;
+mod mask;
+pub mod plan;
+mod search;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::models::VolumeCreateRequest;
+use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
+use cordon_core::sandbox::SandboxSpec;
+use cordon_remote::files::{PathRules, Root};
+use cordon_tools::ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
+
+pub use crate::client::Owner;
+pub use crate::error::DockerError;
+use crate::plan::{ContainerPlan, HOME_DIR, SPILL_DIR, WorkspaceSource};
+
+/// The default image.
+pub const DEFAULT_IMAGE: &str = "cordon-sandbox:latest";
+/// Where the workspace appears inside the container.
+pub const CONTAINER_WORKSPACE: &str = "/workspace";
+/// Spill files older than this are deleted when a session starts (minutes).
+pub const SPILL_MAX_AGE_MINUTES: u64 = 24 * 60;
+
+/// How the host workspace reaches the container.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WorkspaceMode {
+    /// Bind mount of the host directory (the daemon runs on this machine).
+    #[default]
+    Bind,
+    /// Tar copy into a session volume at start and back out on [`DockerBackend::sync_out`] and
+    /// at shutdown (for remote daemons, where host paths mean nothing).
+    Copy,
+}
+
+/// What a Docker session needs.
+#[derive(Clone, Debug)]
+pub struct DockerConfig {
+    /// The host workspace root.
+    pub root: PathBuf,
+    /// The sandbox spec.
+    pub spec: SandboxSpec,
+    /// The image (default [`DEFAULT_IMAGE`]).
+    pub image: String,
+    /// The daemon URI; `None` uses `DOCKER_HOST` or the default socket.
+    pub docker_host: Option<String>,
+    /// Bind or copy.
+    pub mode: WorkspaceMode,
+    /// uid:gid of commands; `None` uses the owner of `root`.
+    pub user: Option<(u32, u32)>,
+    /// Network to join when the spec enables the network; `None` uses the daemon's default.
+    pub network: Option<String>,
+}
+
+impl DockerConfig {
+    /// A configuration for `root` with the default image, bind mode and a spec whose protected
+    /// paths default to `.git/**`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        DockerConfig {
+            root: root.into(),
+            spec: SandboxSpec {
+                protected: vec![".git/**".to_owned()],
+                ..SandboxSpec::default()
+            },
+            image: DEFAULT_IMAGE.to_owned(),
+            docker_host: None,
+            mode: WorkspaceMode::Bind,
+            user: None,
+            network: None,
+        }
+    }
+}
+
+/// Copy-mode bookkeeping.
+#[derive(Debug)]
+struct CopyState {
+    volumes: Vec<String>,
+    protected: Vec<PathBuf>,
+}
+
+/// The shared state of a session; the three operation sets are implemented on it.
+pub(crate) struct Inner {
+    docker: Docker,
+    host: String,
+    id: BackendId,
+    container: String,
+    host_root: PathBuf,
+    workspace: PathBuf,
+    home: PathBuf,
+    spill_dir: PathBuf,
+    rules: PathRules,
+    roots: Vec<PathBuf>,
+    uid: u32,
+    gid: u32,
+    has_rg: bool,
+    memory_limit: Option<u64>,
+    copy: Option<CopyState>,
+    missing: Vec<String>,
+    closed: tokio::sync::Mutex<bool>,
+    closed_flag: std::sync::atomic::AtomicBool,
+}
+
+/// One Docker session: a container and the operations running in it.
+#[derive(Clone)]
+pub struct DockerBackend {
+    inner: Arc<Inner>,
+    _guard: Arc<DropGuard>,
+}
+
+impl std::fmt::Debug for DockerBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerBackend")
+            .field("id", &self.inner.id)
+            .field("container", &self.inner.container)
+            .finish()
+    }
+}
+
+/// Removes the container when the last handle goes away without [`Backend::shutdown`].
+struct DropGuard {
+    inner: Arc<Inner>,
+}
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        if self
+            .inner
+            .closed_flag
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return;
+        }
+        // Async cleanup cannot run in Drop; a short-lived thread with its own runtime and
+        // client does it, and we wait for it so a CLI exiting right after still cleans up.
+        let host = self.inner.host.clone();
+        let container = self.inner.container.clone();
+        let volumes = self
+            .inner
+            .copy
+            .as_ref()
+            .map(|c| c.volumes.clone())
+            .unwrap_or_default();
+        let handle = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                if let Ok((docker, _)) = client::connect(Some(&host)).await {
+                    remove_container_and_volumes(&docker, &container, &volumes).await;
+                }
+            });
+        });
+        let _ = handle.join();
+    }
+}
+
+async fn remove_container_and_volumes(docker: &Docker, container: &str, volumes: &[String]) {
+    if !container.is_empty() {
+        let _ = docker
+            .remove_container(
+                container,
+                Some(RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    ..Default::default()
+                }),
+            )
+            .await;
+    }
+    for volume in volumes {
+        let _ = docker
+            .remove_volume(
+                volume,
+                None::<bollard::query_parameters::RemoveVolumeOptions>,
+            )
+            .await;
+    }
+}
+
+fn hash16(text: &str) -> String {
+    // FNV-1a, 64 bit: a stable short name for a root (not a security boundary).
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.as_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// The spill volume of a host root: the same name for every session on that root.
+pub fn spill_volume_name(host_root: &Path) -> String {
+    format!("cordon-spill-{}", hash16(&host_root.to_string_lossy()))
+}
+
+fn expand_root(root: &Path, spec_path: &str) -> Option<PathBuf> {
+    let path = if let Some(rest) = spec_path.strip_prefix("~/") {
+        PathBuf::from(std::env::var_os("HOME")?).join(rest)
+    } else if Path::new(spec_path).is_absolute() {
+        PathBuf::from(spec_path)
+    } else {
+        root.join(spec_path)
+    };
+    std::fs::canonicalize(path).ok()
+}
+
+impl DockerBackend {
+    /// Start a session; see the crate docs.
+    pub async fn start(config: DockerConfig) -> Result<DockerBackend, DockerError> {
+        let DockerConfig {
+            root,
+            spec,
+            image,
+            docker_host,
+            mode,
+            user,
+            network,
+        } = config;
+        let host_root = std::fs::canonicalize(&root).map_err(|source| DockerError::Root {
+            path: root.clone(),
+            source,
+        })?;
+        let meta = std::fs::metadata(&host_root).map_err(|source| DockerError::Root {
+            path: host_root.clone(),
+            source,
+        })?;
+        if !meta.is_dir() {
+            return Err(DockerError::Root {
+                path: host_root,
+                source: std::io::Error::from_raw_os_error(20),
+            });
+        }
+        let (uid, gid) = match user {
+            Some(ids) => ids,
+            None => {
+                use std::os::unix::fs::MetadataExt;
+                (meta.uid(), meta.gid())
+            }
+        };
+        let (docker, host) = client::connect(docker_host.as_deref()).await?;
+        // Docker refuses a CPU limit above the host's count; a spec asking for more than the
+        // host has gets all of it.
+        let mut spec = spec;
+        if let (Some(cpus), Ok(info)) = (spec.limits.cpus, docker.info().await)
+            && let Some(ncpu) = info.ncpu.filter(|n| *n > 0)
+        {
+            spec.limits.cpus = Some(cpus.min(ncpu as f64));
+        }
+        let owner = Owner::current();
+        client::reap_stale(&docker, &owner).await;
+        match docker.inspect_image(&image).await {
+            Ok(_) => {}
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Err(DockerError::ImageMissing { image }),
+            Err(e) => return Err(DockerError::api(format!("inspect image {image}"), e)),
+        }
+
+        let session = format!("{:012x}", fastrand::u64(..) & 0xffff_ffff_ffff);
+        let container = format!("cordon-{session}");
+        let mut labels = owner.labels();
+        labels.insert(client::LABEL_SESSION.to_owned(), session.clone());
+        labels.insert(
+            "cordon.root".to_owned(),
+            host_root.to_string_lossy().into_owned(),
+        );
+
+        let spill_volume = spill_volume_name(&host_root);
+        docker
+            .create_volume(VolumeCreateRequest {
+                name: Some(spill_volume.clone()),
+                labels: Some(HashMap::from([
+                    (
+                        client::LABEL_SPILL_ROOT.to_owned(),
+                        host_root.to_string_lossy().into_owned(),
+                    ),
+                    (client::LABEL_HOST.to_owned(), owner.host.clone()),
+                ])),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| DockerError::api(format!("create volume {spill_volume}"), e))?;
+
+        let workspace = PathBuf::from(CONTAINER_WORKSPACE);
+        let extra_roots: Vec<(PathBuf, bool)> = match mode {
+            WorkspaceMode::Bind => spec
+                .readable_roots
+                .iter()
+                .filter_map(|r| expand_root(&host_root, r).map(|p| (p, false)))
+                .chain(
+                    spec.writable_roots
+                        .iter()
+                        .filter_map(|r| expand_root(&host_root, r).map(|p| (p, true))),
+                )
+                .filter(|(p, _)| !p.starts_with(&host_root))
+                .collect(),
+            WorkspaceMode::Copy => Vec::new(),
+        };
+        let spill_dir = PathBuf::from(SPILL_DIR);
+        let mut extra = vec![Root {
+            path: spill_dir.clone(),
+            writable: false,
+        }];
+        extra.extend(extra_roots.iter().map(|(p, w)| Root {
+            path: p.clone(),
+            writable: *w,
+        }));
+        let rules = PathRules::new(&workspace, &spec, extra)?;
+        let mut missing = Vec::new();
+        let masks = match mode {
+            WorkspaceMode::Bind if !spec.denied.is_empty() => {
+                match mask::denied_masks(&host_root, &workspace, &rules, mask::MASK_WALK_LIMIT) {
+                    Ok(masks) => masks,
+                    Err(limit) if spec.allow_degraded => {
+                        missing.push(format!(
+                            "denied paths are hidden from file operations only: the workspace has more than {limit} entries"
+                        ));
+                        Vec::new()
+                    }
+                    Err(limit) => {
+                        return Err(DockerError::DeniedScan {
+                            path: host_root,
+                            limit,
+                        });
+                    }
+                }
+            }
+            WorkspaceMode::Bind | WorkspaceMode::Copy => Vec::new(),
+        };
+        let protected_rel: Vec<PathBuf> = plan::mountable_protected(&spec.protected)
+            .into_iter()
+            .filter(|rel| std::fs::symlink_metadata(host_root.join(rel)).is_ok())
+            .collect();
+        let (source, protected, copy_state) = match mode {
+            WorkspaceMode::Bind => {
+                let protected: Vec<(PathBuf, String)> = protected_rel
+                    .iter()
+                    .filter(|rel| {
+                        // A symlinked protected path would mount its target; skip it (the file
+                        // rules still protect it) rather than follow it out of the root.
+                        std::fs::symlink_metadata(host_root.join(rel))
+                            .map(|m| !m.file_type().is_symlink())
+                            .unwrap_or(false)
+                    })
+                    .map(|rel| {
+                        (
+                            rel.clone(),
+                            host_root.join(rel).to_string_lossy().into_owned(),
+                        )
+                    })
+                    .collect();
+                (WorkspaceSource::Bind(host_root.clone()), protected, None)
+            }
+            WorkspaceMode::Copy => {
+                let ws_volume = format!("cordon-ws-{session}");
+                let dirs: Vec<PathBuf> = protected_rel
+                    .iter()
+                    .filter(|rel| host_root.join(rel).is_dir())
+                    .cloned()
+                    .collect();
+                let mut volumes = vec![ws_volume.clone()];
+                let mut protected = Vec::new();
+                for (i, rel) in dirs.iter().enumerate() {
+                    let name = format!("cordon-ws-{session}-p{i}");
+                    volumes.push(name.clone());
+                    protected.push((rel.clone(), name));
+                }
+                for (i, name) in volumes.iter().enumerate() {
+                    let mut volume_labels = labels.clone();
+                    volume_labels.insert("cordon.volume".to_owned(), "workspace".to_owned());
+                    let created = docker
+                        .create_volume(VolumeCreateRequest {
+                            name: Some(name.clone()),
+                            labels: Some(volume_labels),
+                            ..Default::default()
+                        })
+                        .await;
+                    if let Err(e) = created {
+                        remove_container_and_volumes(&docker, "", &volumes[..i]).await;
+                        return Err(DockerError::api(format!("create volume {name}"), e));
+                    }
+                }
+                (
+                    WorkspaceSource::Volume(ws_volume),
+                    protected,
+                    Some(CopyState {
+                        volumes,
+                        protected: dirs,
+                    }),
+                )
+            }
+        };
+        let passed_env: Vec<(String, String)> = spec
+            .env
+            .pass
+            .iter()
+            .filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v)))
+            .collect();
+        let body = plan::container_body(&ContainerPlan {
+            image: &image,
+            user: (uid, gid),
+            spec: &spec,
+            passed_env: &passed_env,
+            workspace: &workspace,
+            source: &source,
+            protected: &protected,
+            masks: &masks,
+            extra_roots: &extra_roots,
+            spill_volume: &spill_volume,
+            network: network.as_deref(),
+            labels: labels.clone(),
+        });
+
+        let cleanup_volumes = copy_state
+            .as_ref()
+            .map(|c| c.volumes.clone())
+            .unwrap_or_default();
+        let result = async {
+            if copy_state.is_some() {
+                copy::copy_in(
+                    &docker,
+                    &copy::CopyIn {
+                        host_root: &host_root,
+                        image: &image,
+                        labels: &labels,
+                        workspace: &workspace,
+                        source: &source,
+                        protected: &protected,
+                        rules: &rules,
+                        user: (uid, gid),
+                    },
+                )
+                .await?;
+            }
+            docker
+                .create_container(
+                    Some(CreateContainerOptions {
+                        name: Some(container.clone()),
+                        ..Default::default()
+                    }),
+                    body,
+                )
+                .await
+                .map_err(|e| DockerError::api(format!("create container from {image}"), e))?;
+            docker
+                .start_container(
+                    &container,
+                    None::<bollard::query_parameters::StartContainerOptions>,
+                )
+                .await
+                .map_err(|e| DockerError::api(format!("start container {container}"), e))?;
+            Ok::<(), DockerError>(())
+        }
+        .await;
+        if let Err(e) = result {
+            remove_container_and_volumes(&docker, &container, &cleanup_volumes).await;
+            return Err(e);
+        }
+
+        let roots = rules.root_paths();
+        let mut inner = Inner {
+            docker,
+            host,
+            id: BackendId::new(format!("docker:{container}")),
+            container: container.clone(),
+            host_root,
+            workspace,
+            home: PathBuf::from(HOME_DIR),
+            spill_dir,
+            rules,
+            roots,
+            uid,
+            gid,
+            has_rg: false,
+            memory_limit: spec.limits.memory_bytes,
+            copy: copy_state,
+            missing,
+            closed: tokio::sync::Mutex::new(false),
+            closed_flag: std::sync::atomic::AtomicBool::new(false),
+        };
+        match inner.probe().await {
+            Ok(has_rg) => inner.has_rg = has_rg,
+            Err(e) => {
+                remove_container_and_volumes(&inner.docker, &container, &cleanup_volumes).await;
+                return Err(e);
+            }
+        }
+        let inner = Arc::new(inner);
+        Ok(DockerBackend {
+            _guard: Arc::new(DropGuard {
+                inner: inner.clone(),
+            }),
+            inner,
+        })
+    }
+
+    /// The container's name (`cordon-<session>`).
+    pub fn container(&self) -> &str {
+        &self.inner.container
+    }
+
+    /// The Docker client of this session (tests, diagnostics).
+    pub fn docker(&self) -> &Docker {
+        &self.inner.docker
+    }
+
+    /// Whether the image has ripgrep (otherwise grep uses the POSIX fallback).
+    pub fn has_ripgrep(&self) -> bool {
+        self.inner.has_rg
+    }
+
+    /// Copy mode: copy the container's workspace back over the host root now (new and changed
+    /// files; deletions are not propagated and protected paths are never written). A no-op in
+    /// bind mode.
+    pub async fn sync_out(&self) -> Result<(), DockerError> {
+        match &self.inner.copy {
+            Some(state) => {
+                copy::copy_out(
+                    &self.inner.docker,
+                    &self.inner.container,
+                    &self.inner.workspace,
+                    &self.inner.host_root,
+                    &state.protected,
+                    &self.inner.rules,
+                )
+                .await
+            }
+            None => Ok(()),
+        }
+    }
+
+    async fn close(&self) -> Result<(), DockerError> {
+        let mut closed = self.inner.closed.lock().await;
+        if *closed {
+            return Ok(());
+        }
+        let synced = self.sync_out().await;
+        let volumes = self
+            .inner
+            .copy
+            .as_ref()
+            .map(|c| c.volumes.clone())
+            .unwrap_or_default();
+        remove_container_and_volumes(&self.inner.docker, &self.inner.container, &volumes).await;
+        *closed = true;
+        self.inner
+            .closed_flag
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        synced
+    }
+
+    /// Opt-in Ctrl-C handling for programs that own the process (a CLI): on the first SIGINT
+    /// the session is stopped (copy mode syncs out, the container is removed) and the process
+    /// exits with status 130. A library never installs this by itself; without it a Ctrl-C'd
+    /// runtime's container is reaped by the next session on this machine.
+    pub fn stop_on_ctrl_c(&self) -> tokio::task::JoinHandle<()> {
+        let backend = self.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                let _ = backend.stop().await;
+                std::process::exit(130);
+            }
+        })
+    }
+
+    /// End the session: copy mode syncs the workspace out, then the container (and its
+    /// workspace volumes) are removed. Idempotent. The spill volume stays for later sessions.
+    pub async fn stop(&self) -> Result<(), DockerError> {
+        self.close().await
+    }
+}
+
+impl Inner {
+    /// One root exec at start: the spill volume's root must be writable by any session uid
+    /// (root owns a fresh volume; with no capabilities root can still chmod what it owns), old
+    /// spill files are cleaned up, and we learn whether `rg` is there.
+    async fn probe(&self) -> Result<bool, DockerError> {
+        let script = format!(
+            "chmod 1777 {spill} 2>/dev/null; find {spill} -maxdepth 1 -type f -name 'cordon-bash-*.log' -mmin +{age} -exec rm -f {{}} \\; 2>/dev/null; if command -v rg >/dev/null 2>&1; then echo rg=1; else echo rg=0; fi",
+            spill = SPILL_DIR,
+            age = SPILL_MAX_AGE_MINUTES
+        );
+        let argv = vec!["sh".to_owned(), "-c".to_owned(), script];
+        let fail = |reason: String| DockerError::Container {
+            step: "probe the sandbox",
+            container: self.container.clone(),
+            reason,
+        };
+        let exec = client::start_exec(&self.docker, &self.container, argv, Some("0:0"))
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let (stdout, _stderr) = files::collect(exec.output).await.map_err(fail)?;
+        let text = String::from_utf8_lossy(&stdout);
+        if text.contains("rg=1") {
+            Ok(true)
+        } else if text.contains("rg=0") {
+            Ok(false)
+        } else {
+            Err(fail(format!(
+                "unexpected answer `{}` (does the image have /bin/sh?)",
+                text.trim()
+            )))
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for DockerBackend {
+    fn id(&self) -> &BackendId {
+        &self.inner.id
+    }
+
+    fn files(&self) -> Arc<dyn FileOperations> {
+        self.inner.clone()
+    }
+
+    fn bash(&self) -> Arc<dyn BashOperations> {
+        self.inner.clone()
+    }
+
+    fn search(&self) -> Arc<dyn SearchOperations> {
+        self.inner.clone()
+    }
+
+    fn missing_layers(&self) -> Vec<String> {
+        self.inner.missing.clone()
+    }
+
+    async fn shutdown(&self) {
+        let _ = self.close().await;
+    }
+}

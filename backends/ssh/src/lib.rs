@@ -1,2 +1,428 @@
-//! `cordon-backend-ssh`: Cordon's SSH backend (russh): verified host keys, SFTP files, multiplexed exec.
+//! `cordon-backend-ssh`: Cordon's SSH backend (russh). It runs the agent's tool calls on a
+//! remote host over one multiplexed SSH connection:
+//!
+//! - **connection** ([`conn`]): `[user@]host[:port]` resolved through `~/.ssh/config`
+//!   ([`config`]: HostName, User, Port, IdentityFile, IdentitiesOnly, ProxyJump,
+//!   UserKnownHostsFile, HostKeyAlias, Include, Host/Match blocks); host keys verified against
+//!   known_hosts ([`known_hosts`]: unknown → refused with the `ssh-keyscan` command to trust it,
+//!   changed → refused loudly, `@revoked` → refused; never trust on first use); keys from
+//!   ssh-agent or key files (an encrypted key without a passphrase hook is a clear error);
+//!   `TCP_NODELAY`, keepalives, reconnection on the next call after a drop.
+//! - **files** over SFTP (canonical paths from `realpath`, confinement to the remote root,
+//!   atomic writes with `posix-rename@openssh.com`, modes kept).
+//! - **commands** over exec channels running the `cordon-remote` wrapper (own session, the
+//!   whole tree killed on timeout/cancel, setsid escapees included), with an explicit
+//!   environment (`env -i`) so the login shell's rc files never corrupt results.
+//! - **search** with `rg --json` on the host, or a POSIX fallback, giving the local backend's
+//!   data.
+//!
+//! What this backend does not enforce on the remote host (phase 1): commands run with the
+//! remote account's rights, with its network and without resource limits; these layers are
+//! reported by [`Backend::missing_layers`] in every result. The file tools are confined.
+//!
+//! Latency: sshd runs every command through the account's login shell, which reads its rc
+//! files (`.bashrc` for bash) before Cordon's command line starts. Their output is discarded,
+//! but their run time is added to every bash, grep and find call (e.g. `pyenv init` ≈ 250 ms).
+//! File operations use SFTP and are not affected.
 #![warn(missing_docs)]
+
+pub mod config;
+mod conn;
+mod error;
+pub mod known_hosts;
+
+mod bash;
+mod files;
+mod remote;
+mod search;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+
+use async_trait::async_trait;
+use cordon_core::sandbox::{NetworkMode, SandboxSpec};
+use cordon_remote::files::{PathRules, Root};
+use cordon_tools::ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
+use sha2::{Digest, Sha256};
+
+pub use crate::conn::{AgentSource, PassphraseHook};
+pub use crate::error::SshError;
+
+use crate::config::Target;
+use crate::conn::{AuthOptions, Pool, ResolveOptions, resolve_endpoint};
+
+/// How to reach the remote host and what the tools may touch there.
+#[derive(Clone)]
+pub struct SshConfig {
+    /// `[user@]host[:port]`, or an alias from the ssh config file.
+    pub host: String,
+    /// A private key file to try first (`--identity`).
+    pub identity: Option<PathBuf>,
+    /// The known_hosts file (default: the config's `UserKnownHostsFile`, else
+    /// `~/.ssh/known_hosts` and `/etc/ssh/ssh_known_hosts`).
+    pub known_hosts: Option<PathBuf>,
+    /// The ssh config file (default `~/.ssh/config`; a missing file is no config).
+    pub ssh_config: Option<PathBuf>,
+    /// The workspace root on the remote host (absolute, `~/…`, or relative to the home).
+    pub remote_root: PathBuf,
+    /// The sandbox spec (roots, protected and denied globs, environment). [`SshConfig::new`]
+    /// protects `.git/**`.
+    pub spec: SandboxSpec,
+    /// Where ssh-agent is.
+    pub agent: AgentSource,
+    /// Asks for the passphrase of an encrypted key; `None`: encrypted keys are an error
+    /// unless ssh-agent holds them.
+    pub passphrase: Option<PassphraseHook>,
+    /// Search with the POSIX fallback even when the host has `rg` (tests, odd `rg` builds).
+    pub force_search_fallback: bool,
+}
+
+impl std::fmt::Debug for SshConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SshConfig")
+            .field("host", &self.host)
+            .field("identity", &self.identity)
+            .field("known_hosts", &self.known_hosts)
+            .field("ssh_config", &self.ssh_config)
+            .field("remote_root", &self.remote_root)
+            .field("agent", &self.agent)
+            .field("passphrase", &self.passphrase.as_ref().map(|_| "<hook>"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl SshConfig {
+    /// A config for `host` and `remote_root` with every other field at its default (agent
+    /// from `SSH_AUTH_SOCK`, `~/.ssh/config`, `~/.ssh/known_hosts`, `.git/**` protected).
+    pub fn new(host: impl Into<String>, remote_root: impl Into<PathBuf>) -> Self {
+        SshConfig {
+            host: host.into(),
+            identity: None,
+            known_hosts: None,
+            ssh_config: None,
+            remote_root: remote_root.into(),
+            spec: SandboxSpec {
+                protected: vec![".git/**".to_owned()],
+                ..SandboxSpec::default()
+            },
+            agent: AgentSource::Env,
+            passphrase: None,
+            force_search_fallback: false,
+        }
+    }
+}
+
+/// Facts about the remote account learned once at connect.
+#[derive(Clone, Debug)]
+pub(crate) struct RemoteIdentity {
+    pub uid: u32,
+    pub gids: Vec<u32>,
+    pub home: Option<PathBuf>,
+    pub has_rg: bool,
+}
+
+/// The shared state behind every operation set.
+pub(crate) struct Inner {
+    pub id: BackendId,
+    pub pool: Pool,
+    pub root: PathBuf,
+    pub spill_dir: PathBuf,
+    pub rules: PathRules,
+    pub spec: SandboxSpec,
+    pub identity: RemoteIdentity,
+    pub force_fallback: bool,
+    this: Weak<Inner>,
+}
+
+impl Inner {
+    fn this(&self) -> Arc<Inner> {
+        // `Inner` only ever lives in the `Arc` built by `SshBackend::connect`.
+        self.this
+            .upgrade()
+            .unwrap_or_else(|| unreachable!("Inner outlived its Arc"))
+    }
+}
+
+/// The SSH backend: one connection, SFTP files, exec commands, remote search.
+pub struct SshBackend {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SshBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SshBackend")
+            .field("id", &self.inner.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Spill files older than this are deleted when a backend connects (as locally).
+const SPILL_MAX_AGE_MINUTES: u64 = 24 * 60;
+
+/// The probe run once at connect: account facts, `rg`, and the per-root spill directory
+/// (`/tmp/cordon-<uid>/spill/<hash of the root>`, each level 0700, owned by us, not a
+/// symlink), age-cleaned. Prints NUL-separated `key value` pairs.
+const PROBE_SCRIPT: &str = r#"
+hash=$1
+age=$2
+uid=$(id -u) || exit 1
+printf 'uid\0%s\0' "$uid"
+printf 'gids\0%s\0' "$(id -G)"
+printf 'home\0%s\0' "$HOME"
+if command -v rg >/dev/null 2>&1; then r=1; else r=0; fi
+printf 'rg\0%s\0' "$r"
+umask 077
+for d in "/tmp/cordon-$uid" "/tmp/cordon-$uid/spill" "/tmp/cordon-$uid/spill/$hash"; do
+    mkdir -p "$d" 2>/dev/null
+    if [ -L "$d" ] || [ ! -d "$d" ] || [ ! -O "$d" ]; then
+        printf 'unsafe\0%s\0' "$d"
+        exit 0
+    fi
+    chmod 700 "$d"
+done
+d="/tmp/cordon-$uid/spill/$hash"
+find "$d" -maxdepth 1 -type f -name 'cordon-bash-*.log' -mmin +"$age" -exec rm -f {} + 2>/dev/null
+printf 'spill\0%s\0' "$(cd "$d" && pwd -P)"
+"#;
+
+fn hash16(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn parse_probe(bytes: &[u8]) -> Vec<(String, String)> {
+    let fields: Vec<String> = bytes
+        .split(|b| *b == 0)
+        .map(|f| String::from_utf8_lossy(f).into_owned())
+        .collect();
+    fields
+        .chunks(2)
+        .filter(|pair| pair.len() == 2)
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+        .collect()
+}
+
+impl SshBackend {
+    /// Connect, verify the host, authenticate, open SFTP, check the remote root and prepare
+    /// the spill directory. Nothing is trusted on first use.
+    pub async fn connect(config: SshConfig) -> Result<SshBackend, SshError> {
+        let SshConfig {
+            host,
+            identity,
+            known_hosts,
+            ssh_config,
+            remote_root,
+            spec,
+            agent,
+            passphrase,
+            force_search_fallback,
+        } = config;
+        let target = Target::parse(&host)?;
+        let options = ResolveOptions::new(ssh_config, identity, known_hosts);
+        let endpoint = resolve_endpoint(&target, &options, true)?;
+        let pool = Pool::new(endpoint, AuthOptions { agent, passphrase });
+        let label = pool.label();
+        let live = pool.live().await?;
+
+        // The remote root, canonical.
+        let root_text = remote_root.to_string_lossy().into_owned();
+        let root_request = match root_text.as_str() {
+            "~" => ".".to_owned(),
+            t => t.strip_prefix("~/").unwrap_or(t).to_owned(),
+        };
+        let root_error = |reason: String| SshError::RemoteRoot {
+            path: remote_root.clone(),
+            reason,
+        };
+        let root = live
+            .sftp
+            .realpath(root_request)
+            .await
+            .map_err(|e| root_error(e.to_string()))?
+            .files
+            .first()
+            .map(|f| PathBuf::from(&f.filename))
+            .ok_or_else(|| root_error("the SFTP server returned no path".into()))?;
+        let root_text = root.to_string_lossy().into_owned();
+        let attrs = live
+            .sftp
+            .stat(root_text.clone())
+            .await
+            .map_err(|e| root_error(format!("{e} (does it exist?)")))?;
+        if !attrs.attrs.is_dir() {
+            return Err(root_error("not a directory".into()));
+        }
+
+        // Probe: account, rg, spill directory.
+        let probe_error = |reason: String| SshError::Probe {
+            host: label.clone(),
+            reason,
+        };
+        let argv = cordon_remote::sh_argv(
+            PROBE_SCRIPT,
+            "cordon-probe",
+            [hash16(&root_text), SPILL_MAX_AGE_MINUTES.to_string()],
+        );
+        let out = remote::run_collect(&pool, &argv, None)
+            .await
+            .map_err(probe_error)?;
+        let pairs = parse_probe(&out.stdout);
+        let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+        if let Some(dir) = get("unsafe") {
+            return Err(probe_error(format!(
+                "the spill directory {dir} is a symlink, not a directory, or not owned by the \
+                 remote user; remove it and connect again"
+            )));
+        }
+        let uid = get("uid").and_then(|u| u.parse().ok()).ok_or_else(|| {
+            probe_error(format!(
+                "the probe script gave no uid (stderr: {})",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        })?;
+        let gids = get("gids")
+            .map(|g| {
+                g.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let home = get("home")
+            .filter(|h| h.starts_with('/'))
+            .map(PathBuf::from);
+        let spill_dir = get("spill")
+            .filter(|s| s.starts_with('/'))
+            .map(PathBuf::from)
+            .ok_or_else(|| probe_error("the spill directory could not be created".into()))?;
+        let identity = RemoteIdentity {
+            uid,
+            gids,
+            home: home.clone(),
+            has_rg: get("rg").as_deref() == Some("1"),
+        };
+
+        // Extra roots, canonical; missing ones give no access.
+        let mut extra = Vec::new();
+        for (list, writable) in [(&spec.readable_roots, false), (&spec.writable_roots, true)] {
+            for raw in list {
+                let path = if let Some(rest) = raw.strip_prefix("~/") {
+                    match &home {
+                        Some(h) => h.join(rest),
+                        None => continue,
+                    }
+                } else if Path::new(raw).is_absolute() {
+                    PathBuf::from(raw)
+                } else {
+                    root.join(raw)
+                };
+                let Some(text) = path.to_str() else { continue };
+                if let Ok(name) = live.sftp.realpath(text.to_owned()).await
+                    && let Some(first) = name.files.first()
+                {
+                    extra.push(Root {
+                        path: PathBuf::from(&first.filename),
+                        writable,
+                    });
+                }
+            }
+        }
+        extra.push(Root {
+            path: spill_dir.clone(),
+            writable: false,
+        });
+        let rules = PathRules::new(&root, &spec, extra)?;
+        let endpoint = pool.endpoint();
+        let id = BackendId::new(format!(
+            "ssh:{}@{}:{}:{}",
+            endpoint.user, endpoint.host, endpoint.port, root_text
+        ));
+        drop(live);
+        let inner = Arc::new_cyclic(|this| Inner {
+            id,
+            pool,
+            root,
+            spill_dir,
+            rules,
+            spec,
+            identity,
+            force_fallback: force_search_fallback,
+            this: this.clone(),
+        });
+        Ok(SshBackend { inner })
+    }
+
+    /// The remote directory holding this root's spill files.
+    pub fn spill_dir(&self) -> &Path {
+        &self.inner.spill_dir
+    }
+
+    /// Whether searches use `rg` on the remote host.
+    pub fn has_rg(&self) -> bool {
+        self.inner.identity.has_rg && !self.inner.force_fallback
+    }
+}
+
+#[async_trait]
+impl Backend for SshBackend {
+    fn id(&self) -> &BackendId {
+        &self.inner.id
+    }
+
+    fn files(&self) -> Arc<dyn FileOperations> {
+        self.inner.clone()
+    }
+
+    fn bash(&self) -> Arc<dyn BashOperations> {
+        self.inner.clone()
+    }
+
+    fn search(&self) -> Arc<dyn SearchOperations> {
+        self.inner.clone()
+    }
+
+    fn missing_layers(&self) -> Vec<String> {
+        let mut layers = vec![
+            "ssh: commands run with the remote account's full rights (no remote Landlock/seccomp; \
+             file tools are confined to the remote roots)"
+                .to_owned(),
+            "ssh: no resource limits on remote commands".to_owned(),
+        ];
+        match self.inner.spec.network {
+            NetworkMode::Disabled => layers.push(
+                "ssh: network is not disabled for remote commands (the policy asks for none)"
+                    .to_owned(),
+            ),
+            NetworkMode::Enabled => {}
+        }
+        layers
+    }
+
+    async fn shutdown(&self) {
+        self.inner.pool.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_pairs_parse() {
+        let pairs = parse_probe(b"uid\x000\x00gids\x000 1\x00rg\x001\x00");
+        assert_eq!(
+            pairs,
+            vec![
+                ("uid".to_owned(), "0".to_owned()),
+                ("gids".to_owned(), "0 1".to_owned()),
+                ("rg".to_owned(), "1".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn root_hash_is_stable() {
+        assert_eq!(hash16("/w"), hash16("/w"));
+        assert_eq!(hash16("/w").len(), 16);
+        assert_ne!(hash16("/w"), hash16("/x"));
+    }
+}

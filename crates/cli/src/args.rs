@@ -25,6 +25,8 @@ pub enum Command {
     /// Serve the enabled tools over the Model Context Protocol on stdio (for Claude Code,
     /// Claude Desktop, Codex and other MCP clients).
     Mcp(cmd::mcp::McpArgs),
+    /// Run the agent: a model drives the sandboxed tools until it finishes.
+    Run(cmd::run::RunArgs),
     /// Validate or explain a policy file.
     #[command(subcommand)]
     Policy(cmd::policy::PolicyCommand),
@@ -46,12 +48,20 @@ pub fn report_parse_error(error: &clap::Error) -> ExitCode {
             ExitCode::from(crate::EXIT_USAGE)
         }
         _ => {
+            // The first paragraph of clap's message, as one line (a missing-argument error
+            // names the arguments on the lines after its first).
             let rendered = error.render().to_string();
-            let first = rendered
+            let paragraph: Vec<&str> = rendered
                 .lines()
-                .find(|line| !line.trim().is_empty())
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
+                .skip_while(|line| line.trim().is_empty())
+                .take_while(|line| !line.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let joined = paragraph.join(" ");
+            let first = match joined.trim_start_matches("error: ") {
+                "" => "invalid arguments",
+                text => text,
+            };
             eprintln!("cordon: {first} (see `cordon --help`)");
             ExitCode::from(crate::EXIT_USAGE)
         }

@@ -1,3 +1,6 @@
-//! Integration tests of the `cordon` binary: one test binary, one module per area.
+//! The `cordon` binary's integration tests: one test binary, one module per area. Each module
+//! runs the built binary (`CARGO_BIN_EXE_cordon`) the way a user or a CI job would.
 
+mod cli;
 mod mcp;
+mod run;

@@ -37,6 +37,9 @@
 //! # Ok::<(), cordon_model::ModelError>(())
 //! ```
 //!
+//! Feature `testing`: `testing::TestServer`, a scripted HTTP/1.1 server on 127.0.0.1 that
+//! serves recorded SSE transcripts to a client under test.
+//!
 //! What it does not own: the agent loop (it only answers `stream`), tool execution, policy.
 #![warn(missing_docs)]
 
@@ -48,6 +51,8 @@ pub mod openai;
 pub mod retry;
 mod spec;
 pub mod sse;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod transport;
 
 pub use anthropic::{AnthropicConfig, AnthropicProvider};

@@ -8,7 +8,7 @@
 
 use std::path::{Component, Path};
 
-use globset::{GlobBuilder, GlobMatcher};
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 use crate::error::{PolicyError, SourceMap};
 
@@ -47,12 +47,17 @@ pub(crate) struct PathGlob {
     anywhere: Option<GlobMatcher>,
 }
 
+/// A compiled glob. A one-glob `GlobSet` rather than a `GlobMatcher`: the set picks a literal,
+/// extension, prefix or suffix strategy where one applies and builds a regex only for the
+/// rest, which keeps policy loading (paid by every `cordon exec`) cheap.
+type GlobMatcher = GlobSet;
+
 fn build(pattern: &str) -> Result<GlobMatcher, globset::Error> {
-    GlobBuilder::new(pattern)
+    let glob = GlobBuilder::new(pattern)
         .literal_separator(true)
         .backslash_escape(true)
-        .build()
-        .map(|glob| glob.compile_matcher())
+        .build()?;
+    GlobSetBuilder::new().add(glob).build()
 }
 
 impl PathGlob {

@@ -16,7 +16,7 @@ use cordon_policy::audit::{AuditRecord, args_sha256, rfc3339_utc};
 use cordon_policy::{
     CompiledPolicy, Decision, DecisionRequest, PathAccess, PolicyDecision, RuleRef, paths_of,
 };
-use cordon_tools::ops::{BackendId, FileOperations};
+use cordon_tools::ops::{BackendId, FileOperations, FsError};
 use cordon_tools::paths::resolve_to_cwd;
 use serde_json::{Value, json};
 
@@ -37,6 +37,51 @@ pub(crate) struct RuntimeHooks {
     pub(crate) in_flight: Mutex<HashMap<String, InFlight>>,
 }
 
+/// The paths of one call: those the policy judges, and how many were reads of the backend's
+/// spill files, which are always allowed (the output was already the model's) and so are not
+/// subject to the policy's read globs.
+struct Accesses {
+    paths: Vec<PathAccess>,
+    spill_reads: usize,
+}
+
+/// The model-facing text for a path the backend refused to resolve.
+fn refusal_text(raw: &str, root: &Path, error: &FsError) -> String {
+    let hint = match error {
+        FsError::Denied { .. } => {
+            "This path is denied by the sandbox policy; do not try to reach it another way."
+                .to_owned()
+        }
+        FsError::OutsideRoot { .. } => format!(
+            "Only paths inside the workspace root {} and the sandbox's other allowed roots can \
+             be used.",
+            root.display()
+        ),
+        FsError::Protected { .. }
+        | FsError::NotFound { .. }
+        | FsError::PermissionDenied { .. }
+        | FsError::NotADirectory { .. }
+        | FsError::IsADirectory { .. }
+        | FsError::Io { .. }
+        | FsError::Backend { .. }
+        | FsError::Cancelled => "Check the path and try again.".to_owned(),
+    };
+    format!("Refused: {error} (requested as `{raw}`). {hint}")
+}
+
+/// The decision for a call whose only paths are spill-file reads.
+fn spill_read_decision() -> PolicyDecision {
+    PolicyDecision {
+        decision: Decision::Allow,
+        rule: RuleRef {
+            file: Arc::from("builtin:spill-files"),
+            line: 0,
+        },
+        reason: "reading a command's full output (spill file) is always allowed".to_owned(),
+        unanalysable: None,
+    }
+}
+
 pub(crate) struct InFlight {
     started: Instant,
     decision: PolicyDecision,
@@ -47,28 +92,31 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl RuntimeHooks {
-    /// The canonical paths a call touches, as the backend resolves them. A path the backend
-    /// cannot resolve (outside every root, broken symlink loop, …) yields its error, which the
-    /// caller turns into a denial: what cannot be resolved cannot be judged.
-    async fn accesses(&self, tool: &str, args: &Value) -> Result<Vec<PathAccess>, String> {
+    /// The canonical paths a call touches, as the backend resolves them, minus reads of the
+    /// backend's spill files (see [`Accesses`]). A path the backend cannot resolve (outside
+    /// every root, denied, broken symlink loop, …) yields a refusal for the model: what cannot
+    /// be resolved cannot be judged.
+    async fn accesses(&self, tool: &str, args: &Value) -> Result<Accesses, String> {
         let root = self.files.root();
         let home = self.files.home();
-        let mut out = Vec::new();
+        let mut accesses = Accesses {
+            paths: Vec::new(),
+            spill_reads: 0,
+        };
         for (raw, op) in paths_of(tool, args) {
             let lexical = resolve_to_cwd(&raw, root, home);
-            let canonical = self.files.canonicalize(&lexical).await.map_err(|error| {
-                format!(
-                    "Refused: {error} (requested as `{raw}`). Only paths inside the workspace \
-                         root {} and the sandbox's other allowed roots can be used.",
-                    root.display()
-                )
-            })?;
+            let canonical = self
+                .files
+                .canonicalize(&lexical)
+                .await
+                .map_err(|error| refusal_text(&raw, root, &error))?;
             if self.is_spill_read(&canonical, op) {
+                accesses.spill_reads += 1;
                 continue;
             }
-            out.push(PathAccess { canonical, op });
+            accesses.paths.push(PathAccess { canonical, op });
         }
-        Ok(out)
+        Ok(accesses)
     }
 
     /// Reads of the backend's own spill files (a truncated command's full output) are always
@@ -189,7 +237,10 @@ impl ToolHooks for RuntimeHooks {
     ) -> Result<BeforeOutcome, HookError> {
         let tool = call.tool_call.name.as_str();
         let (decision, refused) = match self.accesses(tool, args).await {
-            Ok(paths) => {
+            Ok(Accesses { paths, spill_reads }) if paths.is_empty() && spill_reads > 0 => {
+                (spill_read_decision(), false)
+            }
+            Ok(Accesses { paths, .. }) => {
                 let request = DecisionRequest {
                     tool,
                     args,

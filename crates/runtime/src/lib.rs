@@ -22,4 +22,6 @@ mod session;
 
 pub use approval::{Approval, ApprovalRequest, Approver};
 pub use audit::{AuditError, AuditLog};
-pub use session::{BackendChoice, RuntimeError, Session, SessionOptions};
+pub use session::{
+    BackendChoice, DockerOptions, RuntimeError, Session, SessionOptions, SshOptions, WorkspaceMode,
+};

@@ -4,7 +4,10 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+pub use cordon_backend_docker::WorkspaceMode;
+use cordon_backend_docker::{DockerBackend, DockerConfig};
 use cordon_backend_local::{LocalBackend, LocalConfig};
+use cordon_backend_ssh::{SshBackend, SshConfig};
 use cordon_core::agent::AgentConfig;
 use cordon_core::executor::{RunControl, ToolBatch, execute_tool_calls};
 use cordon_core::protocol::{
@@ -25,6 +28,46 @@ use crate::registry::build_tools;
 pub enum BackendChoice {
     /// The host, under the local sandbox.
     Local,
+    /// One hardened container per session.
+    Docker(DockerOptions),
+    /// A remote host over SSH.
+    Ssh(SshOptions),
+}
+
+/// Docker backend options (the workspace is [`SessionOptions::root`] on this host).
+#[derive(Clone, Debug)]
+pub struct DockerOptions {
+    /// Image to run (default `cordon-sandbox:latest`, built from `Dockerfile.sandbox`).
+    pub image: String,
+    /// Bind-mount the workspace (default) or copy it in and out (remote daemons).
+    pub mode: WorkspaceMode,
+    /// Daemon URI; `None` uses `DOCKER_HOST` or the default socket.
+    pub docker_host: Option<String>,
+}
+
+impl Default for DockerOptions {
+    fn default() -> Self {
+        DockerOptions {
+            image: cordon_backend_docker::DEFAULT_IMAGE.to_owned(),
+            mode: WorkspaceMode::Bind,
+            docker_host: None,
+        }
+    }
+}
+
+/// SSH backend options.
+#[derive(Clone, Debug)]
+pub struct SshOptions {
+    /// `[user@]host[:port]` or an alias from the ssh config.
+    pub host: String,
+    /// The workspace root on the remote host.
+    pub remote_root: PathBuf,
+    /// A private key to try first.
+    pub identity: Option<PathBuf>,
+    /// known_hosts file (default: the config's, else `~/.ssh/known_hosts`).
+    pub known_hosts: Option<PathBuf>,
+    /// ssh config file (default `~/.ssh/config`).
+    pub ssh_config: Option<PathBuf>,
 }
 
 /// How to open a [`Session`].
@@ -71,6 +114,12 @@ pub enum RuntimeError {
     /// The local backend could not start (missing root, sandbox layer unavailable, …).
     #[error("failed to start the local backend: {0}")]
     Local(#[source] cordon_backend_local::LocalError),
+    /// The Docker backend could not start (daemon unreachable, image missing, …).
+    #[error("failed to start the docker backend: {0}")]
+    Docker(#[source] cordon_backend_docker::DockerError),
+    /// The SSH backend could not connect (unknown host key, authentication, …).
+    #[error("failed to start the ssh backend: {0}")]
+    Ssh(#[source] cordon_backend_ssh::SshError),
 }
 
 /// An open session: backend + tools + policy hooks.
@@ -112,6 +161,44 @@ impl Session {
                     ..LocalConfig::new(root)
                 };
                 Arc::new(LocalBackend::new(config).map_err(RuntimeError::Local)?)
+            }
+            BackendChoice::Docker(DockerOptions {
+                image,
+                mode,
+                docker_host,
+            }) => {
+                let config = DockerConfig {
+                    spec: spec.clone(),
+                    image,
+                    mode,
+                    docker_host,
+                    ..DockerConfig::new(root)
+                };
+                Arc::new(
+                    DockerBackend::start(config)
+                        .await
+                        .map_err(RuntimeError::Docker)?,
+                )
+            }
+            BackendChoice::Ssh(SshOptions {
+                host,
+                remote_root,
+                identity,
+                known_hosts,
+                ssh_config,
+            }) => {
+                let config = SshConfig {
+                    spec: spec.clone(),
+                    identity,
+                    known_hosts,
+                    ssh_config,
+                    ..SshConfig::new(host, remote_root)
+                };
+                Arc::new(
+                    SshBackend::connect(config)
+                        .await
+                        .map_err(RuntimeError::Ssh)?,
+                )
             }
         };
         let tools = build_tools(backend.as_ref(), &policy, &spec);

@@ -13,7 +13,7 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::ops::{FileOperations, GrepRequest, SearchOperations};
+use crate::ops::{FileOperations, GrepRequest, SearchError, SearchOperations};
 use crate::paths::resolve_to_cwd;
 use crate::search_format::{DEFAULT_GREP_LIMIT, SearchToolError, effective_limit, format_grep};
 
@@ -122,12 +122,28 @@ impl AgentTool for GrepTool {
             Some(lines) if lines.is_finite() && lines >= 1.0 => lines.floor() as usize,
             Some(_) | None => 0,
         };
+        // Judge the regex here, once, so every backend reports an invalid pattern with the same
+        // text (and a backend never sees one).
+        let literal = literal.unwrap_or(false);
+        let ignore_case = ignore_case.unwrap_or(false);
+        if !literal
+            && let Err(error) = regex::RegexBuilder::new(&pattern)
+                .case_insensitive(ignore_case)
+                .build()
+        {
+            return Err(SearchToolError::from_search(SearchError::InvalidPattern {
+                what: "regex",
+                pattern,
+                reason: error.to_string(),
+            })
+            .into());
+        }
         let request = GrepRequest {
             pattern,
             path: search_path.clone(),
             glob: glob.filter(|glob| !glob.is_empty()),
-            ignore_case: ignore_case.unwrap_or(false),
-            literal: literal.unwrap_or(false),
+            ignore_case,
+            literal,
             context,
             max_matches: limit.saturating_add(1),
         };

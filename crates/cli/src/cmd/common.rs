@@ -3,9 +3,12 @@
 
 use std::path::PathBuf;
 
+use anyhow::bail;
 use clap::{Args, ValueEnum};
 use cordon_core::CancellationToken;
-use cordon_runtime::{BackendChoice, Session, SessionOptions};
+use cordon_runtime::{
+    BackendChoice, DockerOptions, Session, SessionOptions, SshOptions, WorkspaceMode,
+};
 
 /// Options shared by every subcommand that runs tools.
 #[derive(Debug, Clone, Args)]
@@ -26,40 +29,110 @@ pub struct CommonArgs {
     /// says which layer is missing.
     #[arg(long)]
     pub allow_degraded: bool,
+    /// docker: image to run.
+    #[arg(
+        long,
+        default_value = "cordon-sandbox:latest",
+        help_heading = "Docker backend"
+    )]
+    pub image: String,
+    /// docker: bind-mount the workspace, or copy it in and out (for remote daemons).
+    #[arg(long, value_enum, default_value_t = WorkspaceModeArg::Bind, help_heading = "Docker backend")]
+    pub workspace_mode: WorkspaceModeArg,
+    /// ssh: `[USER@]HOST[:PORT]` or an alias from ~/.ssh/config.
+    #[arg(long, help_heading = "SSH backend")]
+    pub host: Option<String>,
+    /// ssh: private key file to try first (ssh-agent is used too).
+    #[arg(long, help_heading = "SSH backend")]
+    pub identity: Option<PathBuf>,
+    /// ssh: known_hosts file (default: ~/.ssh/known_hosts).
+    #[arg(long, help_heading = "SSH backend")]
+    pub known_hosts: Option<PathBuf>,
+    /// ssh: ssh config file (default: ~/.ssh/config).
+    #[arg(long, help_heading = "SSH backend")]
+    pub ssh_config: Option<PathBuf>,
+    /// ssh: workspace root on the remote host.
+    #[arg(long, help_heading = "SSH backend")]
+    pub remote_root: Option<PathBuf>,
+}
+
+/// How the workspace reaches a Docker container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WorkspaceModeArg {
+    /// Bind mount of the host directory.
+    Bind,
+    /// Tar copy in at start and back out at the end.
+    Copy,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
     /// The host, under Landlock + seccomp.
     Local,
+    /// One hardened container per session (needs a Docker engine and the sandbox image).
+    Docker,
+    /// A remote host over SSH (needs --host and --remote-root).
+    Ssh,
 }
 
 impl CommonArgs {
     /// Session options for these arguments (no approver: `Ask` becomes a denial).
-    pub fn session_options(&self) -> SessionOptions {
+    pub fn session_options(&self) -> anyhow::Result<SessionOptions> {
         let CommonArgs {
             backend,
             root,
             policy,
             audit,
             allow_degraded,
+            image,
+            workspace_mode,
+            host,
+            identity,
+            known_hosts,
+            ssh_config,
+            remote_root,
         } = self.clone();
         let backend = match backend {
             BackendKind::Local => BackendChoice::Local,
+            BackendKind::Docker => BackendChoice::Docker(DockerOptions {
+                image,
+                mode: match workspace_mode {
+                    WorkspaceModeArg::Bind => WorkspaceMode::Bind,
+                    WorkspaceModeArg::Copy => WorkspaceMode::Copy,
+                },
+                docker_host: None,
+            }),
+            BackendKind::Ssh => {
+                let Some(host) = host else {
+                    bail!("--backend ssh needs --host [USER@]HOST[:PORT]")
+                };
+                let Some(remote_root) = remote_root else {
+                    bail!(
+                        "--backend ssh needs --remote-root DIR (the workspace on the remote host)"
+                    )
+                };
+                BackendChoice::Ssh(SshOptions {
+                    host,
+                    remote_root,
+                    identity,
+                    known_hosts,
+                    ssh_config,
+                })
+            }
         };
-        SessionOptions {
+        Ok(SessionOptions {
             backend,
             root,
             policy,
             audit,
             approver: None,
             allow_degraded,
-        }
+        })
     }
 
     /// Open a session for these arguments.
     pub async fn open_session(&self) -> anyhow::Result<Session> {
-        Ok(Session::open(self.session_options()).await?)
+        Ok(Session::open(self.session_options()?).await?)
     }
 }
 

@@ -6,6 +6,7 @@ pub mod exec;
 pub mod mcp;
 pub mod policy;
 pub mod replay;
+pub mod run;
 
 use std::process::ExitCode;
 
@@ -17,6 +18,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Exec(args) => exec::exec(args).await,
         Command::Replay(args) => replay::replay(args).await,
         Command::Mcp(args) => mcp::mcp(args).await,
+        Command::Run(args) => run::run(args).await,
         Command::Policy(command) => policy::policy(command),
         Command::Audit(command) => audit::audit(command),
     }

@@ -1,0 +1,176 @@
+//! Latency of the Docker backend against its baselines, in one run:
+//!
+//!   DOCKER_HOST="$(scripts/docker-start.sh)" cargo run --release -p cordon-backend-docker --example bench
+//!
+//! Prints p50 / mean over N iterations for: session start (create + start + probe) and stop,
+//! `true` through `BashOperations::exec`, a raw bollard exec of `true` (create, attached start,
+//! drain, inspect), the `docker exec` CLI, and a 2 KB `read_file`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use cordon_backend_docker::{DockerBackend, DockerConfig};
+use cordon_tools::ops::{Backend, ExecRequest};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+fn stats(name: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    let p50 = samples[samples.len() / 2];
+    let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
+    println!(
+        "{name:<34} p50 {:>7.2} ms   mean {:>7.2} ms   (n={})",
+        p50.as_secs_f64() * 1e3,
+        mean.as_secs_f64() * 1e3,
+        samples.len()
+    );
+}
+
+async fn raw_exec(docker: &bollard::Docker, container: &str) {
+    raw_exec_argv(docker, container, vec!["true".to_owned()], false).await
+}
+
+async fn raw_exec_argv(docker: &bollard::Docker, container: &str, cmd: Vec<String>, stdin: bool) {
+    let created = docker
+        .create_exec(
+            container,
+            CreateExecOptions::<String> {
+                attach_stdin: Some(stdin),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                cmd: Some(cmd),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("create exec");
+    if let StartExecResults::Attached { mut output, .. } = docker
+        .start_exec(&created.id, None::<StartExecOptions>)
+        .await
+        .expect("start exec")
+    {
+        while output.next().await.is_some() {}
+    }
+    docker.inspect_exec(&created.id).await.expect("inspect");
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let n: usize = std::env::var("BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("small.txt"), "x".repeat(2048)).expect("write");
+    let config = DockerConfig::new(dir.path());
+
+    let mut starts = Vec::new();
+    let mut stops = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let backend = DockerBackend::start(config.clone()).await.expect("start");
+        starts.push(t.elapsed());
+        let t = Instant::now();
+        backend.shutdown().await;
+        stops.push(t.elapsed());
+    }
+
+    let backend = DockerBackend::start(config).await.expect("start");
+    let docker = backend.docker().clone();
+    let container = backend.container().to_owned();
+    let bash = backend.bash();
+    let files = backend.files();
+    let host = std::env::var("DOCKER_HOST").unwrap_or_default();
+
+    // Warm-up.
+    for _ in 0..3 {
+        raw_exec(&docker, &container).await;
+    }
+
+    let (mut ours, mut raw, mut cli, mut reads) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut raw_stdin, mut raw_sh, mut raw_bash) = (Vec::new(), Vec::new(), Vec::new());
+    let diag = std::env::var("BENCH_DIAG").is_ok();
+    for _ in 0..n {
+        // Interleaved so that load drifts hit every series alike.
+        let t = Instant::now();
+        let (tx, mut rx) = mpsc::channel(16);
+        let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let outcome = bash
+            .exec(
+                ExecRequest {
+                    command: "true".to_owned(),
+                    cwd: PathBuf::from("/workspace"),
+                    timeout: Duration::from_secs(30),
+                    env: vec![],
+                },
+                CancellationToken::new(),
+                tx,
+            )
+            .await
+            .expect("exec");
+        drain.await.expect("drain");
+        ours.push(t.elapsed());
+        assert_eq!(outcome.status.map(|s| s.code()), Some(0));
+
+        let t = Instant::now();
+        raw_exec(&docker, &container).await;
+        raw.push(t.elapsed());
+
+        if diag {
+            let t = Instant::now();
+            raw_exec_argv(&docker, &container, vec!["true".to_owned()], true).await;
+            raw_stdin.push(t.elapsed());
+            let t = Instant::now();
+            raw_exec_argv(
+                &docker,
+                &container,
+                vec!["sh".to_owned(), "-c".to_owned(), "true".to_owned()],
+                false,
+            )
+            .await;
+            raw_sh.push(t.elapsed());
+            let t = Instant::now();
+            raw_exec_argv(
+                &docker,
+                &container,
+                vec!["bash".to_owned(), "-c".to_owned(), "true".to_owned()],
+                false,
+            )
+            .await;
+            raw_bash.push(t.elapsed());
+        }
+
+        let t = Instant::now();
+        let status = tokio::process::Command::new("docker")
+            .args(["exec", &container, "true"])
+            .env("DOCKER_HOST", &host)
+            .status()
+            .await
+            .expect("docker exec");
+        cli.push(t.elapsed());
+        assert!(status.success());
+
+        let t = Instant::now();
+        let data = files
+            .read_file(Path::new("/workspace/small.txt"))
+            .await
+            .expect("read");
+        reads.push(t.elapsed());
+        assert_eq!(data.len(), 2048);
+    }
+    backend.shutdown().await;
+
+    stats("session start (create+start+probe)", starts);
+    stats("session stop (remove)", stops);
+    stats("bash `true` via BashOperations", ours);
+    stats("raw bollard exec `true`", raw);
+    stats("`docker exec` CLI `true`", cli);
+    stats("read_file 2 KB", reads);
+    if diag {
+        stats("raw exec `true`, stdin attached", raw_stdin);
+        stats("raw exec `sh -c true`", raw_sh);
+        stats("raw exec `bash -c true`", raw_bash);
+    }
+}

@@ -1,0 +1,329 @@
+//! The Docker plumbing the backend needs: connecting (`DOCKER_HOST`, version negotiation),
+//! attached execs turned into [`TransportEvent`] streams, and the owner labels that let a later
+//! session tell a crashed session's container (reap it) from a live one (leave it).
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::query_parameters::{
+    ListContainersOptions, ListVolumesOptions, RemoveContainerOptions,
+};
+use cordon_remote::exec::TransportEvent;
+use futures::{Stream, StreamExt};
+use tokio::io::AsyncWrite;
+
+use crate::error::DockerError;
+
+/// Label carrying the session id on everything a session creates.
+pub const LABEL_SESSION: &str = "cordon.session";
+/// Label: machine id of the owning runtime's host.
+pub const LABEL_HOST: &str = "cordon.owner.host";
+/// Label: boot id of the owning runtime's host.
+pub const LABEL_BOOT: &str = "cordon.owner.boot";
+/// Label: pid of the owning runtime.
+pub const LABEL_PID: &str = "cordon.owner.pid";
+/// Label: start time (clock ticks since boot) of the owning runtime.
+pub const LABEL_START: &str = "cordon.owner.start";
+/// Label on spill volumes: the host root they belong to.
+pub const LABEL_SPILL_ROOT: &str = "cordon.spill.root";
+
+/// The default socket when `DOCKER_HOST` is not set.
+pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+
+/// Connect to `host` (or `DOCKER_HOST`, or the default socket) and negotiate the API version.
+pub async fn connect(host: Option<&str>) -> Result<(Docker, String), DockerError> {
+    let host = match host {
+        Some(h) => h.to_owned(),
+        None => std::env::var("DOCKER_HOST")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| DEFAULT_HOST.to_owned()),
+    };
+    let docker = Docker::connect_with_host(&host).map_err(|source| match source {
+        bollard::errors::Error::UnsupportedURISchemeError { .. } => DockerError::Host {
+            host: host.clone(),
+            source,
+        },
+        other => DockerError::Unreachable {
+            host: host.clone(),
+            reason: other.to_string(),
+        },
+    })?;
+    let negotiated = tokio::time::timeout(Duration::from_secs(20), docker.negotiate_version())
+        .await
+        .map_err(|_| DockerError::Unreachable {
+            host: host.clone(),
+            reason: "no answer within 20 s".to_owned(),
+        })?
+        .map_err(|e| DockerError::Unreachable {
+            host: host.clone(),
+            reason: e.to_string(),
+        })?;
+    Ok((negotiated, host))
+}
+
+/// Stream of an attached exec's output.
+pub type ExecOutput = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+/// The attached exec's stdin.
+pub type ExecInput = Pin<Box<dyn AsyncWrite + Send>>;
+
+/// An attached exec: its id, its output and its stdin.
+pub struct Exec {
+    /// Exec id (for `inspect_exec`).
+    pub id: String,
+    /// stdout/stderr frames.
+    pub output: ExecOutput,
+    /// stdin.
+    pub input: ExecInput,
+}
+
+/// Why an exec could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecStartError {
+    /// The API refused.
+    #[error("{0}")]
+    Api(#[from] bollard::errors::Error),
+    /// The daemon did not attach.
+    #[error("the daemon did not attach to the exec")]
+    Detached,
+}
+
+/// Create and start an attached exec (stdin, stdout, stderr, no TTY) of `argv`, as `user`
+/// (the container's user when `None`).
+pub async fn start_exec(
+    docker: &Docker,
+    container: &str,
+    argv: Vec<String>,
+    user: Option<&str>,
+) -> Result<Exec, ExecStartError> {
+    let created = docker
+        .create_exec(
+            container,
+            CreateExecOptions::<String> {
+                attach_stdin: Some(true),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                tty: Some(false),
+                cmd: Some(argv),
+                user: user.map(str::to_owned),
+                ..Default::default()
+            },
+        )
+        .await?;
+    match docker
+        .start_exec(
+            &created.id,
+            Some(StartExecOptions {
+                detach: false,
+                tty: false,
+                output_capacity: None,
+            }),
+        )
+        .await?
+    {
+        StartExecResults::Attached { output, input } => Ok(Exec {
+            id: created.id,
+            output,
+            input,
+        }),
+        StartExecResults::Detached => Err(ExecStartError::Detached),
+    }
+}
+
+/// The exec's frames as transport events (stdout = command output, stderr = records).
+pub fn events(output: ExecOutput) -> impl Stream<Item = Result<TransportEvent, String>> + Unpin {
+    output.filter_map(|frame| {
+        futures::future::ready(match frame {
+            Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+                Some(Ok(TransportEvent::Stdout(message)))
+            }
+            Ok(LogOutput::StdErr { message }) => Some(Ok(TransportEvent::Stderr(message))),
+            Ok(LogOutput::StdIn { .. }) => None,
+            Err(e) => Some(Err(e.to_string())),
+        })
+    })
+}
+
+/// Who owns a session: enough to tell later whether that process is still alive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// Machine id (`/etc/machine-id`), or the hostname.
+    pub host: String,
+    /// Boot id.
+    pub boot: String,
+    /// Process id.
+    pub pid: u32,
+    /// Process start time in clock ticks since boot.
+    pub start: String,
+}
+
+fn read_trimmed(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+/// Field 22 (start time) of `/proc/PID/stat`.
+fn start_time(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19).map(str::to_owned)
+}
+
+impl Owner {
+    /// This process.
+    pub fn current() -> Owner {
+        let pid = std::process::id();
+        Owner {
+            host: read_trimmed("/etc/machine-id")
+                .or_else(|| read_trimmed("/var/lib/dbus/machine-id"))
+                .or_else(|| read_trimmed("/proc/sys/kernel/hostname"))
+                .unwrap_or_else(|| "unknown".to_owned()),
+            boot: read_trimmed("/proc/sys/kernel/random/boot_id").unwrap_or_default(),
+            pid,
+            start: start_time(pid).unwrap_or_default(),
+        }
+    }
+
+    /// The labels recording this owner.
+    pub fn labels(&self) -> HashMap<String, String> {
+        HashMap::from([
+            (LABEL_HOST.to_owned(), self.host.clone()),
+            (LABEL_BOOT.to_owned(), self.boot.clone()),
+            (LABEL_PID.to_owned(), self.pid.to_string()),
+            (LABEL_START.to_owned(), self.start.clone()),
+        ])
+    }
+
+    /// Whether an object with `labels` belongs to a dead owner on this machine. Objects of
+    /// other machines (a shared remote daemon) are never judged stale.
+    pub fn is_stale(&self, labels: &HashMap<String, String>) -> bool {
+        let label = |k: &str| labels.get(k).map(String::as_str).unwrap_or_default();
+        if label(LABEL_HOST) != self.host {
+            return false;
+        }
+        if label(LABEL_BOOT) != self.boot {
+            return true;
+        }
+        let Ok(pid) = label(LABEL_PID).parse::<u32>() else {
+            return true;
+        };
+        match start_time(pid) {
+            Some(start) => start != label(LABEL_START),
+            None => true,
+        }
+    }
+}
+
+/// Remove containers and workspace volumes left by sessions whose runtime died (crash,
+/// SIGKILL, Ctrl-C without cleanup), and spill volumes of this machine's roots that no longer
+/// exist. Returns the names of the removed containers.
+pub async fn reap_stale(docker: &Docker, owner: &Owner) -> Vec<String> {
+    let mut removed = Vec::new();
+    let filters = HashMap::from([("label".to_owned(), vec![LABEL_SESSION.to_owned()])]);
+    let containers = docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(filters.clone()),
+            ..Default::default()
+        }))
+        .await
+        .unwrap_or_default();
+    for container in containers {
+        let labels = container.labels.clone().unwrap_or_default();
+        if !owner.is_stale(&labels) {
+            continue;
+        }
+        let Some(id) = container.id.clone() else {
+            continue;
+        };
+        let name = container
+            .names
+            .as_ref()
+            .and_then(|n| n.first())
+            .map(|n| n.trim_start_matches('/').to_owned())
+            .unwrap_or(id.clone());
+        if docker
+            .remove_container(
+                &id,
+                Some(RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    ..Default::default()
+                }),
+            )
+            .await
+            .is_ok()
+        {
+            removed.push(name);
+        }
+    }
+    if let Ok(volumes) = docker
+        .list_volumes(Some(ListVolumesOptions {
+            filters: Some(filters),
+        }))
+        .await
+    {
+        for volume in volumes.volumes.unwrap_or_default() {
+            if owner.is_stale(&volume.labels) {
+                let _ = docker
+                    .remove_volume(
+                        &volume.name,
+                        None::<bollard::query_parameters::RemoveVolumeOptions>,
+                    )
+                    .await;
+            }
+        }
+    }
+    // Spill volumes of roots that no longer exist on this machine (Docker refuses to remove
+    // one that a container still mounts).
+    let spill_filter = HashMap::from([("label".to_owned(), vec![LABEL_SPILL_ROOT.to_owned()])]);
+    if let Ok(volumes) = docker
+        .list_volumes(Some(ListVolumesOptions {
+            filters: Some(spill_filter),
+        }))
+        .await
+    {
+        for volume in volumes.volumes.unwrap_or_default() {
+            let ours = volume.labels.get(LABEL_HOST) == Some(&owner.host);
+            let gone = volume
+                .labels
+                .get(LABEL_SPILL_ROOT)
+                .is_some_and(|root| !std::path::Path::new(root).exists());
+            if ours && gone {
+                let _ = docker
+                    .remove_volume(
+                        &volume.name,
+                        None::<bollard::query_parameters::RemoveVolumeOptions>,
+                    )
+                    .await;
+            }
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_current_process_is_live_and_a_dead_pid_is_stale() {
+        let owner = Owner::current();
+        assert!(!owner.is_stale(&owner.labels()));
+        let mut dead = owner.labels();
+        dead.insert(LABEL_START.to_owned(), "1".to_owned());
+        assert!(owner.is_stale(&dead));
+        let mut other_boot = owner.labels();
+        other_boot.insert(LABEL_BOOT.to_owned(), "another-boot".to_owned());
+        assert!(owner.is_stale(&other_boot));
+        let mut other_host = dead.clone();
+        other_host.insert(LABEL_HOST.to_owned(), "another-machine".to_owned());
+        assert!(!owner.is_stale(&other_host));
+    }
+}

@@ -1,0 +1,245 @@
+//! Copy mode: the workspace travels as tar instead of a bind mount (remote daemons). In: a
+//! loader container (created, never started) with the session's volumes mounted writable
+//! receives the tar through the archive API (which works on volumes, not on tmpfs), then is
+//! removed; the session container mounts the protected volumes read-only. Out: the archive of
+//! `/workspace/.` is unpacked over the host root, never following links out of it, never
+//! writing protected paths; deletions are not propagated (nothing on the host is removed).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptions, DownloadFromContainerOptions, RemoveContainerOptions,
+    UploadToContainerOptions,
+};
+use futures::StreamExt;
+
+use cordon_remote::files::PathRules;
+
+use crate::error::DockerError;
+use crate::plan::{WorkspaceSource, mounts};
+
+/// What [`copy_in`] needs.
+pub(crate) struct CopyIn<'a> {
+    pub host_root: &'a Path,
+    pub image: &'a str,
+    pub labels: &'a HashMap<String, String>,
+    pub workspace: &'a Path,
+    pub source: &'a WorkspaceSource,
+    pub protected: &'a [(PathBuf, String)],
+    pub rules: &'a PathRules,
+    pub user: (u32, u32),
+}
+
+fn copy_err(direction: &'static str, path: &Path, reason: impl std::fmt::Display) -> DockerError {
+    DockerError::Copy {
+        direction,
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+const IN: &str = "into the container from";
+const OUT: &str = "out of the container to";
+
+/// Tar the host root (symlinks kept as links), owned by the session's uid:gid; `skip` says
+/// which host-relative paths stay out (denied paths never enter the container).
+fn tar_root(
+    root: &Path,
+    prefix: &Path,
+    user: (u32, u32),
+    skip: &dyn Fn(&Path) -> bool,
+) -> std::io::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    builder.mode(tar::HeaderMode::Deterministic);
+    // The root entry first (the archive is extracted at `/`, entries under the workspace's
+    // name), so the volume's top directory gets the session's owner and the host root's mode
+    // (a fresh volume copies the image's /workspace ownership).
+    let root_meta = std::fs::metadata(root)?;
+    let mut header = tar::Header::new_gnu();
+    header.set_metadata_in_mode(&root_meta, tar::HeaderMode::Complete);
+    header.set_uid(u64::from(user.0));
+    header.set_gid(u64::from(user.1));
+    header.set_size(0);
+    builder.append_data(&mut header, prefix, std::io::empty())?;
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = root.join(&rel);
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let host_rel = rel.join(entry.file_name());
+            if skip(&host_rel) {
+                continue;
+            }
+            let rel_path = prefix.join(&host_rel);
+            let meta = std::fs::symlink_metadata(entry.path())?;
+            let mut header = tar::Header::new_gnu();
+            header.set_metadata_in_mode(&meta, tar::HeaderMode::Complete);
+            header.set_uid(u64::from(user.0));
+            header.set_gid(u64::from(user.1));
+            if meta.is_dir() {
+                header.set_size(0);
+                builder.append_data(&mut header, &rel_path, std::io::empty())?;
+                stack.push(host_rel);
+            } else if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(entry.path())?;
+                header.set_size(0);
+                builder.append_link(&mut header, &rel_path, &target)?;
+            } else if meta.is_file() {
+                let file = std::fs::File::open(entry.path())?;
+                builder.append_data(&mut header, &rel_path, file)?;
+            }
+        }
+    }
+    builder.into_inner()
+}
+
+/// Fill the session volumes from the host root.
+pub(crate) async fn copy_in(docker: &Docker, plan: &CopyIn<'_>) -> Result<(), DockerError> {
+    let root = plan.host_root.to_path_buf();
+    let user = plan.user;
+    let prefix = plan
+        .workspace
+        .strip_prefix("/")
+        .unwrap_or(plan.workspace)
+        .to_path_buf();
+    let rules = plan.rules.clone();
+    let workspace = plan.workspace.to_path_buf();
+    let tar = tokio::task::spawn_blocking(move || {
+        let skip = |rel: &Path| rules.is_denied(&workspace.join(rel));
+        tar_root(&root, &prefix, user, &skip)
+    })
+    .await
+    .map_err(|e| copy_err(IN, plan.host_root, e))?
+    .map_err(|e| copy_err(IN, plan.host_root, e))?;
+    let loader = format!(
+        "{}-loader",
+        plan.labels
+            .get(crate::client::LABEL_SESSION)
+            .map(|s| format!("cordon-{s}"))
+            .unwrap_or_else(|| "cordon".to_owned())
+    );
+    let spec = cordon_core::sandbox::SandboxSpec::default();
+    let loader_mounts: Vec<_> = mounts(&crate::plan::ContainerPlan {
+        image: plan.image,
+        user: plan.user,
+        spec: &spec,
+        passed_env: &[],
+        workspace: plan.workspace,
+        source: plan.source,
+        protected: plan.protected,
+        masks: &[],
+        extra_roots: &[],
+        spill_volume: "unused",
+        network: None,
+        labels: HashMap::new(),
+    })
+    .into_iter()
+    .filter(|m| m.target.as_deref() != Some(crate::plan::SPILL_DIR))
+    .map(|mut m| {
+        m.read_only = Some(false);
+        m
+    })
+    .collect();
+    docker
+        .create_container(
+            Some(CreateContainerOptions {
+                name: Some(loader.clone()),
+                ..Default::default()
+            }),
+            ContainerCreateBody {
+                image: Some(plan.image.to_owned()),
+                entrypoint: Some(
+                    crate::plan::IDLE_COMMAND
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect(),
+                ),
+                labels: Some(plan.labels.clone()),
+                network_disabled: Some(true),
+                host_config: Some(HostConfig {
+                    network_mode: Some("none".to_owned()),
+                    mounts: Some(loader_mounts),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| copy_err(IN, plan.host_root, e))?;
+    let uploaded = docker
+        .upload_to_container(
+            &loader,
+            Some(UploadToContainerOptions {
+                path: "/".to_owned(),
+                ..Default::default()
+            }),
+            bollard::body_full(tar.into()),
+        )
+        .await;
+    let _ = docker
+        .remove_container(
+            &loader,
+            Some(RemoveContainerOptions {
+                force: true,
+                ..Default::default()
+            }),
+        )
+        .await;
+    uploaded.map_err(|e| copy_err(IN, plan.host_root, e))?;
+    Ok(())
+}
+
+/// Unpack the container's workspace over the host root (see the module docs).
+pub(crate) async fn copy_out(
+    docker: &Docker,
+    container: &str,
+    workspace: &Path,
+    host_root: &Path,
+    protected: &[PathBuf],
+    rules: &PathRules,
+) -> Result<(), DockerError> {
+    let mut stream = docker.download_from_container(
+        container,
+        Some(DownloadFromContainerOptions {
+            path: format!("{}/.", workspace.to_string_lossy()),
+        }),
+    );
+    let mut tar = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        tar.extend_from_slice(&chunk.map_err(|e| copy_err(OUT, host_root, e))?);
+    }
+    let root = host_root.to_path_buf();
+    let protected = protected.to_vec();
+    let rules = rules.clone();
+    let workspace = workspace.to_path_buf();
+    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        let mut archive = tar::Archive::new(tar.as_slice());
+        archive.set_preserve_permissions(true);
+        archive.set_overwrite(true);
+        for entry in archive.entries()? {
+            let mut entry = entry?;
+            let path = entry.path()?.into_owned();
+            let rel: PathBuf = path
+                .components()
+                .filter(|c| !matches!(c, std::path::Component::CurDir))
+                .collect();
+            if rel.as_os_str().is_empty()
+                || protected.iter().any(|p| rel.starts_with(p))
+                || rules.is_denied(&workspace.join(&rel))
+            {
+                continue;
+            }
+            // unpack_in refuses `..` and parents that resolve outside `root`.
+            entry.unpack_in(&root)?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| copy_err(OUT, host_root, e))?
+    .map_err(|e| copy_err(OUT, host_root, e))
+}

@@ -1,0 +1,373 @@
+//! [`FileOperations`] over `docker exec` of the `cordon-remote` file helper: one exec per
+//! operation (no separate inspect: the helper's records say how it went). Paths are confined and
+//! canonicalised inside the container; protected/denied rules are judged here on the canonical
+//! path before anything is written (writes and mkdir wait for our `go`).
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use async_trait::async_trait;
+use cordon_remote::files::{
+    FileOp, FsRecord, GO_LINE, STOP_LINE, files_argv, files_record_parser, fs_error, go_line,
+    is_read_only_fs, parse_fs_record, spill_file_name,
+};
+use cordon_remote::records::RecordParser;
+use cordon_tools::ops::{BackendId, DirEntry, FileMeta, FileOperations, FsError, SpillWriter};
+use futures::StreamExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use crate::Inner;
+use crate::client::{self, ExecInput, ExecOutput};
+
+/// Drain an exec's output: (stdout, stderr).
+pub(crate) async fn collect(mut output: ExecOutput) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    while let Some(frame) = output.next().await {
+        match frame.map_err(|e| e.to_string())? {
+            bollard::container::LogOutput::StdOut { message }
+            | bollard::container::LogOutput::Console { message } => {
+                stdout.extend_from_slice(&message)
+            }
+            bollard::container::LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
+            bollard::container::LogOutput::StdIn { .. } => {}
+        }
+    }
+    Ok((stdout, stderr))
+}
+
+/// A running file-helper exec: its records arrive one by one; stdout is collected.
+struct HelperExec {
+    output: ExecOutput,
+    input: ExecInput,
+    parser: RecordParser,
+    queue: std::collections::VecDeque<FsRecord>,
+    stdout: Vec<u8>,
+    op: &'static str,
+    path: PathBuf,
+}
+
+impl HelperExec {
+    fn backend_err(&self, reason: impl Into<String>) -> FsError {
+        FsError::Backend {
+            op: self.op,
+            path: self.path.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The next record, or `None` at the end of the stream.
+    async fn next(&mut self) -> Result<Option<FsRecord>, FsError> {
+        loop {
+            if let Some(record) = self.queue.pop_front() {
+                return Ok(Some(record));
+            }
+            let Some(frame) = self.output.next().await else {
+                return Ok(None);
+            };
+            match frame.map_err(|e| self.backend_err(e.to_string()))? {
+                bollard::container::LogOutput::StdOut { message }
+                | bollard::container::LogOutput::Console { message } => {
+                    self.stdout.extend_from_slice(&message)
+                }
+                bollard::container::LogOutput::StdErr { message } => {
+                    let records = self
+                        .parser
+                        .feed(&message)
+                        .map_err(|e| self.backend_err(e.to_string()))?;
+                    for record in records {
+                        let parsed = parse_fs_record(&record)
+                            .map_err(|e| self.backend_err(e.to_string()))?;
+                        self.queue.push_back(parsed);
+                    }
+                }
+                bollard::container::LogOutput::StdIn { .. } => {}
+            }
+        }
+    }
+
+    /// The next record, which must exist; `err` records become the matching [`FsError`].
+    async fn expect(&mut self) -> Result<FsRecord, FsError> {
+        match self.next().await? {
+            Some(FsRecord::Err { code, message, .. }) => {
+                Err(fs_error(self.op, &self.path, &code, &message))
+            }
+            Some(record) => Ok(record),
+            None => Err(self.backend_err("the file helper ended without an answer")),
+        }
+    }
+
+    async fn expect_canon(&mut self) -> Result<PathBuf, FsError> {
+        match self.expect().await? {
+            FsRecord::Canon(path) => Ok(path),
+            other => Err(self.backend_err(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    async fn expect_ok(&mut self) -> Result<(), FsError> {
+        match self.expect().await? {
+            FsRecord::Ok => Ok(()),
+            other => Err(self.backend_err(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    async fn send(&mut self, bytes: &[u8]) -> Result<(), FsError> {
+        self.input
+            .write_all(bytes)
+            .await
+            .map_err(|e| self.backend_err(e.to_string()))?;
+        self.input
+            .flush()
+            .await
+            .map_err(|e| self.backend_err(e.to_string()))
+    }
+}
+
+impl Inner {
+    async fn helper(
+        &self,
+        op: &'static str,
+        path: &Path,
+        file_op: FileOp,
+    ) -> Result<HelperExec, FsError> {
+        let argv = files_argv(&self.roots, &file_op).map_err(|e| FsError::Backend {
+            op,
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        let exec = client::start_exec(&self.docker, &self.container, argv, None)
+            .await
+            .map_err(|e| FsError::Backend {
+                op,
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        Ok(HelperExec {
+            output: exec.output,
+            input: exec.input,
+            parser: files_record_parser(),
+            queue: Default::default(),
+            stdout: Vec::new(),
+            op,
+            path: path.to_path_buf(),
+        })
+    }
+
+    async fn read_impl(&self, path: &Path, max: Option<usize>) -> Result<Vec<u8>, FsError> {
+        let mut exec = self
+            .helper(
+                "read",
+                path,
+                FileOp::Read {
+                    path: path.to_path_buf(),
+                    max,
+                },
+            )
+            .await?;
+        let canon = exec.expect_canon().await?;
+        // Denied content is dropped with the exec, never returned.
+        self.rules.check_read(path, &canon)?;
+        exec.expect_ok().await?;
+        while exec.next().await?.is_some() {}
+        Ok(std::mem::take(&mut exec.stdout))
+    }
+
+    fn protected_or(&self, path: &Path, canon: &Path, err: FsError) -> FsError {
+        if is_read_only_fs(&err) && self.rules.is_protected(canon) {
+            FsError::Protected {
+                path: path.to_path_buf(),
+            }
+        } else if is_read_only_fs(&err) {
+            FsError::PermissionDenied {
+                path: path.to_path_buf(),
+            }
+        } else {
+            err
+        }
+    }
+}
+
+/// The spill writer: bytes go to a `cat >>` exec's stdin; shutdown closes stdin and waits
+/// until the helper has written everything.
+struct ExecSpill {
+    input: ExecInput,
+    done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl AsyncWrite for ExecSpill {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.input.as_mut().poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.input.as_mut().poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.input.as_mut().poll_shutdown(cx) {
+            Poll::Ready(Ok(())) => {}
+            other => return other,
+        }
+        if let Some(done) = self.done.as_mut() {
+            match Pin::new(done).poll(cx) {
+                Poll::Ready(_) => self.done = None,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+use std::future::Future;
+
+#[async_trait]
+impl FileOperations for Inner {
+    fn backend_id(&self) -> &BackendId {
+        &self.id
+    }
+
+    fn root(&self) -> &Path {
+        &self.workspace
+    }
+
+    fn home(&self) -> Option<&Path> {
+        Some(&self.home)
+    }
+
+    fn spill_dir(&self) -> Option<&Path> {
+        Some(&self.spill_dir)
+    }
+
+    async fn read_file(&self, path: &Path) -> Result<Vec<u8>, FsError> {
+        self.read_impl(path, None).await
+    }
+
+    async fn read_head(&self, path: &Path, max_bytes: usize) -> Result<Vec<u8>, FsError> {
+        if max_bytes == 0 {
+            // Still report a missing/denied path the same way.
+            self.metadata(path).await?;
+            return Ok(Vec::new());
+        }
+        self.read_impl(path, Some(max_bytes)).await
+    }
+
+    async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), FsError> {
+        let mut exec = self
+            .helper("write", path, FileOp::Write(path.to_path_buf()))
+            .await?;
+        let canon = exec.expect_canon().await?;
+        if let Err(e) = self.rules.check_write(path, &canon) {
+            let _ = exec.send(STOP_LINE).await;
+            return Err(e);
+        }
+        // The helper checks the file system after our answer and may refuse without reading
+        // the data; its records, not a failed send, say what happened.
+        let mut sent = exec.send(&go_line(data.len())).await;
+        for chunk in data.chunks(1 << 20) {
+            if sent.is_err() {
+                break;
+            }
+            sent = exec.send(chunk).await;
+        }
+        match exec.expect_ok().await {
+            Ok(()) => sent,
+            Err(e) => Err(self.protected_or(path, &canon, e)),
+        }
+    }
+
+    async fn create_dir_all(&self, path: &Path) -> Result<(), FsError> {
+        let mut exec = self
+            .helper("mkdir", path, FileOp::Mkdir(path.to_path_buf()))
+            .await?;
+        let canon = exec.expect_canon().await?;
+        if let Err(e) = self.rules.check_write(path, &canon) {
+            let _ = exec.send(STOP_LINE).await;
+            return Err(e);
+        }
+        let sent = exec.send(GO_LINE).await;
+        match exec.expect_ok().await.and(sent) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.protected_or(path, &canon, e)),
+        }
+    }
+
+    async fn metadata(&self, path: &Path) -> Result<FileMeta, FsError> {
+        let mut exec = self
+            .helper("stat", path, FileOp::Stat(path.to_path_buf()))
+            .await?;
+        let canon = exec.expect_canon().await?;
+        self.rules.check_read(path, &canon)?;
+        let stat = match exec.expect().await? {
+            FsRecord::Stat(stat) => stat,
+            other => return Err(exec.backend_err(format!("unexpected answer {other:?}"))),
+        };
+        Ok(FileMeta {
+            kind: stat.kind,
+            size: stat.size,
+            mode: stat.mode,
+            writable: stat.unprivileged_writable(self.uid, &[self.gid])
+                && self.rules.allows_write(&canon),
+        })
+    }
+
+    async fn read_dir(&self, path: &Path) -> Result<Vec<DirEntry>, FsError> {
+        let mut exec = self
+            .helper("list", path, FileOp::List(path.to_path_buf()))
+            .await?;
+        let canon = exec.expect_canon().await?;
+        self.rules.check_read(path, &canon)?;
+        let mut entries = Vec::new();
+        loop {
+            match exec.expect().await? {
+                FsRecord::Ent(entry) => entries.push(entry),
+                FsRecord::Ok => return Ok(entries),
+                other => return Err(exec.backend_err(format!("unexpected answer {other:?}"))),
+            }
+        }
+    }
+
+    async fn canonicalize(&self, path: &Path) -> Result<PathBuf, FsError> {
+        let mut exec = self
+            .helper("resolve", path, FileOp::Canon(path.to_path_buf()))
+            .await?;
+        let canon = exec.expect_canon().await?;
+        exec.expect_ok().await?;
+        if self.rules.is_denied(&canon) {
+            return Err(FsError::Denied { path: canon });
+        }
+        Ok(canon)
+    }
+
+    async fn create_spill_file(&self) -> Result<(PathBuf, SpillWriter), FsError> {
+        let name = spill_file_name();
+        let path = self.spill_dir.join(&name);
+        let mut exec = self
+            .helper(
+                "create",
+                &path,
+                FileOp::Spill {
+                    dir: self.spill_dir.clone(),
+                    name,
+                },
+            )
+            .await?;
+        let created = exec.expect_canon().await?;
+        exec.expect_ok().await?;
+        let HelperExec {
+            mut output, input, ..
+        } = exec;
+        let done = tokio::spawn(async move { while output.next().await.is_some() {} });
+        Ok((
+            created,
+            Box::new(ExecSpill {
+                input,
+                done: Some(done),
+            }),
+        ))
+    }
+}

@@ -1,0 +1,432 @@
+//! Pure builders of what the backend asks Docker for: the container body (hardening, limits,
+//! mounts, labels, environment) and the list of protected paths that can be mounted read-only.
+//! No I/O here, so every field is unit-tested as a whole value.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, ResourcesUlimits};
+use cordon_core::sandbox::{Limits, NetworkMode, RootAccess, SandboxSpec};
+
+/// Mount point of the per-root spill volume inside the container.
+pub const SPILL_DIR: &str = "/cordon-spill";
+/// Home directory of commands (a private tmpfs owned by the session's uid).
+pub const HOME_DIR: &str = "/home/cordon";
+/// The command `PATH`.
+pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// What the container's main process runs: nothing but waiting (tini is PID 1 and reaps).
+pub const IDLE_COMMAND: &[&str] = &["/bin/sh", "-c", "while :; do sleep 86400; done"];
+
+/// Where the workspace comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkspaceSource {
+    /// Bind mount of this host directory.
+    Bind(PathBuf),
+    /// A named volume (copy mode), filled before start and copied out on request/at the end.
+    Volume(String),
+}
+
+/// A denied path to hide inside the container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mask {
+    /// Path relative to the workspace.
+    pub rel: PathBuf,
+    /// Whether it is a directory.
+    pub is_dir: bool,
+}
+
+/// Everything [`container_body`] needs.
+#[derive(Clone, Debug)]
+pub struct ContainerPlan<'a> {
+    /// Image reference.
+    pub image: &'a str,
+    /// uid and gid commands run as.
+    pub user: (u32, u32),
+    /// The sandbox spec (workspace access, network, limits, environment).
+    pub spec: &'a SandboxSpec,
+    /// Host values of the variables `spec.env.pass` names.
+    pub passed_env: &'a [(String, String)],
+    /// Workspace mount point inside the container.
+    pub workspace: &'a Path,
+    /// Workspace source.
+    pub source: &'a WorkspaceSource,
+    /// Protected paths relative to the workspace, mounted read-only: for bind mode host
+    /// directories, for copy mode `(relative path, volume name)`.
+    pub protected: &'a [(PathBuf, String)],
+    /// Denied paths relative to the workspace, hidden from commands: files under an empty
+    /// read-only `/dev/null`, directories under an empty read-only tmpfs.
+    pub masks: &'a [Mask],
+    /// Extra host roots mounted at the same path: `(path, writable)`.
+    pub extra_roots: &'a [(PathBuf, bool)],
+    /// Name of the spill volume.
+    pub spill_volume: &'a str,
+    /// Network to join when the spec enables the network (`None`: the daemon's default).
+    pub network: Option<&'a str>,
+    /// Labels.
+    pub labels: HashMap<String, String>,
+}
+
+/// The environment of commands: a small baseline, then passed host variables, then fixed
+/// values (later entries win).
+pub fn environment(spec: &SandboxSpec, passed: &[(String, String)]) -> Vec<String> {
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    for (k, v) in [
+        ("PATH", PATH),
+        ("HOME", HOME_DIR),
+        ("LANG", "C.UTF-8"),
+        ("TERM", "dumb"),
+        ("TMPDIR", "/tmp"),
+    ] {
+        env.insert(k.to_owned(), v.to_owned());
+    }
+    for (k, v) in passed.iter().chain(spec.env.set.iter()) {
+        env.insert(k.clone(), v.clone());
+    }
+    env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
+}
+
+fn bind(source: &Path, target: &Path, read_only: bool) -> Mount {
+    Mount {
+        target: Some(target.to_string_lossy().into_owned()),
+        source: Some(source.to_string_lossy().into_owned()),
+        typ: Some(MountType::BIND),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
+fn volume(name: &str, target: &Path, read_only: bool) -> Mount {
+    Mount {
+        target: Some(target.to_string_lossy().into_owned()),
+        source: Some(name.to_owned()),
+        typ: Some(MountType::VOLUME),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
+/// The mounts: workspace, protected paths read-only on top, extra roots, spill volume.
+pub fn mounts(plan: &ContainerPlan<'_>) -> Vec<Mount> {
+    let read_only_root = match plan.spec.workspace {
+        RootAccess::ReadOnly => true,
+        RootAccess::ReadWrite => false,
+    };
+    let mut out = vec![match plan.source {
+        WorkspaceSource::Bind(host) => bind(host, plan.workspace, read_only_root),
+        WorkspaceSource::Volume(name) => volume(name, plan.workspace, read_only_root),
+    }];
+    for (rel, source) in plan.protected {
+        let target = plan.workspace.join(rel);
+        out.push(match plan.source {
+            WorkspaceSource::Bind(_) => bind(Path::new(source), &target, true),
+            WorkspaceSource::Volume(_) => volume(source, &target, true),
+        });
+    }
+    for (path, writable) in plan.extra_roots {
+        out.push(bind(path, path, !writable));
+    }
+    for mask in plan.masks.iter().filter(|m| !m.is_dir) {
+        out.push(bind(
+            Path::new("/dev/null"),
+            &plan.workspace.join(&mask.rel),
+            true,
+        ));
+    }
+    out.push(volume(plan.spill_volume, Path::new(SPILL_DIR), false));
+    out
+}
+
+fn ulimits(limits: &Limits) -> Option<Vec<ResourcesUlimits>> {
+    let mut out = Vec::new();
+    let mut push = |name: &str, value: Option<u64>| {
+        if let Some(v) = value {
+            let v = i64::try_from(v).unwrap_or(i64::MAX);
+            out.push(ResourcesUlimits {
+                name: Some(name.to_owned()),
+                soft: Some(v),
+                hard: Some(v),
+            });
+        }
+    };
+    push("nofile", limits.open_files);
+    push("fsize", limits.file_size_bytes);
+    push("cpu", limits.cpu_time_secs);
+    if out.is_empty() { None } else { Some(out) }
+}
+
+/// The container: hardened (no capabilities, `no-new-privileges`, read-only root, init),
+/// limited (memory without swap, CPUs, pids, ulimits), private writable `/tmp` and home,
+/// network off unless the spec enables it, running as the workspace owner.
+pub fn container_body(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
+    let (uid, gid) = plan.user;
+    let limits = &plan.spec.limits;
+    let memory = limits
+        .memory_bytes
+        .map(|m| i64::try_from(m).unwrap_or(i64::MAX));
+    let network_mode = match plan.spec.network {
+        NetworkMode::Disabled => Some("none".to_owned()),
+        NetworkMode::Enabled => plan.network.map(str::to_owned),
+    };
+    let mut tmpfs = HashMap::from([
+        ("/tmp".to_owned(), "rw,nosuid,nodev,mode=1777".to_owned()),
+        (
+            HOME_DIR.to_owned(),
+            format!("rw,nosuid,nodev,mode=0700,uid={uid},gid={gid}"),
+        ),
+    ]);
+    for mask in plan.masks.iter().filter(|m| m.is_dir) {
+        tmpfs.insert(
+            plan.workspace
+                .join(&mask.rel)
+                .to_string_lossy()
+                .into_owned(),
+            "ro,nosuid,nodev,noexec,size=4k,mode=0555".to_owned(),
+        );
+    }
+    ContainerCreateBody {
+        image: Some(plan.image.to_owned()),
+        user: Some(format!("{uid}:{gid}")),
+        env: Some(environment(plan.spec, plan.passed_env)),
+        entrypoint: Some(IDLE_COMMAND.iter().map(|s| s.to_string()).collect()),
+        cmd: Some(Vec::new()),
+        working_dir: Some(plan.workspace.to_string_lossy().into_owned()),
+        labels: Some(plan.labels.clone()),
+        network_disabled: Some(matches!(plan.spec.network, NetworkMode::Disabled)),
+        host_config: Some(HostConfig {
+            init: Some(true),
+            readonly_rootfs: Some(true),
+            cap_drop: Some(vec!["ALL".to_owned()]),
+            security_opt: Some(vec!["no-new-privileges".to_owned()]),
+            network_mode,
+            memory,
+            memory_swap: memory,
+            nano_cpus: limits.cpus.map(|c| (c * 1e9) as i64),
+            pids_limit: limits.pids.map(|p| i64::try_from(p).unwrap_or(i64::MAX)),
+            ulimits: ulimits(limits),
+            tmpfs: Some(tmpfs),
+            mounts: Some(mounts(plan)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The protected globs that name a fixed path (`dir/**` or a literal path relative to the
+/// workspace); these can be mounted read-only so that commands cannot change them either.
+/// Globs with wildcards elsewhere are enforced for file operations only.
+pub fn mountable_protected(globs: &[String]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for glob in globs {
+        let base = glob.strip_suffix("/**").unwrap_or(glob);
+        let wild = base.contains(['*', '?', '[', ']', '{', '}']);
+        if wild || base.is_empty() || base.starts_with('/') || base.split('/').any(|c| c == "..") {
+            continue;
+        }
+        let path = PathBuf::from(base.trim_start_matches("./"));
+        if !out.contains(&path) {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountable_protected_paths() {
+        let globs: Vec<String> = [
+            ".git/**",
+            "secrets/key.pem",
+            "**/*.pem",
+            "a*/**",
+            "/abs/**",
+            "../up/**",
+            "./docs/**",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            mountable_protected(&globs),
+            vec![
+                PathBuf::from(".git"),
+                PathBuf::from("secrets/key.pem"),
+                PathBuf::from("docs")
+            ]
+        );
+    }
+
+    #[test]
+    fn denied_paths_are_masked() {
+        let spec = SandboxSpec::default();
+        let source = WorkspaceSource::Bind(PathBuf::from("/p"));
+        let masks = vec![
+            Mask {
+                rel: PathBuf::from(".env"),
+                is_dir: false,
+            },
+            Mask {
+                rel: PathBuf::from("secrets"),
+                is_dir: true,
+            },
+        ];
+        let plan = ContainerPlan {
+            image: "i",
+            user: (1, 1),
+            spec: &spec,
+            passed_env: &[],
+            workspace: Path::new("/workspace"),
+            source: &source,
+            protected: &[],
+            masks: &masks,
+            extra_roots: &[],
+            spill_volume: "s",
+            network: None,
+            labels: HashMap::new(),
+        };
+        let body = container_body(&plan);
+        let host = body.host_config.expect("host config");
+        assert_eq!(
+            host.mounts.expect("mounts")[1],
+            Mount {
+                target: Some("/workspace/.env".to_owned()),
+                source: Some("/dev/null".to_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(true),
+                ..Default::default()
+            }
+        );
+        assert_eq!(
+            host.tmpfs
+                .expect("tmpfs")
+                .get("/workspace/secrets")
+                .map(String::as_str),
+            Some("ro,nosuid,nodev,noexec,size=4k,mode=0555")
+        );
+    }
+
+    #[test]
+    fn environment_baseline_then_passed_then_set() {
+        let mut spec = SandboxSpec::default();
+        spec.env.set = vec![
+            ("TERM".to_owned(), "xterm".to_owned()),
+            ("A".to_owned(), "1".to_owned()),
+        ];
+        let passed = vec![("CARGO_HOME".to_owned(), "/c".to_owned())];
+        assert_eq!(
+            environment(&spec, &passed),
+            vec![
+                "A=1".to_owned(),
+                "CARGO_HOME=/c".to_owned(),
+                format!("HOME={HOME_DIR}"),
+                "LANG=C.UTF-8".to_owned(),
+                format!("PATH={PATH}"),
+                "TERM=xterm".to_owned(),
+                "TMPDIR=/tmp".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn container_body_is_hardened_and_limited() {
+        let spec = SandboxSpec {
+            limits: Limits {
+                memory_bytes: Some(256 << 20),
+                pids: Some(64),
+                cpus: Some(1.5),
+                open_files: Some(1024),
+                ..Limits::default()
+            },
+            ..SandboxSpec::default()
+        };
+        let source = WorkspaceSource::Bind(PathBuf::from("/home/me/proj"));
+        let protected = vec![(PathBuf::from(".git"), "/home/me/proj/.git".to_owned())];
+        let labels = HashMap::from([("cordon.session".to_owned(), "s1".to_owned())]);
+        let plan = ContainerPlan {
+            image: "cordon-sandbox:latest",
+            user: (1000, 1001),
+            spec: &spec,
+            passed_env: &[],
+            workspace: Path::new("/workspace"),
+            source: &source,
+            protected: &protected,
+            masks: &[],
+            extra_roots: &[(PathBuf::from("/opt/tools"), false)],
+            spill_volume: "cordon-spill-abc",
+            network: None,
+            labels: labels.clone(),
+        };
+        let expected = ContainerCreateBody {
+            image: Some("cordon-sandbox:latest".to_owned()),
+            user: Some("1000:1001".to_owned()),
+            env: Some(environment(&spec, &[])),
+            entrypoint: Some(vec![
+                "/bin/sh".to_owned(),
+                "-c".to_owned(),
+                "while :; do sleep 86400; done".to_owned(),
+            ]),
+            cmd: Some(vec![]),
+            working_dir: Some("/workspace".to_owned()),
+            labels: Some(labels),
+            network_disabled: Some(true),
+            host_config: Some(HostConfig {
+                init: Some(true),
+                readonly_rootfs: Some(true),
+                cap_drop: Some(vec!["ALL".to_owned()]),
+                security_opt: Some(vec!["no-new-privileges".to_owned()]),
+                network_mode: Some("none".to_owned()),
+                memory: Some(256 << 20),
+                memory_swap: Some(256 << 20),
+                nano_cpus: Some(1_500_000_000),
+                pids_limit: Some(64),
+                ulimits: Some(vec![ResourcesUlimits {
+                    name: Some("nofile".to_owned()),
+                    soft: Some(1024),
+                    hard: Some(1024),
+                }]),
+                tmpfs: Some(HashMap::from([
+                    ("/tmp".to_owned(), "rw,nosuid,nodev,mode=1777".to_owned()),
+                    (
+                        "/home/cordon".to_owned(),
+                        "rw,nosuid,nodev,mode=0700,uid=1000,gid=1001".to_owned(),
+                    ),
+                ])),
+                mounts: Some(vec![
+                    Mount {
+                        target: Some("/workspace".to_owned()),
+                        source: Some("/home/me/proj".to_owned()),
+                        typ: Some(MountType::BIND),
+                        read_only: Some(false),
+                        ..Default::default()
+                    },
+                    Mount {
+                        target: Some("/workspace/.git".to_owned()),
+                        source: Some("/home/me/proj/.git".to_owned()),
+                        typ: Some(MountType::BIND),
+                        read_only: Some(true),
+                        ..Default::default()
+                    },
+                    Mount {
+                        target: Some("/opt/tools".to_owned()),
+                        source: Some("/opt/tools".to_owned()),
+                        typ: Some(MountType::BIND),
+                        read_only: Some(true),
+                        ..Default::default()
+                    },
+                    Mount {
+                        target: Some("/cordon-spill".to_owned()),
+                        source: Some("cordon-spill-abc".to_owned()),
+                        typ: Some(MountType::VOLUME),
+                        read_only: Some(false),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(container_body(&plan), expected);
+    }
+}

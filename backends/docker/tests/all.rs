@@ -1,0 +1,12 @@
+//! Integration tests of the Docker backend against a real engine. The engine is found through
+//! `DOCKER_HOST`/the default socket or started with `scripts/docker-start.sh`; the images are
+//! built (offline, idempotent) with `scripts/build-sandbox-image.sh`. Without an engine the
+//! tests FAIL, unless `CORDON_SKIP_DOCKER=1` opts out explicitly.
+
+mod support;
+
+mod bash;
+mod copy;
+mod files;
+mod lifecycle;
+mod search;

@@ -1,0 +1,59 @@
+//! Copy mode: the workspace is tarred into a volume, protected paths stay read-only, changes
+//! come back on `sync_out` and at shutdown.
+
+use std::path::PathBuf;
+
+use cordon_backend_docker::{DockerBackend, WorkspaceMode};
+use cordon_tools::ops::{Backend, FsError};
+
+use crate::support::{self, host_or_skip, run, workspace};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_mode_round_trip() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::write(ws.path().join("in.txt"), "from host\n").expect("write");
+    std::fs::create_dir_all(ws.path().join(".git")).expect("mkdir");
+    std::fs::write(ws.path().join(".git/HEAD"), "ref\n").expect("write");
+    let mut config = support::config(&host, ws.path());
+    config.mode = WorkspaceMode::Copy;
+    let backend = DockerBackend::start(config).await.expect("start copy mode");
+    let ran = run(
+        &backend,
+        "cat in.txt .git/HEAD; echo made > out.txt; echo x >> .git/HEAD",
+    )
+    .await;
+    assert_eq!(
+        ran.output,
+        "from host\nref\nbash: line 1: .git/HEAD: Read-only file system\n"
+    );
+    assert!(
+        !ws.path().join("out.txt").exists(),
+        "nothing reaches the host before a sync"
+    );
+    let err = backend
+        .files()
+        .write_file(&PathBuf::from("/workspace/.git/HEAD"), b"x")
+        .await
+        .expect_err("protected");
+    assert!(matches!(err, FsError::Protected { .. }), "{err:?}");
+    backend.sync_out().await.expect("sync out");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("out.txt")).expect("synced"),
+        "made\n"
+    );
+    backend
+        .files()
+        .write_file(&PathBuf::from("/workspace/late.txt"), b"late\n")
+        .await
+        .expect("write");
+    backend.shutdown().await;
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("late.txt")).expect("synced at shutdown"),
+        "late\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join(".git/HEAD")).expect("untouched"),
+        "ref\n"
+    );
+}

@@ -1,0 +1,218 @@
+//! Latency benchmark of the SSH backend against a raw russh exec channel and the OpenSSH CLI
+//! with ControlMaster, in the same run, on a server started by `scripts/ssh-test-server.sh`:
+//!
+//! ```sh
+//! eval "$(scripts/ssh-test-server.sh start /tmp/cordon-ssh-bench)"
+//! CORDON_SSH_PORT=$CORDON_SSH_PORT CORDON_SSH_KEY=$CORDON_SSH_KEY \
+//!   CORDON_SSH_KNOWN_HOSTS=$CORDON_SSH_KNOWN_HOSTS CORDON_SSH_ROOT=$CORDON_SSH_ROOT \
+//!   cargo run --release -p cordon-backend-ssh --example ssh_latency
+//! scripts/ssh-test-server.sh stop /tmp/cordon-ssh-bench
+//! ```
+//!
+//! Prints median and mean per-call latency of each path (`CORDON_SSH_BENCH_RUNS` calls each,
+//! default 200).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cordon_backend_ssh::known_hosts::KnownHosts;
+use cordon_backend_ssh::{AgentSource, SshBackend, SshConfig};
+use cordon_tools::ops::{Backend, ExecRequest};
+use russh::ChannelMsg;
+use russh::keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: start a server with scripts/ssh-test-server.sh start DIR")
+    })
+}
+
+fn report(name: &str, mut samples: Vec<Duration>) -> f64 {
+    samples.sort();
+    let median = samples[samples.len() / 2].as_secs_f64() * 1e3;
+    let mean = samples.iter().map(Duration::as_secs_f64).sum::<f64>() / samples.len() as f64 * 1e3;
+    println!(
+        "{name:<44} median {median:7.3} ms   mean {mean:7.3} ms   (n={})",
+        samples.len()
+    );
+    median
+}
+
+struct Verify {
+    known: KnownHosts,
+    port: u16,
+}
+
+impl russh::client::Handler for Verify {
+    type Error = russh::Error;
+    async fn check_server_key(
+        &mut self,
+        key: &PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
+        Ok(match key {
+            PublicKeyOrCertificate::PublicKey { key, .. } => {
+                self.known.check("127.0.0.1", self.port, key).is_ok()
+            }
+            PublicKeyOrCertificate::Certificate(_) => false,
+        })
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let port: u16 = env("CORDON_SSH_PORT").parse().expect("port");
+    let key = PathBuf::from(env("CORDON_SSH_KEY"));
+    let known = PathBuf::from(env("CORDON_SSH_KNOWN_HOSTS"));
+    let root = PathBuf::from(env("CORDON_SSH_ROOT"));
+    let runs: usize = std::env::var("CORDON_SSH_BENCH_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(200);
+    std::fs::write(root.join("small.txt"), "x".repeat(2048)).expect("small file");
+
+    // Connection setup.
+    let mut config = SshConfig::new(format!("root@127.0.0.1:{port}"), &root);
+    config.identity = Some(key.clone());
+    config.known_hosts = Some(known.clone());
+    config.ssh_config = Some(PathBuf::from("/dev/null"));
+    config.agent = AgentSource::Disabled;
+    let mut setups = Vec::new();
+    for _ in 0..10 {
+        let start = Instant::now();
+        let backend = SshBackend::connect(config.clone()).await.expect("connect");
+        setups.push(start.elapsed());
+        backend.shutdown().await;
+    }
+    report("SshBackend::connect (ssh+sftp+probe)", setups);
+
+    let russh_config = Arc::new(russh::client::Config::default());
+    let private = Arc::new(russh::keys::load_secret_key(&key, None).expect("key"));
+    let mut raw_setups = Vec::new();
+    let mut session = None;
+    for _ in 0..10 {
+        let start = Instant::now();
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("tcp");
+        stream.set_nodelay(true).expect("nodelay");
+        let handler = Verify {
+            known: KnownHosts {
+                files: vec![known.clone()],
+            },
+            port,
+        };
+        let mut handle = russh::client::connect_stream(russh_config.clone(), stream, handler)
+            .await
+            .expect("handshake");
+        let auth = handle
+            .authenticate_publickey("root", PrivateKeyWithHashAlg::new(private.clone(), None))
+            .await
+            .expect("auth");
+        assert!(auth.success());
+        raw_setups.push(start.elapsed());
+        session = Some(handle);
+    }
+    report("raw russh connect + auth", raw_setups);
+    let handle = session.expect("session");
+
+    let backend = SshBackend::connect(config).await.expect("connect");
+    let bash = backend.bash();
+    let files = backend.files();
+
+    // Warm up every path once.
+    let mut raw = Vec::new();
+    for i in 0..runs + 5 {
+        let start = Instant::now();
+        let mut channel = handle.channel_open_session().await.expect("channel");
+        channel.exec(false, "true").await.expect("exec");
+        while let Some(msg) = channel.wait().await {
+            if matches!(msg, ChannelMsg::Close) {
+                break;
+            }
+        }
+        if i >= 5 {
+            raw.push(start.elapsed());
+        }
+    }
+    let raw_median = report("raw russh exec channel `true`", raw);
+
+    let mut ours = Vec::new();
+    for i in 0..runs + 5 {
+        let (tx, mut rx) = mpsc::channel(16);
+        let request = ExecRequest {
+            command: "true".into(),
+            cwd: root.clone(),
+            timeout: Duration::from_secs(60),
+            env: Vec::new(),
+        };
+        let start = Instant::now();
+        let exec = bash.exec(request, CancellationToken::new(), tx);
+        let drain = async { while rx.recv().await.is_some() {} };
+        let (outcome, ()) = tokio::join!(exec, drain);
+        outcome.expect("exec");
+        if i >= 5 {
+            ours.push(start.elapsed());
+        }
+    }
+    let ours_median = report("SshBackend BashOperations `true`", ours);
+
+    let mut reads = Vec::new();
+    let small = root.canonicalize().expect("root").join("small.txt");
+    for i in 0..runs + 5 {
+        let start = Instant::now();
+        let data = files.read_file(&small).await.expect("read");
+        assert_eq!(data.len(), 2048);
+        if i >= 5 {
+            reads.push(start.elapsed());
+        }
+    }
+    report("SshBackend read_file 2 KiB", reads);
+
+    // OpenSSH with ControlMaster.
+    let control = std::env::temp_dir().join(format!("cordon-bench-cm-{port}"));
+    let ssh = |extra: &[&str]| {
+        let mut cmd = Command::new("ssh");
+        cmd.args([
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            "ControlPersist=120",
+        ])
+        .arg("-o")
+        .arg(format!("ControlPath={}", control.display()))
+        .arg("-o")
+        .arg(format!("UserKnownHostsFile={}", known.display()))
+        .arg("-i")
+        .arg(&key)
+        .args(["-p", &port.to_string(), "root@127.0.0.1"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        cmd
+    };
+    let mut cli = Vec::new();
+    for i in 0..runs + 5 {
+        let start = Instant::now();
+        let status = ssh(&["true"]).status().expect("ssh");
+        assert!(status.success(), "ssh with ControlMaster failed");
+        if i >= 5 {
+            cli.push(start.elapsed());
+        }
+    }
+    let cli_median = report("OpenSSH CLI with ControlMaster `true`", cli);
+    let _ = ssh(&["-O", "exit"]).status();
+
+    println!(
+        "bash/raw = {:.2}x   bash/ControlMaster = {:.2}x",
+        ours_median / raw_median,
+        ours_median / cli_median
+    );
+    backend.shutdown().await;
+}

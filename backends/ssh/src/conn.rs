@@ -1,0 +1,683 @@
+//! The one multiplexed SSH connection per backend: resolving the endpoint (ssh_config,
+//! ProxyJump chain), TCP with `TCP_NODELAY`, host key verification, authentication (ssh-agent,
+//! key files, a passphrase hook), keepalives, the SFTP subsystem opened once per connection,
+//! and reconnection: a dropped connection fails the calls in flight and is re-established by
+//! the next call. Connection setup happens once, never per call.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use russh::Channel;
+use russh::client::{self, Handle};
+use russh::keys::agent::AgentIdentity;
+use russh::keys::agent::client::AgentClient;
+use russh::keys::{PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
+use russh_sftp::client::RawSftpSession;
+
+use crate::config::{self, Target, Tokens};
+use crate::error::SshError;
+use crate::known_hosts::{KnownHosts, trust_command};
+
+/// Asks for the passphrase of an encrypted key file; `None` declines. Interactive front ends
+/// (the CLI on a TTY) provide one; Cordon itself never prompts.
+pub type PassphraseHook = Arc<dyn Fn(&Path) -> Option<String> + Send + Sync>;
+
+/// Where to find ssh-agent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum AgentSource {
+    /// `SSH_AUTH_SOCK` of this process, if set.
+    #[default]
+    Env,
+    /// This socket.
+    Socket(PathBuf),
+    /// Do not use an agent.
+    Disabled,
+}
+
+impl AgentSource {
+    fn socket(&self) -> Option<PathBuf> {
+        match self {
+            AgentSource::Env => std::env::var_os("SSH_AUTH_SOCK")
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from),
+            AgentSource::Socket(path) => Some(path.clone()),
+            AgentSource::Disabled => None,
+        }
+    }
+}
+
+/// One hop: where to connect and how to authenticate.
+#[derive(Clone, Debug)]
+pub(crate) struct Endpoint {
+    pub user: String,
+    pub host: String,
+    pub port: u16,
+    /// The name recorded in known_hosts (`HostKeyAlias`, else the host name).
+    pub key_host: String,
+    pub identities: Vec<PathBuf>,
+    /// Whether `identities` were named explicitly (a missing file is then an error).
+    pub explicit_identity: Option<PathBuf>,
+    pub identities_only: bool,
+    pub known_hosts: KnownHosts,
+    pub jump: Option<Box<Endpoint>>,
+}
+
+impl Endpoint {
+    /// `user@host:port`.
+    pub fn label(&self) -> String {
+        format!("{}@{}:{}", self.user, self.host, self.port)
+    }
+}
+
+/// What [`resolve_endpoint`] needs besides the target.
+#[derive(Clone, Debug)]
+pub(crate) struct ResolveOptions {
+    pub ssh_config: Option<PathBuf>,
+    pub identity: Option<PathBuf>,
+    pub known_hosts: Option<PathBuf>,
+    pub home: Option<PathBuf>,
+    pub local_user: String,
+}
+
+fn local_user() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "root".to_owned())
+}
+
+impl ResolveOptions {
+    pub fn new(
+        ssh_config: Option<PathBuf>,
+        identity: Option<PathBuf>,
+        known_hosts: Option<PathBuf>,
+    ) -> Self {
+        ResolveOptions {
+            ssh_config,
+            identity,
+            known_hosts,
+            home: std::env::var_os("HOME").map(PathBuf::from),
+            local_user: local_user(),
+        }
+    }
+}
+
+/// Resolve `target` (and its ProxyJump chain) through the ssh config.
+pub(crate) fn resolve_endpoint(
+    target: &Target,
+    options: &ResolveOptions,
+    allow_jump: bool,
+) -> Result<Endpoint, SshError> {
+    let home = options.home.as_deref();
+    let config_path = options
+        .ssh_config
+        .clone()
+        .or_else(|| home.map(|h| h.join(".ssh/config")));
+    let settings = match &config_path {
+        Some(path) => config::resolve(path, &target.host, home)?,
+        None => config::HostSettings::default(),
+    };
+    let host = settings
+        .hostname
+        .clone()
+        .unwrap_or_else(|| target.host.clone());
+    let user = target
+        .user
+        .clone()
+        .or(settings.user.clone())
+        .unwrap_or_else(|| options.local_user.clone());
+    let port = target.port.or(settings.port).unwrap_or(22);
+    let tokens = Tokens {
+        home,
+        local_user: &options.local_user,
+        host: &host,
+        remote_user: &user,
+        port,
+    };
+    let mut identities: Vec<PathBuf> = Vec::new();
+    if let Some(identity) = &options.identity {
+        identities.push(identity.clone());
+    }
+    for raw in &settings.identity_files {
+        let path = config::expand_tokens(raw, &tokens);
+        if !identities.contains(&path) {
+            identities.push(path);
+        }
+    }
+    if identities.is_empty()
+        && let Some(home) = home
+    {
+        for name in ["id_ed25519", "id_ecdsa", "id_rsa"] {
+            identities.push(home.join(".ssh").join(name));
+        }
+    }
+    let known_files = match (&options.known_hosts, &settings.user_known_hosts) {
+        (Some(explicit), _) => vec![explicit.clone()],
+        (None, Some(files)) => files
+            .iter()
+            .map(|f| config::expand_tokens(f, &tokens))
+            .collect(),
+        (None, None) => {
+            let mut files = Vec::new();
+            if let Some(home) = home {
+                files.push(home.join(".ssh/known_hosts"));
+            }
+            files.push(PathBuf::from("/etc/ssh/ssh_known_hosts"));
+            files
+        }
+    };
+    let mut jump = None;
+    if allow_jump && let Some(chain) = settings.proxy_jump.as_ref().filter(|c| !c.is_empty()) {
+        // `a,b`: connect to a, through it to b, through b to the target.
+        for hop in chain {
+            let mut endpoint = resolve_endpoint(hop, options, false)?;
+            endpoint.jump = jump.take();
+            jump = Some(Box::new(endpoint));
+        }
+    }
+    Ok(Endpoint {
+        key_host: settings
+            .host_key_alias
+            .clone()
+            .unwrap_or_else(|| host.clone()),
+        user,
+        host,
+        port,
+        identities,
+        explicit_identity: options.identity.clone(),
+        identities_only: settings.identities_only.unwrap_or(false),
+        known_hosts: KnownHosts { files: known_files },
+        jump,
+    })
+}
+
+/// russh's client callbacks: host key verification.
+pub(crate) struct ClientHandler {
+    known_hosts: KnownHosts,
+    key_host: String,
+    port: u16,
+    verdict: Arc<Mutex<Option<SshError>>>,
+}
+
+impl client::Handler for ClientHandler {
+    type Error = russh::Error;
+
+    async fn check_server_key(
+        &mut self,
+        server_key: &PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
+        let result = match server_key {
+            PublicKeyOrCertificate::PublicKey { key, .. } => {
+                self.known_hosts.check(&self.key_host, self.port, key)
+            }
+            PublicKeyOrCertificate::Certificate(_) => {
+                let file = self
+                    .known_hosts
+                    .files
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| PathBuf::from("~/.ssh/known_hosts"));
+                Err(SshError::UnsupportedHostCertificate {
+                    host_port: crate::known_hosts::host_port_name(&self.key_host, self.port),
+                    reason: "the server presented a host certificate".to_owned(),
+                    trust_command: trust_command(&self.key_host, self.port, &file),
+                })
+            }
+        };
+        match result {
+            Ok(()) => Ok(true),
+            Err(err) => {
+                if let Ok(mut slot) = self.verdict.lock() {
+                    *slot = Some(err);
+                }
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// Authentication inputs shared by every hop.
+#[derive(Clone, Default)]
+pub(crate) struct AuthOptions {
+    pub agent: AgentSource,
+    pub passphrase: Option<PassphraseHook>,
+}
+
+/// An authenticated SSH session, with the sessions it tunnels through.
+pub(crate) struct Session {
+    pub handle: Handle<ClientHandler>,
+    _via: Option<Box<Session>>,
+}
+
+fn client_config() -> Arc<client::Config> {
+    Arc::new(client::Config {
+        keepalive_interval: Some(Duration::from_secs(10)),
+        keepalive_max: 3,
+        inactivity_timeout: None,
+        nodelay: true,
+        ..client::Config::default()
+    })
+}
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Connect, verify and authenticate one endpoint (recursively through its jump hosts).
+pub(crate) fn connect_endpoint<'a>(
+    endpoint: &'a Endpoint,
+    auth: &'a AuthOptions,
+) -> BoxFuture<'a, Result<Session, SshError>> {
+    Box::pin(async move {
+        let verdict = Arc::new(Mutex::new(None));
+        let handler = ClientHandler {
+            known_hosts: endpoint.known_hosts.clone(),
+            key_host: endpoint.key_host.clone(),
+            port: endpoint.port,
+            verdict: verdict.clone(),
+        };
+        let config = client_config();
+        let handshake_error = |e: russh::Error| {
+            let stored = verdict.lock().ok().and_then(|mut slot| slot.take());
+            stored.unwrap_or_else(|| SshError::Handshake {
+                host: endpoint.label(),
+                reason: e.to_string(),
+            })
+        };
+        let (handle, via) = match &endpoint.jump {
+            Some(jump) => {
+                let via = connect_endpoint(jump, auth).await?;
+                let channel = via
+                    .handle
+                    .channel_open_direct_tcpip(
+                        endpoint.host.clone(),
+                        u32::from(endpoint.port),
+                        "127.0.0.1",
+                        0,
+                    )
+                    .await
+                    .map_err(|e| SshError::Jump {
+                        jump: jump.label(),
+                        target: format!("{}:{}", endpoint.host, endpoint.port),
+                        reason: e.to_string(),
+                    })?;
+                let handle = tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    client::connect_stream(config, channel.into_stream(), handler),
+                )
+                .await
+                .map_err(|_| SshError::Handshake {
+                    host: endpoint.label(),
+                    reason: "timed out".to_owned(),
+                })?
+                .map_err(handshake_error)?;
+                (handle, Some(Box::new(via)))
+            }
+            None => {
+                let connect_error = |source| SshError::Connect {
+                    host: endpoint.host.clone(),
+                    port: endpoint.port,
+                    source,
+                };
+                let stream = tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port)),
+                )
+                .await
+                .map_err(|_| {
+                    connect_error(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "connection timed out",
+                    ))
+                })?
+                .map_err(connect_error)?;
+                // russh's own connect would leave Nagle on: ~40 ms per exec round trip.
+                stream.set_nodelay(true).map_err(connect_error)?;
+                let handle = tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    client::connect_stream(config, stream, handler),
+                )
+                .await
+                .map_err(|_| SshError::Handshake {
+                    host: endpoint.label(),
+                    reason: "timed out".to_owned(),
+                })?
+                .map_err(handshake_error)?;
+                (handle, None)
+            }
+        };
+        let mut session = Session { handle, _via: via };
+        authenticate(&mut session.handle, endpoint, auth).await?;
+        Ok(session)
+    })
+}
+
+fn public_key_of(path: &Path) -> Option<PublicKey> {
+    let mut pub_path = path.as_os_str().to_owned();
+    pub_path.push(".pub");
+    russh::keys::load_public_key(PathBuf::from(pub_path)).ok()
+}
+
+async fn authenticate(
+    handle: &mut Handle<ClientHandler>,
+    endpoint: &Endpoint,
+    auth: &AuthOptions,
+) -> Result<(), SshError> {
+    let user = endpoint.user.clone();
+    let mut tried: Vec<String> = Vec::new();
+    let mut encrypted: Option<SshError> = None;
+    let wanted: Vec<PublicKey> = endpoint
+        .identities
+        .iter()
+        .filter_map(|p| public_key_of(p))
+        .collect();
+    let mut agent_keys: Vec<PublicKey> = Vec::new();
+
+    if let Some(socket) = auth.agent.socket() {
+        match AgentClient::connect_uds(&socket).await {
+            Ok(mut agent) => {
+                let identities = agent
+                    .request_identities()
+                    .await
+                    .map_err(|e| SshError::Agent {
+                        socket: socket.clone(),
+                        reason: e.to_string(),
+                    })?;
+                for identity in identities {
+                    let key = match identity {
+                        AgentIdentity::PublicKey { key, .. } => key,
+                        // Certificates held by the agent are not offered.
+                        AgentIdentity::Certificate { .. } => continue,
+                    };
+                    if endpoint.identities_only
+                        && !wanted.iter().any(|w| w.key_data() == key.key_data())
+                    {
+                        continue;
+                    }
+                    let hash = if key.algorithm().is_rsa() {
+                        handle
+                            .best_supported_rsa_hash()
+                            .await
+                            .ok()
+                            .flatten()
+                            .flatten()
+                    } else {
+                        None
+                    };
+                    tried.push(format!(
+                        "agent key {}",
+                        crate::known_hosts::fingerprint(&key)
+                    ));
+                    agent_keys.push(key.clone());
+                    match handle
+                        .authenticate_publickey_with(user.clone(), key, hash, &mut agent)
+                        .await
+                    {
+                        Ok(result) if result.success() => return Ok(()),
+                        Ok(_) => {}
+                        Err(e) => tried.push(format!("(agent signing failed: {e})")),
+                    }
+                }
+            }
+            Err(e) => {
+                if matches!(auth.agent, AgentSource::Socket(_)) {
+                    return Err(SshError::Agent {
+                        socket,
+                        reason: e.to_string(),
+                    });
+                }
+                tried.push(format!(
+                    "ssh-agent at {} (unreachable: {e})",
+                    socket.display()
+                ));
+            }
+        }
+    }
+
+    for path in &endpoint.identities {
+        if !path.exists() {
+            if endpoint.explicit_identity.as_ref() == Some(path) {
+                return Err(SshError::LoadKey {
+                    path: path.clone(),
+                    reason: "no such file".to_owned(),
+                });
+            }
+            continue;
+        }
+        // The agent already offered this key.
+        if let Some(public) = public_key_of(path)
+            && agent_keys.iter().any(|k| k.key_data() == public.key_data())
+        {
+            continue;
+        }
+        let key = match russh::keys::load_secret_key(path, None) {
+            Ok(key) => key,
+            Err(russh::keys::Error::KeyIsEncrypted) => {
+                let passphrase = auth.passphrase.as_ref().and_then(|hook| hook(path));
+                match passphrase {
+                    Some(pass) => russh::keys::load_secret_key(path, Some(&pass)).map_err(|e| {
+                        SshError::LoadKey {
+                            path: path.clone(),
+                            reason: format!("wrong passphrase or unreadable key ({e})"),
+                        }
+                    })?,
+                    None => {
+                        tried.push(format!("{} (encrypted)", path.display()));
+                        encrypted.get_or_insert(SshError::KeyEncrypted { path: path.clone() });
+                        continue;
+                    }
+                }
+            }
+            Err(e) => {
+                if endpoint.explicit_identity.as_ref() == Some(path) {
+                    return Err(SshError::LoadKey {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    });
+                }
+                tried.push(format!("{} (unreadable: {e})", path.display()));
+                continue;
+            }
+        };
+        let hash = if key.algorithm().is_rsa() {
+            handle
+                .best_supported_rsa_hash()
+                .await
+                .ok()
+                .flatten()
+                .flatten()
+        } else {
+            None
+        };
+        tried.push(path.display().to_string());
+        let result = handle
+            .authenticate_publickey(
+                user.clone(),
+                PrivateKeyWithHashAlg::new(Arc::new(key), hash),
+            )
+            .await
+            .map_err(|e| SshError::Handshake {
+                host: endpoint.label(),
+                reason: e.to_string(),
+            })?;
+        if result.success() {
+            return Ok(());
+        }
+    }
+    if let Some(err) = encrypted {
+        return Err(err);
+    }
+    Err(SshError::AuthFailed {
+        user,
+        host: format!("{}:{}", endpoint.host, endpoint.port),
+        tried: if tried.is_empty() {
+            "no keys found".to_owned()
+        } else {
+            tried.join(", ")
+        },
+    })
+}
+
+/// SFTP server extensions the file operations use.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SftpExtensions {
+    /// `posix-rename@openssh.com`: rename over an existing file atomically.
+    pub posix_rename: bool,
+}
+
+/// One established connection: the session plus its SFTP subsystem.
+pub(crate) struct Live {
+    pub session: Session,
+    pub sftp: RawSftpSession,
+    pub extensions: SftpExtensions,
+    pub generation: u64,
+}
+
+impl Live {
+    /// Whether the transport is gone.
+    pub fn is_closed(&self) -> bool {
+        self.session.handle.is_closed()
+    }
+}
+
+const SFTP_REQUEST_TIMEOUT_SECS: u64 = 60;
+
+async fn open_sftp(
+    session: &Session,
+    label: &str,
+) -> Result<(RawSftpSession, SftpExtensions), SshError> {
+    let channel_error = |reason: String| SshError::Channel {
+        what: "the SFTP subsystem",
+        host: label.to_owned(),
+        reason,
+    };
+    let channel = session
+        .handle
+        .channel_open_session()
+        .await
+        .map_err(|e| channel_error(e.to_string()))?;
+    channel
+        .request_subsystem(true, "sftp")
+        .await
+        .map_err(|e| channel_error(e.to_string()))?;
+    let sftp = RawSftpSession::new(channel.into_stream());
+    sftp.set_timeout(SFTP_REQUEST_TIMEOUT_SECS);
+    let version = sftp
+        .init()
+        .await
+        .map_err(|e| channel_error(format!("{e} (is `Subsystem sftp` enabled in sshd_config?)")))?;
+    let has = |name: &str| version.extensions.get(name).is_some_and(|v| v == "1");
+    Ok((
+        sftp,
+        SftpExtensions {
+            posix_rename: has("posix-rename@openssh.com"),
+        },
+    ))
+}
+
+/// The connection of one backend, re-established on demand.
+pub(crate) struct Pool {
+    endpoint: Endpoint,
+    auth: AuthOptions,
+    current: tokio::sync::Mutex<Option<Arc<Live>>>,
+    generation: AtomicU64,
+}
+
+/// What went wrong getting a channel.
+#[derive(Debug)]
+pub(crate) struct ChannelFailure(pub String);
+
+impl Pool {
+    pub fn new(endpoint: Endpoint, auth: AuthOptions) -> Self {
+        Pool {
+            endpoint,
+            auth,
+            current: tokio::sync::Mutex::new(None),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// `user@host:port` of the target.
+    pub fn label(&self) -> String {
+        self.endpoint.label()
+    }
+
+    /// The target endpoint.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The live connection, connecting (once, for all concurrent callers) if there is none or
+    /// the last one dropped.
+    pub async fn live(&self) -> Result<Arc<Live>, SshError> {
+        let mut current = self.current.lock().await;
+        if let Some(live) = current.as_ref()
+            && !live.is_closed()
+        {
+            return Ok(live.clone());
+        }
+        *current = None;
+        let session = connect_endpoint(&self.endpoint, &self.auth).await?;
+        let (sftp, extensions) = open_sftp(&session, &self.endpoint.label()).await?;
+        let live = Arc::new(Live {
+            session,
+            sftp,
+            extensions,
+            generation: self.generation.fetch_add(1, Ordering::Relaxed) + 1,
+        });
+        *current = Some(live.clone());
+        Ok(live)
+    }
+
+    /// Forget `live` if it is still the current connection (its transport failed).
+    pub async fn invalidate(&self, live: &Live) {
+        let mut current = self.current.lock().await;
+        if current
+            .as_ref()
+            .is_some_and(|c| c.generation == live.generation)
+        {
+            *current = None;
+        }
+    }
+
+    /// Open a session channel. A cached connection that turns out dead (nothing was started
+    /// on it yet) is replaced once.
+    pub async fn open_channel(&self) -> Result<(Arc<Live>, Channel<client::Msg>), ChannelFailure> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let live = self
+                .live()
+                .await
+                .map_err(|e| ChannelFailure(e.to_string()))?;
+            match live.session.handle.channel_open_session().await {
+                Ok(channel) => return Ok((live, channel)),
+                Err(e) => {
+                    self.invalidate(&live).await;
+                    if attempts >= 2 {
+                        return Err(ChannelFailure(format!(
+                            "failed to open an exec channel on {}: {e}",
+                            self.label()
+                        )));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Close the connection (idempotent).
+    pub async fn shutdown(&self) {
+        let live = self.current.lock().await.take();
+        if let Some(live) = live {
+            let _ = live.sftp.close_session();
+            let _ = live
+                .session
+                .handle
+                .disconnect(russh::Disconnect::ByApplication, "cordon shutdown", "en")
+                .await;
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! Connection-level behaviour: host key verification (unknown, changed, hashed), agent and
+//! key-file authentication, encrypted keys, ssh_config aliases and ProxyJump, and recovery
+//! from a killed session and a restarted server.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cordon_backend_ssh::{AgentSource, SshBackend, SshError};
+use cordon_tools::ops::{Backend, ExecError, ExitStatus};
+use tokio_util::sync::CancellationToken;
+
+use super::exec::run;
+use super::support::{fingerprint_of, server};
+
+const LONG: Duration = Duration::from_secs(120);
+
+async fn echo_ok(backend: &SshBackend, ws: &std::path::Path) {
+    let (result, output) = run(backend, "echo ok", ws, LONG, CancellationToken::new()).await;
+    assert_eq!(result.expect("exec").status, Some(ExitStatus::Code(0)));
+    assert_eq!(output, "ok\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_host_is_refused_with_the_command_to_trust_it() {
+    let Some(server) = server() else { return };
+    let empty = server.dir.path().join("empty_known_hosts");
+    std::fs::write(&empty, "").unwrap();
+    let mut config = server.config();
+    config.known_hosts = Some(empty.clone());
+    let err = SshBackend::connect(config).await.unwrap_err();
+    assert!(matches!(err, SshError::UnknownHostKey { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains(&server.host_fingerprint()), "{text}");
+    let command = format!(
+        "ssh-keyscan -p {} 127.0.0.1 >> {}",
+        server.port,
+        empty.display()
+    );
+    assert!(text.contains(&command), "{text}");
+
+    // Following the advice works.
+    let out = Command::new("sh").arg("-c").arg(&command).output().unwrap();
+    assert!(out.status.success());
+    let mut config = server.config();
+    config.known_hosts = Some(empty);
+    let backend = SshBackend::connect(config).await.unwrap();
+    echo_ok(&backend, &server.workspace).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changed_host_key_is_refused_loudly() {
+    let Some(server) = server() else { return };
+    let other = server.dir.path().join("other_key");
+    Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&other)
+        .status()
+        .unwrap();
+    let other_pub = server.dir.path().join("other_key.pub");
+    let line = std::fs::read_to_string(&other_pub).unwrap();
+    let mut parts = line.split_whitespace();
+    let known = server.dir.path().join("changed_known_hosts");
+    std::fs::write(
+        &known,
+        format!(
+            "[127.0.0.1]:{} {} {}\n",
+            server.port,
+            parts.next().unwrap(),
+            parts.next().unwrap()
+        ),
+    )
+    .unwrap();
+    let mut config = server.config();
+    config.known_hosts = Some(known);
+    let err = SshBackend::connect(config).await.unwrap_err();
+    assert!(matches!(err, SshError::ChangedHostKey { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("HAS CHANGED"), "{text}");
+    assert!(text.contains(&server.host_fingerprint()), "{text}");
+    assert!(text.contains(&fingerprint_of(&other_pub)), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hashed_known_hosts_entries_are_understood() {
+    let Some(server) = server() else { return };
+    let status = Command::new("ssh-keygen")
+        .arg("-H")
+        .arg("-f")
+        .arg(&server.known_hosts)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(&server.known_hosts).unwrap();
+    assert!(text.starts_with("|1|"), "{text}");
+    let backend = server.connect().await;
+    echo_ok(&backend, &server.workspace).await;
+}
+
+/// A real ssh-agent holding the client key, stopped on drop.
+struct Agent {
+    child: std::process::Child,
+    socket: std::path::PathBuf,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_agent(dir: &std::path::Path, key: &std::path::Path) -> Agent {
+    let socket = dir.join("agent.sock");
+    let child = Command::new("ssh-agent")
+        .arg("-D")
+        .arg("-a")
+        .arg(&socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("ssh-agent (openssh-client) must be installed");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "ssh-agent did not create its socket"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = Command::new("ssh-add")
+        .arg(key)
+        .env("SSH_AUTH_SOCK", &socket)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ssh-add: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Agent { child, socket }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_authentication() {
+    let Some(server) = server() else { return };
+    let agent = start_agent(server.dir.path(), &server.client_key);
+    let mut config = server.config();
+    config.identity = None;
+    config.agent = AgentSource::Socket(agent.socket.clone());
+    let backend = SshBackend::connect(config).await.unwrap();
+    echo_ok(&backend, &server.workspace).await;
+
+    // Without agent and key, authentication fails clearly.
+    let mut config = server.config();
+    config.identity = None;
+    let err = SshBackend::connect(config).await.unwrap_err();
+    assert!(matches!(err, SshError::AuthFailed { .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypted_key_needs_a_passphrase() {
+    let Some(server) = server() else { return };
+    let key = server.dir.path().join("enc_key");
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "s3cret", "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut authorized =
+        std::fs::read_to_string(server.dir.path().join("authorized_keys")).unwrap();
+    authorized.push_str(&std::fs::read_to_string(server.dir.path().join("enc_key.pub")).unwrap());
+    std::fs::write(server.dir.path().join("authorized_keys"), authorized).unwrap();
+
+    let mut config = server.config();
+    config.identity = Some(key.clone());
+    let err = SshBackend::connect(config.clone()).await.unwrap_err();
+    assert!(matches!(err, SshError::KeyEncrypted { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains(&key.display().to_string()), "{text}");
+    assert!(text.contains("ssh-add"), "{text}");
+
+    config.passphrase = Some(Arc::new(|_: &std::path::Path| Some("s3cret".to_owned())));
+    let backend = SshBackend::connect(config.clone()).await.unwrap();
+    echo_ok(&backend, &server.workspace).await;
+
+    config.passphrase = Some(Arc::new(|_: &std::path::Path| Some("wrong".to_owned())));
+    let err = SshBackend::connect(config).await.unwrap_err();
+    assert!(matches!(err, SshError::LoadKey { .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssh_config_alias_and_proxy_jump() {
+    let Some(server) = server() else { return };
+    let config_file = server.dir.path().join("ssh_config");
+    std::fs::write(
+        &config_file,
+        format!(
+            "Host devbox\n  HostName 127.0.0.1\n  Port {port}\n  User root\n  IdentityFile {key}\n  \
+             IdentitiesOnly yes\n  UserKnownHostsFile {kh}\n\
+             Host via-jump\n  HostName 127.0.0.1\n  Port {port}\n  ProxyJump devbox\n\
+             Host *\n  User nobody-by-default\n  IdentityFile {key}\n  UserKnownHostsFile {kh}\n",
+            port = server.port,
+            key = server.client_key.display(),
+            kh = server.known_hosts.display(),
+        ),
+    )
+    .unwrap();
+    for alias in ["devbox", "root@via-jump"] {
+        let mut config = server.config();
+        config.host = alias.to_owned();
+        config.identity = None;
+        config.known_hosts = None;
+        config.ssh_config = Some(config_file.clone());
+        let backend = SshBackend::connect(config)
+            .await
+            .unwrap_or_else(|e| panic!("{alias}: {e}"));
+        assert!(
+            backend
+                .id()
+                .as_str()
+                .starts_with(&format!("ssh:root@127.0.0.1:{}:", server.port)),
+            "{}",
+            backend.id()
+        );
+        echo_ok(&backend, &server.workspace).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_session_fails_the_call_then_reconnects() {
+    let Some(server) = server() else { return };
+    let backend = server.connect().await;
+    let ws = server.workspace.clone();
+    let marker = ws.join("started");
+    let pidfile = ws.join("pid");
+    let script = format!(
+        "echo $$ > {}; touch {}; sleep 300",
+        pidfile.display(),
+        marker.display()
+    );
+    let bash_backend = server.connect().await;
+    let task = tokio::spawn(async move {
+        run(&bash_backend, &script, &ws, LONG, CancellationToken::new()).await
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.kill_sessions();
+    let (result, _) = task.await.unwrap();
+    match result {
+        Err(ExecError::Backend { reason }) => {
+            assert!(reason.contains("connection"), "{reason}");
+            assert!(reason.contains("lost"), "{reason}");
+        }
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    // The remote side killed the command when its session went away.
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while super::support::alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the command outlived its session"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Both backends reconnect for their next call (the other one's connection was killed too).
+    echo_ok(&backend, &server.workspace).await;
+    assert!(
+        backend
+            .files()
+            .read_file(&server.workspace.join("started"))
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_server_is_reconnected() {
+    let Some(mut server) = server() else { return };
+    let backend = server.connect().await;
+    echo_ok(&backend, &server.workspace).await;
+    std::fs::write(server.workspace.join("f"), "x").unwrap();
+    server.restart();
+    // The first call may see the dead connection only now; the next one must work.
+    let files = backend.files();
+    let first = files.read_file(&server.workspace.join("f")).await;
+    if let Err(err) = &first {
+        assert!(err.to_string().contains("backend unavailable"), "{err}");
+    }
+    assert_eq!(
+        files.read_file(&server.workspace.join("f")).await.unwrap(),
+        b"x"
+    );
+    echo_ok(&backend, &server.workspace).await;
+}

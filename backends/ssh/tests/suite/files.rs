@@ -1,0 +1,267 @@
+//! File operations over SFTP: confinement (symlinks out, `..`, absolute paths), protected and
+//! denied paths, atomic writes keeping the mode, listings with dangling symlinks, spill files.
+
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::PathBuf;
+
+use cordon_backend_ssh::SshBackend;
+use cordon_core::sandbox::SandboxSpec;
+use cordon_tools::ops::{Backend, FileKind, FsError};
+use tokio::io::AsyncWriteExt;
+
+use super::support::server;
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_roundtrip_keeps_mode_and_leaves_no_temp_files() {
+    let Some(server) = server() else { return };
+    let backend = server.connect().await;
+    let files = backend.files();
+    let ws = server.workspace.canonicalize().unwrap();
+    assert_eq!(files.root(), ws.as_path());
+    assert!(backend.id().as_str().starts_with("ssh:root@127.0.0.1:"));
+    assert!(
+        backend
+            .id()
+            .as_str()
+            .ends_with(&format!(":{}", ws.display()))
+    );
+
+    let script = ws.join("run.sh");
+    std::fs::write(&script, "old").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o751)).unwrap();
+    files
+        .write_file(&script, b"#!/bin/sh\necho new\n")
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&script).unwrap(), b"#!/bin/sh\necho new\n");
+    assert_eq!(mode(&script), 0o751);
+
+    // A big file crosses many pipelined SFTP requests.
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let path = ws.join("big.bin");
+    files.write_file(&path, &big).await.unwrap();
+    assert_eq!(files.read_file(&path).await.unwrap(), big);
+    assert_eq!(
+        files.read_head(&path, 1000).await.unwrap(),
+        big[..1000].to_vec()
+    );
+    assert_eq!(mode(&path), 0o644);
+
+    let leftovers: Vec<String> = std::fs::read_dir(&ws)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("cordon-"))
+        .collect();
+    assert!(leftovers.is_empty(), "temp files left: {leftovers:?}");
+
+    // Writing through a symlink replaces the file it points to.
+    let target = ws.join("target.txt");
+    std::fs::write(&target, "t").unwrap();
+    symlink("target.txt", ws.join("link.txt")).unwrap();
+    files
+        .write_file(&ws.join("link.txt"), b"via link")
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "via link");
+    assert!(
+        std::fs::symlink_metadata(ws.join("link.txt"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_match_the_local_backend() {
+    let Some(server) = server() else { return };
+    let backend = server.connect().await;
+    let files = backend.files();
+    let ws = server.workspace.canonicalize().unwrap();
+    std::fs::create_dir(ws.join("dir")).unwrap();
+    std::fs::write(ws.join("file"), "x").unwrap();
+    assert!(matches!(
+        files.read_file(&ws.join("missing")).await,
+        Err(FsError::NotFound { .. })
+    ));
+    assert!(matches!(
+        files.read_file(&ws.join("dir")).await,
+        Err(FsError::IsADirectory { .. })
+    ));
+    assert!(matches!(
+        files.write_file(&ws.join("dir"), b"x").await,
+        Err(FsError::IsADirectory { .. })
+    ));
+    assert!(matches!(
+        files.write_file(&ws.join("nodir/new.txt"), b"x").await,
+        Err(FsError::NotFound { .. })
+    ));
+    assert!(matches!(
+        files.read_dir(&ws.join("file")).await,
+        Err(FsError::NotADirectory { .. })
+    ));
+    files.create_dir_all(&ws.join("a/b/c")).await.unwrap();
+    assert!(ws.join("a/b/c").is_dir());
+    files.create_dir_all(&ws.join("a/b/c")).await.unwrap();
+    let meta = files.metadata(&ws.join("file")).await.unwrap();
+    assert_eq!(
+        (meta.kind, meta.size, meta.mode),
+        (FileKind::File, 1, 0o644)
+    );
+    assert!(meta.writable);
+    assert_eq!(
+        files.metadata(&ws.join("dir")).await.unwrap().kind,
+        FileKind::Dir
+    );
+    // Canonical paths: symlinks resolved, a missing tail joined to the canonical parent.
+    symlink("dir", ws.join("dlink")).unwrap();
+    assert_eq!(
+        files.canonicalize(&ws.join("dlink/new/x")).await.unwrap(),
+        ws.join("dir/new/x")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confinement_protected_and_denied() {
+    let Some(server) = server() else { return };
+    let mut config = server.config();
+    config.spec = SandboxSpec {
+        protected: vec![".git/**".into()],
+        denied: vec!["**/.env".into()],
+        ..SandboxSpec::default()
+    };
+    let backend = SshBackend::connect(config).await.unwrap();
+    let files = backend.files();
+    let ws = server.workspace.canonicalize().unwrap();
+    let outside = server.dir.path().join("outside.txt");
+    std::fs::write(&outside, "secret").unwrap();
+    symlink(&outside, ws.join("escape")).unwrap();
+    symlink("/etc", ws.join("etc")).unwrap();
+
+    for path in [
+        ws.join("escape"),
+        ws.join("etc/hostname"),
+        outside.clone(),
+        PathBuf::from("/etc/passwd"),
+        ws.join("../outside.txt"),
+    ] {
+        match files.read_file(&path).await {
+            Err(FsError::OutsideRoot { .. }) => {}
+            other => panic!(
+                "read {} should be OutsideRoot, got {other:?}",
+                path.display()
+            ),
+        }
+    }
+    assert!(matches!(
+        files.write_file(&ws.join("escape"), b"x").await,
+        Err(FsError::OutsideRoot { .. })
+    ));
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "secret");
+    assert!(matches!(
+        files.write_file(&ws.join("etc/new"), b"x").await,
+        Err(FsError::OutsideRoot { .. })
+    ));
+
+    std::fs::create_dir(ws.join(".git")).unwrap();
+    std::fs::write(ws.join(".git/config"), "[core]").unwrap();
+    assert_eq!(
+        files.read_file(&ws.join(".git/config")).await.unwrap(),
+        b"[core]"
+    );
+    assert!(matches!(
+        files.write_file(&ws.join(".git/config"), b"x").await,
+        Err(FsError::Protected { .. })
+    ));
+    assert!(matches!(
+        files.create_dir_all(&ws.join(".git/hooks")).await,
+        Err(FsError::Protected { .. })
+    ));
+    assert!(
+        !files
+            .metadata(&ws.join(".git/config"))
+            .await
+            .unwrap()
+            .writable
+    );
+
+    std::fs::write(ws.join(".env"), "TOKEN=1").unwrap();
+    assert!(matches!(
+        files.read_file(&ws.join(".env")).await,
+        Err(FsError::Denied { .. })
+    ));
+    assert!(matches!(
+        files.write_file(&ws.join(".env"), b"x").await,
+        Err(FsError::Denied { .. })
+    ));
+    assert!(matches!(
+        files.canonicalize(&ws.join(".env")).await,
+        Err(FsError::Denied { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_dir_reports_dangling_and_escaping_links() {
+    let Some(server) = server() else { return };
+    let backend = server.connect().await;
+    let files = backend.files();
+    let ws = server.workspace.canonicalize().unwrap();
+    std::fs::write(ws.join("f"), "").unwrap();
+    std::fs::create_dir(ws.join("d")).unwrap();
+    symlink("nowhere", ws.join("dangling")).unwrap();
+    symlink("/etc", ws.join("out")).unwrap();
+    symlink("f", ws.join("good")).unwrap();
+    let mut entries = files.read_dir(&ws).await.unwrap();
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    let summary: Vec<(String, Option<FileKind>, Option<String>)> = entries
+        .into_iter()
+        .map(|e| (e.name, e.kind, e.error))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("d".into(), Some(FileKind::Dir), None),
+            (
+                "dangling".into(),
+                None,
+                Some("dangling symlink (its target does not exist)".into())
+            ),
+            ("f".into(), Some(FileKind::File), None),
+            ("good".into(), Some(FileKind::File), None),
+            (
+                "out".into(),
+                None,
+                Some("symlink points outside the allowed roots".into())
+            ),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spill_files_live_on_the_remote_and_are_readable_later() {
+    let Some(server) = server() else { return };
+    let backend = server.connect().await;
+    let files = backend.files();
+    let (path, mut writer) = files.create_spill_file().await.unwrap();
+    assert!(path.starts_with(backend.spill_dir()));
+    let body: Vec<u8> = (0..200_000u32)
+        .flat_map(|i| format!("line {i}\n").into_bytes())
+        .collect();
+    writer.write_all(&body).await.unwrap();
+    writer.shutdown().await.unwrap();
+    assert_eq!(files.read_file(&path).await.unwrap(), body);
+    assert_eq!(mode(&path), 0o600);
+    assert!(matches!(
+        files.write_file(&path, b"x").await,
+        Err(FsError::PermissionDenied { .. })
+    ));
+    // A later backend on the same root still reads it.
+    backend.shutdown().await;
+    let again = server.connect().await;
+    assert_eq!(again.spill_dir(), backend.spill_dir());
+    assert_eq!(again.files().read_file(&path).await.unwrap(), body);
+}

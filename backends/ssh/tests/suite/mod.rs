@@ -1,0 +1,6 @@
+//! Test modules; `support` starts the throwaway sshd.
+mod connect;
+mod exec;
+mod files;
+mod search;
+pub mod support;

@@ -1,0 +1,63 @@
+//! `find`: glob over paths, hidden files included, `.gitignore` applied outside repositories,
+//! `.git/` excluded, the limit notice only for real cuts.
+
+use std::sync::Arc;
+
+use cordon_tests::{Harness, Workspace};
+use serde_json::{Value, json};
+
+pub async fn hidden_files_gitignore_and_git_excluded(h: Arc<dyn Harness>) {
+    let ws = Workspace::open(&h).await;
+    ws.put(".gitignore", "ignored.txt\nnode_modules/\n");
+    ws.put("ignored.txt", "");
+    ws.put("node_modules/dep/index.txt", "");
+    ws.put(".git/notes.txt", "");
+    ws.put(".secret/hidden.txt", "");
+    ws.put("visible.txt", "");
+    ws.put("src/deep/nested.txt", "");
+    ws.put("src/main.rs", "");
+    let found = ws.call("find", json!({"pattern": "**/*.txt"})).await;
+    found.assert_ok(".secret/hidden.txt\nsrc/deep/nested.txt\nvisible.txt");
+    assert_eq!(found.details(), Value::Null);
+    ws.call("find", json!({"pattern": "*.txt", "path": "src"}))
+        .await
+        .assert_ok("deep/nested.txt");
+    ws.call("find", json!({"pattern": "src/**/*.rs"}))
+        .await
+        .assert_ok("src/main.rs");
+}
+
+pub async fn limit_notice(h: Arc<dyn Harness>) {
+    let ws = Workspace::open(&h).await;
+    for name in ["a.txt", "b.txt", "c.txt"] {
+        ws.put(name, "");
+    }
+    let limited = ws
+        .call("find", json!({"pattern": "*.txt", "limit": 2}))
+        .await;
+    limited.assert_ok(
+        "a.txt\nb.txt\n\n[2 results limit reached. Use limit=4 for more, or refine pattern]",
+    );
+    assert_eq!(limited.details(), json!({"resultLimitReached": 2}));
+    ws.call("find", json!({"pattern": "*.txt", "limit": 3}))
+        .await
+        .assert_ok("a.txt\nb.txt\nc.txt");
+}
+
+pub async fn no_files_and_invalid_glob(h: Arc<dyn Harness>) {
+    let ws = Workspace::open(&h).await;
+    ws.put("a.txt", "");
+    ws.call("find", json!({"pattern": "*.zz"}))
+        .await
+        .assert_ok("No files found matching pattern");
+    ws.call("find", json!({"pattern": "--help"}))
+        .await
+        .assert_ok("No files found matching pattern");
+    ws.call("find", json!({"pattern": "["})).await.assert_error(
+        "Invalid glob `[`: unclosed character class; missing ']'. Fix the glob pattern (e.g. \
+             '*.rs', '**/*.json', 'src/**/*.ts').",
+    );
+    ws.call("find", json!({"pattern": "*", "path": "nope"}))
+        .await
+        .assert_error("Path not found: $ROOT/nope");
+}

@@ -1,0 +1,91 @@
+//! The Docker and SSH backends' [`Harness`]es. The workspace is the same host directory the
+//! local backend uses: bind-mounted into the container, or the remote root of an sshd on
+//! 127.0.0.1 (same machine, so the suites can inspect files and processes from the host).
+
+use async_trait::async_trait;
+use cordon_runtime::{BackendChoice, DockerOptions, SessionOptions, SshOptions};
+
+use crate::harness::{Harness, SessionRequest};
+use crate::infra;
+
+fn opted_out(var: &str) -> Option<String> {
+    (std::env::var(var).as_deref() == Ok("1")).then(|| format!("{var}=1"))
+}
+
+/// The Docker backend's factory (container per session from `cordon-sandbox:latest`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Docker;
+
+#[async_trait]
+impl Harness for Docker {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    fn opted_out(&self) -> Option<String> {
+        opted_out("CORDON_SKIP_DOCKER")
+    }
+
+    async fn session_options(&self, request: SessionRequest) -> Result<SessionOptions, String> {
+        let SessionRequest {
+            host_root,
+            policy,
+            audit,
+        } = request;
+        let host = tokio::task::spawn_blocking(infra::docker_host)
+            .await
+            .map_err(|error| error.to_string())??;
+        Ok(SessionOptions {
+            backend: BackendChoice::Docker(DockerOptions {
+                docker_host: Some(host),
+                ..DockerOptions::default()
+            }),
+            policy,
+            audit,
+            ..SessionOptions::local(host_root)
+        })
+    }
+}
+
+/// The SSH backend's factory (root on a throwaway sshd on 127.0.0.1).
+///
+/// The remote host cannot enforce the policy's sandbox for commands in this phase, so the
+/// backend runs them only when the operator accepts that (`allow_degraded`), which the suites
+/// do here; every result then names the missing layers.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ssh;
+
+#[async_trait]
+impl Harness for Ssh {
+    fn name(&self) -> &'static str {
+        "ssh"
+    }
+
+    fn opted_out(&self) -> Option<String> {
+        opted_out("CORDON_SKIP_SSH")
+    }
+
+    async fn session_options(&self, request: SessionRequest) -> Result<SessionOptions, String> {
+        let SessionRequest {
+            host_root,
+            policy,
+            audit,
+        } = request;
+        let sshd = tokio::task::spawn_blocking(infra::sshd)
+            .await
+            .map_err(|error| error.to_string())??;
+        Ok(SessionOptions {
+            backend: BackendChoice::Ssh(SshOptions {
+                host: format!("root@127.0.0.1:{}", sshd.port),
+                remote_root: host_root.clone(),
+                identity: Some(sshd.key),
+                known_hosts: Some(sshd.known_hosts),
+                ssh_config: Some(sshd.ssh_config),
+            }),
+            policy,
+            audit,
+            allow_degraded: true,
+            ..SessionOptions::local(host_root)
+        })
+    }
+}
