@@ -330,8 +330,13 @@ struct RawServer {
 
 impl RawServer {
     fn start(root: &Path) -> RawServer {
+        RawServer::start_with(root, &[], &[])
+    }
+
+    fn start_with(root: &Path, extra: &[&str], env: &[(&str, &str)]) -> RawServer {
         let mut child = Command::new(cordon())
-            .args(mcp_args(root, &[]))
+            .args(mcp_args(root, extra))
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -729,6 +734,145 @@ fn unreadable_policy_is_a_configuration_error() {
     assert!(output.stdout.is_empty(), "stdout must carry only JSON-RPC");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("/nonexistent/policy.toml"), "{stderr}");
+}
+
+// --- other backends ------------------------------------------------------------------------
+
+/// Containers the Docker backend started for the process `pid`.
+fn containers_of(docker_host: &str, pid: u32) -> Vec<String> {
+    let output = Command::new("docker")
+        .args(["ps", "-a", "-q", "--filter"])
+        .arg(format!("label=cordon.owner.pid={pid}"))
+        .env("DOCKER_HOST", docker_host)
+        .output()
+        .expect("run the docker CLI");
+    assert!(output.status.success(), "docker ps failed: {output:?}");
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn docker_backend_runs_calls_in_a_container_removed_at_stdin_eof() {
+    if std::env::var("CORDON_SKIP_DOCKER").as_deref() == Ok("1") {
+        eprintln!("skipped: CORDON_SKIP_DOCKER=1");
+        return;
+    }
+    let docker_host = cordon_tests::infra::docker_host()
+        .unwrap_or_else(|reason| panic!("no Docker engine for the docker backend: {reason}"));
+    let dir = workspace();
+    let mut server = RawServer::start_with(
+        dir.path(),
+        &["--backend", "docker"],
+        &[("DOCKER_HOST", &docker_host)],
+    );
+    server.initialize();
+    let written = server.request(
+        1,
+        "tools/call",
+        json!({"name":"write","arguments":{"path":"from-mcp.txt","content":"inside\n"}}),
+    );
+    assert_eq!(written["result"]["isError"], false, "{written}");
+    let bash = server.request(
+        2,
+        "tools/call",
+        json!({"name":"bash","arguments":{"command":"cat from-mcp.txt; pwd"}}),
+    );
+    assert_eq!(bash["result"]["isError"], false, "{bash}");
+    assert_eq!(
+        bash["result"]["structuredContent"]["output"], "inside\n/workspace\n",
+        "{bash}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("from-mcp.txt")).unwrap(),
+        "inside\n"
+    );
+    let pid = server.child.id();
+    assert_eq!(
+        containers_of(&docker_host, pid).len(),
+        1,
+        "one container per session"
+    );
+
+    server.close_stdin();
+    let status = server.wait_exit();
+    assert!(
+        status.success(),
+        "exit {status}; stderr:\n{}",
+        server.stderr()
+    );
+    assert_eq!(
+        containers_of(&docker_host, pid),
+        Vec::<String>::new(),
+        "the container outlived the session"
+    );
+}
+
+#[test]
+fn ssh_backend_runs_calls_on_the_remote_host_and_exits_cleanly() {
+    if std::env::var("CORDON_SKIP_SSH").as_deref() == Ok("1") {
+        eprintln!("skipped: CORDON_SKIP_SSH=1");
+        return;
+    }
+    let sshd = cordon_tests::infra::sshd()
+        .unwrap_or_else(|reason| panic!("no test sshd for the ssh backend: {reason}"));
+    let dir = workspace();
+    let host = format!("root@127.0.0.1:{}", sshd.port);
+    let root = dir.path().to_str().unwrap();
+    let mut extra = vec![
+        "--backend",
+        "ssh",
+        "--host",
+        &host,
+        "--identity",
+        sshd.key.to_str().unwrap(),
+        "--known-hosts",
+        sshd.known_hosts.to_str().unwrap(),
+        "--ssh-config",
+        sshd.ssh_config.to_str().unwrap(),
+        "--remote-root",
+        root,
+    ];
+    // The remote side cannot enforce the sandbox for commands in this phase, so the ssh
+    // backend runs them only with an explicit downgrade (as the conformance suite does).
+    if !SANDBOX_FLAGS.contains(&"--allow-degraded") {
+        extra.push("--allow-degraded");
+    }
+    let mut server = RawServer::start_with(dir.path(), &extra, &[]);
+    server.initialize();
+    let written = server.request(
+        1,
+        "tools/call",
+        json!({"name":"write","arguments":{"path":"over-ssh.txt","content":"remote\n"}}),
+    );
+    assert_eq!(written["result"]["isError"], false, "{written}");
+    let bash = server.request(
+        2,
+        "tools/call",
+        json!({"name":"bash","arguments":{"command":"cat over-ssh.txt"}}),
+    );
+    assert_eq!(
+        bash["result"]["structuredContent"]["output"], "remote\n",
+        "{bash}"
+    );
+    let denied = server.request(
+        3,
+        "tools/call",
+        json!({"name":"write","arguments":{"path":".git/config","content":"x"}}),
+    );
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(".git/config")).unwrap(),
+        "original\n"
+    );
+    server.close_stdin();
+    let status = server.wait_exit();
+    assert!(
+        status.success(),
+        "exit {status}; stderr:\n{}",
+        server.stderr()
+    );
 }
 
 // --- streamable HTTP ----------------------------------------------------------------------
