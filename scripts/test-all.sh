@@ -11,14 +11,26 @@ cd "$(dirname "$0")/.."
 log() { printf '\n== %s\n' "$*" >&2; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
+# command → Debian package, for every external program a suite drives.
 need_pkgs=()
-command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
-command -v ssh-keygen >/dev/null 2>&1 || need_pkgs+=(openssh-client)
-command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
-command -v debootstrap >/dev/null 2>&1 || need_pkgs+=(debootstrap)
-[ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need_pkgs+=(busybox-static)
-command -v git >/dev/null 2>&1 || need_pkgs+=(git)
-command -v patch >/dev/null 2>&1 || need_pkgs+=(patch)
+need() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || need_pkgs+=("$2"); }
+need sshd openssh-server            # SSH backend tests (a throwaway sshd on 127.0.0.1)
+need ssh-keygen openssh-client
+need ssh-agent openssh-client
+need dockerd docker.io              # Docker backend tests (a private dockerd)
+need debootstrap debootstrap        # the offline sandbox image
+need busybox busybox-static         # the tiny fallback-search test image
+need git git
+need patch patch                    # edit patches applied with patch -p0
+need rg ripgrep                     # remote search and the grep benchmark
+need curl curl                      # sandbox escape cases
+need nc netcat-openbsd
+need gdb gdb
+need setcap libcap2-bin
+need unshare util-linux
+need script util-linux              # cordon run approvals on a pseudo-terminal
+need getent libc-bin
+need python3 python3
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing ${need_pkgs[*]}"
   as_root apt-get update -qq
@@ -27,7 +39,7 @@ fi
 
 if ! python3 -c 'import mcp' >/dev/null 2>&1; then
   log "installing the Python MCP SDK (for the MCP end-to-end tests)"
-  python3 -m pip install -q 'mcp>=1.9'
+  python3 -m pip install -q 'mcp>=1.9' || python3 -m pip install -q --break-system-packages 'mcp>=1.9'
 fi
 
 log "Docker engine"
