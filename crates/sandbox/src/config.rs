@@ -287,6 +287,10 @@ pub struct HostDefaults {
     pub read: Vec<PathBuf>,
     /// Environment for the toolchains (`PATH`, `CARGO_HOME`, `RUSTUP_HOME`, `PYENV_ROOT`, …).
     pub env: Vec<(OsString, OsString)>,
+    /// The secrets found while carving the trees above (e.g. `/etc/shadow`,
+    /// `~/.cargo/credentials.toml`): never granted here, and worth denying explicitly when a
+    /// broader rule (a policy's readable root) would cover them.
+    pub denied: Vec<PathBuf>,
 }
 
 impl SandboxConfig {
@@ -297,11 +301,13 @@ impl SandboxConfig {
             read_exec,
             read,
             env,
+            denied,
         } = defaults;
         SandboxConfig {
             read_exec,
             read,
             env,
+            denied,
             ..SandboxConfig::default()
         }
     }

@@ -51,9 +51,13 @@ pub use error::{SandboxError, SetupStep};
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "linux")]
-pub use linux::{PreparedSandbox, SandboxedChild, host_defaults, probe};
+pub use linux::{
+    PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home, probe,
+};
 
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
 #[cfg(not(target_os = "linux"))]
-pub use unsupported::{PreparedSandbox, SandboxedChild, host_defaults, probe};
+pub use unsupported::{
+    PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home, probe,
+};

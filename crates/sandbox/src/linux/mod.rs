@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use defaults::host_defaults;
+pub use defaults::{host_defaults, host_defaults_for_home};
 pub use probe::probe;
 
 use crate::config::{ExitStatus, HostSupport, Layer, SandboxConfig, SpawnRequest};
@@ -55,7 +55,9 @@ struct Inner {
     env: Vec<(OsString, OsString)>,
     rlimits: Vec<(c_int, u64, u64)>,
     last_cap: u32,
-    mounts: MountConfig,
+    /// Swapped whole by [`PreparedSandbox::set_protected_and_denied`]; each spawn plans from
+    /// the value current when it starts.
+    mounts: std::sync::Mutex<Arc<MountConfig>>,
     user_maps: Option<(Vec<u8>, Vec<u8>)>,
     pid_max: Option<Vec<u8>>,
     argv_area: Option<(usize, usize)>,
@@ -463,13 +465,13 @@ impl PreparedSandbox {
                 env: base_env,
                 rlimits,
                 last_cap: last_capability(),
-                mounts: MountConfig {
+                mounts: std::sync::Mutex::new(Arc::new(MountConfig {
                     write: writable,
                     readable,
                     protected,
                     denied,
                     private_shm,
-                },
+                })),
                 user_maps,
                 pid_max,
                 argv_area: sys::argv_area(),
@@ -497,6 +499,62 @@ impl PreparedSandbox {
     /// The environment every command starts from (before the request's own entries).
     pub fn base_env(&self) -> &[(OsString, OsString)] {
         &self.inner.env
+    }
+
+    /// Replace the protected and denied paths (see [`SandboxConfig`]) for commands spawned
+    /// from now on; running commands keep the set they started with. Backends call this when
+    /// the files matching their protected/denied patterns change. Returns whether the set
+    /// differs from the current one.
+    ///
+    /// # Errors
+    /// [`SandboxError::RelativePath`] or [`SandboxError::OpenPath`] for a path that cannot be
+    /// put in canonical form; the current set is then kept.
+    pub fn set_protected_and_denied(
+        &self,
+        protected: &[PathBuf],
+        denied: &[PathBuf],
+    ) -> Result<bool, SandboxError> {
+        let protected: Vec<PathBuf> = protected
+            .iter()
+            .map(|p| canonical_lenient(p))
+            .collect::<Result<_, _>>()?;
+        let denied: Vec<PathBuf> = denied
+            .iter()
+            .map(|p| canonical_lenient(p))
+            .collect::<Result<_, _>>()?;
+        let mut current = self
+            .inner
+            .mounts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current.protected == protected && current.denied == denied {
+            return Ok(false);
+        }
+        let MountConfig {
+            write,
+            readable,
+            protected: _,
+            denied: _,
+            private_shm,
+        } = current.as_ref();
+        *current = Arc::new(MountConfig {
+            write: write.clone(),
+            readable: readable.clone(),
+            protected,
+            denied,
+            private_shm: *private_shm,
+        });
+        Ok(true)
+    }
+
+    fn mount_config(&self) -> Arc<MountConfig> {
+        Arc::clone(
+            &self
+                .inner
+                .mounts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// Run one command in the sandbox. Returns once the command is executing (or failed to
@@ -558,7 +616,7 @@ impl PreparedSandbox {
         ];
 
         let plan = if inner.namespaces {
-            mounts::plan(&inner.mounts)?
+            mounts::plan(&self.mount_config())?
         } else {
             MountPlan::default()
         };
@@ -982,6 +1040,27 @@ impl SandboxedChild {
             .map_err(|source| SandboxError::Signal { source })
     }
 
+    /// A handle that signals or kills this command's tree while another task waits for it
+    /// (e.g. a timeout racing [`SandboxedChild::wait`]). It acts on the process Cordon
+    /// created through its own pidfd, so it never reaches an unrelated process.
+    ///
+    /// # Errors
+    /// [`SandboxError::Signal`] when the pidfd cannot be duplicated.
+    pub fn signaller(&self) -> Result<TreeSignaller, SandboxError> {
+        let pidfd = match self.pidfd.as_ref() {
+            Some(pidfd) => Some(
+                sys::dup_cloexec_at_least(pidfd, 3)
+                    .map_err(|source| SandboxError::Signal { source })?,
+            ),
+            None => None,
+        };
+        Ok(TreeSignaller {
+            pid: self.pid,
+            pidfd,
+            namespaces: self.namespaces,
+        })
+    }
+
     fn kill_and_reap(&mut self) {
         let _ = self.kill_tree();
         // Ignore any report: the caller turns the setup failure into the error.
@@ -994,6 +1073,64 @@ impl SandboxedChild {
             self.finish_reaped(reaped);
         }
     }
+}
+
+/// Signals a sandboxed command's tree independently of its [`SandboxedChild`]; see
+/// [`SandboxedChild::signaller`]. Once the command has ended, signalling is a no-op.
+#[derive(Debug)]
+pub struct TreeSignaller {
+    pid: i32,
+    pidfd: Option<OwnedFd>,
+    namespaces: bool,
+}
+
+impl TreeSignaller {
+    /// As [`SandboxedChild::signal_tree`].
+    ///
+    /// # Errors
+    /// As [`SandboxedChild::signal_tree`].
+    pub fn signal_tree(&self, signal: i32) -> Result<(), SandboxError> {
+        if signal == libc::SIGKILL {
+            return self.kill_tree();
+        }
+        if !child::FORWARDED_SIGNALS.contains(&signal) {
+            return Err(SandboxError::UnsupportedSignal { signal });
+        }
+        let Some(pidfd) = self.pidfd.as_ref() else {
+            return Ok(());
+        };
+        let result = if self.namespaces {
+            sys::pidfd_send_signal(pidfd, signal)
+        } else if process_alive(pidfd) {
+            sys::kill_process_group(self.pid, signal)
+        } else {
+            Ok(())
+        };
+        ignore_gone(result).map_err(|source| SandboxError::Signal { source })
+    }
+
+    /// As [`SandboxedChild::kill_tree`].
+    ///
+    /// # Errors
+    /// As [`SandboxedChild::kill_tree`].
+    pub fn kill_tree(&self) -> Result<(), SandboxError> {
+        let Some(pidfd) = self.pidfd.as_ref() else {
+            return Ok(());
+        };
+        if !self.namespaces && process_alive(pidfd) {
+            ignore_gone(sys::kill_process_group(self.pid, libc::SIGKILL))
+                .map_err(|source| SandboxError::Signal { source })?;
+        }
+        ignore_gone(sys::pidfd_send_signal(pidfd, libc::SIGKILL))
+            .map_err(|source| SandboxError::Signal { source })
+    }
+}
+
+/// Whether the process behind `pidfd` has not been reaped yet (its pid, and so its process
+/// group id, cannot have been reused).
+fn process_alive(pidfd: &OwnedFd) -> bool {
+    // Signal 0 checks existence; a zombie still counts, which is what keeps the pid taken.
+    sys::pidfd_send_signal(pidfd, 0).is_ok()
 }
 
 fn ignore_gone(result: io::Result<()>) -> io::Result<()> {
