@@ -63,13 +63,18 @@
 use std::path::PathBuf;
 
 pub use cordon_core::sandbox::SandboxSpec;
+pub use cordon_sandbox::{HostSupport, Layer, probe as probe_host};
 
 #[cfg(target_os = "linux")]
 mod backend;
 #[cfg(target_os = "linux")]
 mod exec;
 #[cfg(target_os = "linux")]
+mod expand;
+#[cfg(target_os = "linux")]
 mod files;
+#[cfg(target_os = "linux")]
+mod layout;
 #[cfg(target_os = "linux")]
 mod roots;
 #[cfg(target_os = "linux")]
