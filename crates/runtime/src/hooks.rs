@@ -81,6 +81,38 @@ impl RuntimeHooks {
                 .is_some_and(|dir| canonical.starts_with(dir))
     }
 
+    /// Whether the call names at least one path and every one is a read of a spill file.
+    async fn names_only_spill_files(&self, tool: &str, args: &Value) -> bool {
+        let named = paths_of(tool, args);
+        if named.is_empty() {
+            return false;
+        }
+        let root = self.files.root();
+        let home = self.files.home();
+        for (raw, op) in named {
+            let lexical = resolve_to_cwd(&raw, root, home);
+            match self.files.canonicalize(&lexical).await {
+                Ok(canonical) if self.is_spill_read(&canonical, op) => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    fn spill_read(&self, tool: &str) -> PolicyDecision {
+        PolicyDecision {
+            decision: Decision::Allow,
+            rule: RuleRef {
+                file: Arc::from("cordon"),
+                line: 0,
+            },
+            reason: format!(
+                "the `{tool}` call only reads this backend's spill files (full command output)"
+            ),
+            unanalysable: None,
+        }
+    }
+
     fn refusal(&self, reason: String) -> PolicyDecision {
         PolicyDecision {
             decision: Decision::Deny,
@@ -189,6 +221,15 @@ impl ToolHooks for RuntimeHooks {
     ) -> Result<BeforeOutcome, HookError> {
         let tool = call.tool_call.name.as_str();
         let (decision, refused) = match self.accesses(tool, args).await {
+            // Only this backend's spill files: exempt from the policy's path globs (the output
+            // was already the model's), but the tool itself must be enabled.
+            Ok(paths)
+                if paths.is_empty()
+                    && self.policy.is_tool_enabled(tool)
+                    && self.names_only_spill_files(tool, args).await =>
+            {
+                (self.spill_read(tool), false)
+            }
             Ok(paths) => {
                 let request = DecisionRequest {
                     tool,
