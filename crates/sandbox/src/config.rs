@@ -293,7 +293,43 @@ pub struct HostDefaults {
     pub denied: Vec<PathBuf>,
 }
 
+/// Whether a configuration needs a layer or merely uses it when the host has it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Requirement {
+    /// Missing it is an error unless `allow_degraded` is set.
+    Required,
+    /// Used when available; other layers cover most of what it adds.
+    Optional,
+}
+
 impl SandboxConfig {
+    /// The layers this configuration uses on a host like `support`, in [`Layer::ALL`] order:
+    /// seccomp, Landlock filesystem rules, PID and mount namespaces are always required, a
+    /// user namespace when not root, the process limit when one is configured; Landlock ioctl
+    /// control, scopes and (with the network off) TCP rules are optional.
+    pub fn layer_requirements(&self, support: &HostSupport) -> Vec<(Layer, Requirement)> {
+        Layer::ALL
+            .iter()
+            .filter_map(|&layer| {
+                let requirement = match layer {
+                    Layer::Seccomp
+                    | Layer::LandlockFilesystem
+                    | Layer::PidNamespace
+                    | Layer::MountNamespace => Some(Requirement::Required),
+                    Layer::UserNamespace => (!support.root).then_some(Requirement::Required),
+                    Layer::ProcessLimit => self
+                        .limits
+                        .processes
+                        .is_some()
+                        .then_some(Requirement::Required),
+                    Layer::LandlockIoctl | Layer::LandlockScopes => Some(Requirement::Optional),
+                    Layer::LandlockNetwork => (!self.network).then_some(Requirement::Optional),
+                };
+                requirement.map(|requirement| (layer, requirement))
+            })
+            .collect()
+    }
+
     /// A configuration with the host defaults filled in (see [`HostDefaults`]); add the
     /// workspace to `write` and the protected and denied paths.
     pub fn with_defaults(defaults: HostDefaults) -> SandboxConfig {
@@ -378,6 +414,46 @@ mod tests {
         assert!(!host.supports(Layer::PidNamespace));
         assert!(!host.supports(Layer::MountNamespace));
         assert!(!host.supports(Layer::UserNamespace));
+    }
+
+    #[test]
+    fn requirements_follow_the_configuration() {
+        let config = SandboxConfig {
+            limits: Rlimits {
+                processes: Some(10),
+                ..Rlimits::default()
+            },
+            ..SandboxConfig::default()
+        };
+        assert_eq!(
+            config.layer_requirements(&full()),
+            vec![
+                (Layer::LandlockFilesystem, Requirement::Required),
+                (Layer::LandlockIoctl, Requirement::Optional),
+                (Layer::LandlockNetwork, Requirement::Optional),
+                (Layer::LandlockScopes, Requirement::Optional),
+                (Layer::Seccomp, Requirement::Required),
+                (Layer::PidNamespace, Requirement::Required),
+                (Layer::MountNamespace, Requirement::Required),
+                (Layer::ProcessLimit, Requirement::Required),
+            ]
+        );
+        let user = HostSupport {
+            root: false,
+            ..full()
+        };
+        let networked = SandboxConfig {
+            network: true,
+            ..SandboxConfig::default()
+        };
+        let layers: Vec<Layer> = networked
+            .layer_requirements(&user)
+            .into_iter()
+            .map(|(layer, _)| layer)
+            .collect();
+        assert!(layers.contains(&Layer::UserNamespace));
+        assert!(!layers.contains(&Layer::LandlockNetwork));
+        assert!(!layers.contains(&Layer::ProcessLimit));
     }
 
     #[test]

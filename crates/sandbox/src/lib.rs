@@ -44,7 +44,7 @@ mod config;
 mod error;
 
 pub use config::{
-    ExitStatus, HostDefaults, HostSupport, Layer, Rlimits, SandboxConfig, SpawnRequest,
+    ExitStatus, HostDefaults, HostSupport, Layer, Requirement, Rlimits, SandboxConfig, SpawnRequest,
 };
 pub use error::{SandboxError, SetupStep};
 

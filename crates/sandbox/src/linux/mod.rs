@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub use defaults::{host_defaults, host_defaults_for_home};
 pub use probe::probe;
 
-use crate::config::{ExitStatus, HostSupport, Layer, SandboxConfig, SpawnRequest};
+use crate::config::{ExitStatus, HostSupport, Layer, Requirement, SandboxConfig, SpawnRequest};
 use crate::error::{SandboxError, SetupStep};
 use child::{ChildMount, ChildPlan};
 use landlock::{Access, PathRule};
@@ -290,35 +290,27 @@ impl PreparedSandbox {
             allow_degraded,
         } = config;
 
-        let mut required = vec![
-            Layer::Seccomp,
-            Layer::LandlockFilesystem,
-            Layer::PidNamespace,
-            Layer::MountNamespace,
-        ];
-        if !support.root {
-            required.push(Layer::UserNamespace);
+        let requirements = SandboxConfig {
+            network,
+            limits,
+            ..SandboxConfig::default()
         }
-        if limits.processes.is_some() {
-            required.push(Layer::ProcessLimit);
-        }
-        let mut optional = vec![Layer::LandlockIoctl, Layer::LandlockScopes];
-        if !network {
-            optional.push(Layer::LandlockNetwork);
-        }
-        let missing_required: Vec<Layer> = required
+        .layer_requirements(&support);
+        let missing_required: Vec<Layer> = requirements
             .iter()
-            .copied()
-            .filter(|layer| !support.supports(*layer))
+            .filter(|(layer, requirement)| {
+                *requirement == Requirement::Required && !support.supports(*layer)
+            })
+            .map(|(layer, _)| *layer)
             .collect();
         if !missing_required.is_empty() && !allow_degraded {
             return Err(SandboxError::MissingLayers {
                 layers: missing_required,
             });
         }
-        let mut missing: Vec<Layer> = required
-            .into_iter()
-            .chain(optional)
+        let mut missing: Vec<Layer> = requirements
+            .iter()
+            .map(|(layer, _)| *layer)
             .filter(|layer| !support.supports(*layer))
             .collect();
         missing.sort();
