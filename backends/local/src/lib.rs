@@ -63,7 +63,7 @@
 use std::path::PathBuf;
 
 pub use cordon_core::sandbox::SandboxSpec;
-pub use cordon_sandbox::{HostSupport, Layer, probe as probe_host};
+pub use cordon_sandbox::{HostSupport, Layer, Requirement, probe as probe_host};
 
 #[cfg(target_os = "linux")]
 mod backend;
@@ -88,6 +88,43 @@ mod unsupported;
 pub use backend::LocalBackend;
 #[cfg(not(target_os = "linux"))]
 pub use unsupported::LocalBackend;
+
+/// One sandbox layer as a backend with a given spec needs it on a given host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerStatus {
+    /// The layer.
+    pub layer: Layer,
+    /// Whether commands need it (or use it when present).
+    pub requirement: Requirement,
+    /// Whether the host has it.
+    pub available: bool,
+}
+
+/// The sandbox layers commands of a backend with `spec` use on a host like `support`, each
+/// required or optional, available or not (for `cordon doctor`). Commands run when every
+/// required layer is available, or degraded when the spec allows it.
+pub fn sandbox_layers(spec: &SandboxSpec, support: &HostSupport) -> Vec<LayerStatus> {
+    let config = cordon_sandbox::SandboxConfig {
+        network: match spec.network {
+            cordon_core::sandbox::NetworkMode::Disabled => false,
+            cordon_core::sandbox::NetworkMode::Enabled => true,
+        },
+        limits: cordon_sandbox::Rlimits {
+            processes: spec.limits.pids,
+            ..cordon_sandbox::Rlimits::default()
+        },
+        ..cordon_sandbox::SandboxConfig::default()
+    };
+    config
+        .layer_requirements(support)
+        .into_iter()
+        .map(|(layer, requirement)| LayerStatus {
+            layer,
+            requirement,
+            available: support.supports(layer),
+        })
+        .collect()
+}
 
 /// How to build a [`LocalBackend`].
 #[derive(Clone, Debug)]
