@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod common;
+pub mod doctor;
 pub mod exec;
 pub mod policy;
 pub mod replay;
@@ -17,5 +18,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Replay(args) => replay::replay(args).await,
         Command::Policy(command) => policy::policy(command),
         Command::Audit(command) => audit::audit(command),
+        Command::Doctor(args) => doctor::doctor(args).await,
     }
 }
