@@ -117,6 +117,7 @@ pub(crate) fn layer_of(error: &SandboxError) -> &'static str {
         | SandboxError::ProtectedPath { .. }
         | SandboxError::Placeholder { .. } => "filesystem",
         SandboxError::ProgramNotFound { .. }
+        | SandboxError::CommandTooLarge { .. }
         | SandboxError::NulByte { .. }
         | SandboxError::Pipe { .. }
         | SandboxError::DevNull { .. }
@@ -271,6 +272,9 @@ fn sandbox_error(error: &SandboxError) -> ExecError {
     match error {
         SandboxError::ProgramNotFound { .. } => ExecError::Spawn {
             source: io::Error::new(io::ErrorKind::NotFound, error.to_string()),
+        },
+        SandboxError::CommandTooLarge { .. } | SandboxError::NulByte { .. } => ExecError::Spawn {
+            source: io::Error::new(io::ErrorKind::InvalidInput, error.to_string()),
         },
         SandboxError::ChildSetup {
             step: SetupStep::Exec,

@@ -26,6 +26,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::SandboxError;
@@ -124,6 +125,9 @@ pub(crate) struct MountPlan {
     pub steps: Vec<MountStep>,
     /// Placeholders created or reused for this spawn.
     pub placeholders: Vec<Placeholder>,
+    /// `(path, (st_dev, st_ino))` of every existing path bound read-only or masked, as
+    /// planned: an init may serve later commands only while these are unchanged.
+    pub identities: Vec<(PathBuf, (u64, u64))>,
 }
 
 impl MountPlan {
@@ -169,6 +173,7 @@ pub(crate) fn plan(config: &MountConfig) -> Result<MountPlan, SandboxError> {
     let mut protects: Vec<(PathBuf, Option<(u64, u64)>)> = Vec::new();
     let mut masks: Vec<(PathBuf, bool)> = Vec::new();
     let mut placeholders = Vec::new();
+    let mut identities = Vec::new();
 
     for path in &config.protected {
         let Some(root) = outermost_root(&config.write, path) else {
@@ -184,6 +189,7 @@ pub(crate) fn plan(config: &MountConfig) -> Result<MountPlan, SandboxError> {
             }
             Ok(meta) if !is_placeholder(&meta) => {
                 pins.extend(ancestors_within(root, path));
+                identities.push((path.clone(), (meta.dev(), meta.ino())));
                 protects.push((path.clone(), None));
             }
             // A placeholder left by a concurrent (or crashed) spawn: share it, lock included,
@@ -230,6 +236,7 @@ pub(crate) fn plan(config: &MountConfig) -> Result<MountPlan, SandboxError> {
         if let Some(root) = outermost_root(&config.write, path) {
             pins.extend(ancestors_within(root, path));
         }
+        identities.push((path.clone(), (meta.dev(), meta.ino())));
         masks.push((path.clone(), meta.is_dir()));
     }
 
@@ -303,6 +310,7 @@ pub(crate) fn plan(config: &MountConfig) -> Result<MountPlan, SandboxError> {
     Ok(MountPlan {
         steps,
         placeholders,
+        identities,
     })
 }
 
