@@ -204,7 +204,7 @@ pub fn token(label: &str) -> String {
 pub fn wait_for(token: &str) -> String {
     format!(
         "found=; while [ -z \"$found\" ]; do for f in /proc/[0-9]*/cmdline; do \
-         if read -r -d '' arg0 < \"$f\" 2>/dev/null && [ \"$arg0\" = {token} ]; then found=1; fi; \
+         if read -r -d '' arg0 2>/dev/null < \"$f\" && [ \"$arg0\" = {token} ]; then found=1; fi; \
          done; done;"
     )
 }

@@ -158,6 +158,14 @@ impl Expander {
                 denied: true,
             });
         }
+        // What commands cannot see at all needs no mount: keep literals inside the reach and
+        // walks inside or towards it.
+        literals.retain(|literal| reach.iter().any(|tree| literal.path.starts_with(tree)));
+        jobs.retain(|job| {
+            reach
+                .iter()
+                .any(|tree| job.base.starts_with(tree) || tree.starts_with(&job.base))
+        });
         Expander {
             rules,
             jobs: merge_jobs(jobs),

@@ -59,7 +59,7 @@ fn token(label: &str) -> String {
 fn background(token: &str, prelude: &str, command: &str) -> String {
     format!(
         "({prelude} exec -a {token} {command}) & \
-         until read -r -d '' arg0 < /proc/$!/cmdline 2>/dev/null && [ \"$arg0\" = {token} ]; do :; done;"
+         until read -r -d '' arg0 2>/dev/null < /proc/$!/cmdline && [ \"$arg0\" = {token} ]; do :; done;"
     )
 }
 
@@ -67,7 +67,7 @@ fn background(token: &str, prelude: &str, command: &str) -> String {
 fn wait_for(token: &str) -> String {
     format!(
         "found=; while [ -z \"$found\" ]; do for f in /proc/[0-9]*/cmdline; do \
-         if read -r -d '' arg0 < \"$f\" 2>/dev/null && [ \"$arg0\" = {token} ]; then found=1; fi; \
+         if read -r -d '' arg0 2>/dev/null < \"$f\" && [ \"$arg0\" = {token} ]; then found=1; fi; \
          done; done;"
     )
 }

@@ -48,6 +48,8 @@ pub(crate) const STATUS_EXITED: u32 = 0;
 /// The command was killed by a signal.
 pub(crate) const STATUS_SIGNALED: u32 = 1;
 
+/// First byte an init writes on a command's exec pipe once it took the command.
+pub(crate) const COMMAND_ACK: u8 = b'A';
 /// Size of a command message header: payload length, argc, envc (native-endian `u32`s).
 pub(crate) const HEADER_LEN: usize = 12;
 /// Largest command payload (program, cwd, arguments, environment): the kernel refuses
@@ -135,6 +137,9 @@ pub(crate) struct CommandPlan<'a> {
     pub rlimits: &'a [(c_int, u64, u64)],
     /// Highest capability number.
     pub last_cap: u32,
+    /// Whether to drop capabilities (the init has none left to pass on; a direct child
+    /// still holds the parent's). They are verified to be gone either way.
+    pub drop_capabilities: bool,
     /// Landlock ruleset to enforce, unless inherited from the init.
     pub landlock: Option<RawFd>,
     /// seccomp program to install, unless inherited from the init.
@@ -360,10 +365,16 @@ fn run_command(plan: &InitPlan<'_>, received: Received) -> c_int {
         exec_fd,
         rlimits: plan.rlimits,
         last_cap: plan.last_cap,
-        // Both are already in force in the init, and so inherited.
+        // All three are already in force in the init, and so inherited.
+        drop_capabilities: false,
         landlock: None,
         seccomp: None,
     };
+    // The parent waits for this byte: EOF without it means the init died before starting
+    // anything (an idle init killed from outside), so the command can go to a fresh one.
+    if sys::write_all_raw(exec_fd, &[COMMAND_ACK]).is_err() {
+        sys::exit_now(PARENT_GONE_EXIT)
+    }
     let arg = &command as *const CommandPlan<'_> as *mut c_void;
     // SAFETY: command_entry only runs async-signal-safe code reading the plan, which this
     // (suspended) init keeps alive; the stack is reserved for this child.
@@ -513,8 +524,15 @@ fn init_setup(plan: &InitPlan<'_>) -> StepResult {
     step(sys::block_child_signal(), SetupStep::ResetSignals)?;
     sys::ignore_signal(libc::SIGPIPE);
     // From here on the init itself is confined like its commands, which inherit it all:
-    // Landlock is merged and the seccomp program compiled once per init. What the init
-    // still does (receive, vfork, wait, kill, remove IPC objects, report) is allowed.
+    // no capability (dropped and locked out once, not per command), no_new_privs, Landlock
+    // merged and the seccomp program compiled once per init. What the init still does
+    // (receive, vfork, wait and kill its own uid's processes, remove IPC objects of its own
+    // uid, report) needs none of them.
+    step(
+        sys::drop_all_capabilities(plan.last_cap),
+        SetupStep::DropCapabilities,
+    )?;
+    verify_no_capability()?;
     step(sys::set_no_new_privs(), SetupStep::NoNewPrivs)?;
     if let Some(ruleset) = plan.landlock {
         step(sys::landlock_restrict_self(ruleset), SetupStep::Landlock)?;
@@ -635,15 +653,13 @@ fn command_setup(plan: &CommandPlan<'_>) -> StepResult {
         sys::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC),
         SetupStep::CloseFds,
     )?;
-    step(
-        sys::drop_all_capabilities(plan.last_cap),
-        SetupStep::DropCapabilities,
-    )?;
-    match sys::has_any_capability() {
-        Ok(false) => {}
-        Ok(true) => return Err((SetupStep::VerifyCapabilities, libc::EPERM, NO_INDEX)),
-        Err(errno) => return Err((SetupStep::VerifyCapabilities, errno, NO_INDEX)),
+    if plan.drop_capabilities {
+        step(
+            sys::drop_all_capabilities(plan.last_cap),
+            SetupStep::DropCapabilities,
+        )?;
     }
+    verify_no_capability()?;
     step(sys::set_no_new_privs(), SetupStep::NoNewPrivs)?;
     if let Some(ruleset) = plan.landlock {
         step(sys::landlock_restrict_self(ruleset), SetupStep::Landlock)?;
@@ -652,6 +668,14 @@ fn command_setup(plan: &CommandPlan<'_>) -> StepResult {
         step(sys::seccomp_set_filter(program), SetupStep::Seccomp)?;
     }
     Ok(())
+}
+
+fn verify_no_capability() -> StepResult {
+    match sys::has_any_capability() {
+        Ok(false) => Ok(()),
+        Ok(true) => Err((SetupStep::VerifyCapabilities, libc::EPERM, NO_INDEX)),
+        Err(errno) => Err((SetupStep::VerifyCapabilities, errno, NO_INDEX)),
+    }
 }
 
 #[cfg(test)]

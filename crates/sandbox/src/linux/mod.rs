@@ -23,7 +23,6 @@ use std::ffi::{CStr, CString, OsStr, OsString, c_int};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -65,6 +64,9 @@ struct Inner {
     argv_area: Option<(usize, usize)>,
     /// Inits whose command has ended, waiting for the next one.
     idle: std::sync::Mutex<Vec<InitProcess>>,
+    /// The protected and denied paths last passed to `set_protected_and_denied`, as given
+    /// (an unchanged set skips putting them in canonical form again).
+    last_paths: std::sync::Mutex<(Vec<PathBuf>, Vec<PathBuf>)>,
 }
 
 /// The Landlock ruleset and what is needed to rebuild it.
@@ -328,6 +330,7 @@ impl PreparedSandbox {
             .iter()
             .map(|p| canonical_existing(p))
             .collect::<Result<_, _>>()?;
+        let (protected_input, denied_input) = (protected.clone(), denied.clone());
         let protected: Vec<PathBuf> = protected
             .iter()
             .map(|p| canonical_lenient(p))
@@ -468,6 +471,7 @@ impl PreparedSandbox {
                 pid_max,
                 argv_area: sys::argv_area(),
                 idle: std::sync::Mutex::new(Vec::new()),
+                last_paths: std::sync::Mutex::new((protected_input, denied_input)),
             }),
         })
     }
@@ -507,6 +511,13 @@ impl PreparedSandbox {
         protected: &[PathBuf],
         denied: &[PathBuf],
     ) -> Result<bool, SandboxError> {
+        {
+            let last = lock(&self.inner.last_paths);
+            if last.0 == protected && last.1 == denied {
+                return Ok(false);
+            }
+        }
+        let requested = (protected.to_vec(), denied.to_vec());
         let protected: Vec<PathBuf> = protected
             .iter()
             .map(|p| canonical_lenient(p))
@@ -515,11 +526,8 @@ impl PreparedSandbox {
             .iter()
             .map(|p| canonical_lenient(p))
             .collect::<Result<_, _>>()?;
-        let mut current = self
-            .inner
-            .mounts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut current = lock(&self.inner.mounts);
+        *lock(&self.inner.last_paths) = requested;
         if current.protected == protected && current.denied == denied {
             return Ok(false);
         }
@@ -843,6 +851,19 @@ impl PreparedSandbox {
             });
         }
         drop(exec_write);
+        let mut ack = [0u8; 1];
+        match sys::read_retry(&exec_read, &mut ack) {
+            Ok(1) if ack[0] == child::COMMAND_ACK => {}
+            // EOF first: the init died before taking the command; nothing ran.
+            Ok(_) => {
+                init.kill_and_reap();
+                return Err(Started::InitGone);
+            }
+            Err(source) => {
+                init.kill_and_reap();
+                return Err(Started::Failed(SandboxError::Wait { source }));
+            }
+        }
         init.commands += 1;
         match read_error_record(&exec_read) {
             Ok(None) => Ok(SandboxedChild::under_init(init, self)),
@@ -898,6 +919,7 @@ impl PreparedSandbox {
             exec_fd: exec_write.as_raw_fd(),
             rlimits: &inner.rlimits,
             last_cap: inner.last_cap,
+            drop_capabilities: true,
             landlock: ruleset.as_ref().map(|fd| fd.as_raw_fd()),
             seccomp: inner.seccomp.as_deref(),
         };
@@ -1025,8 +1047,8 @@ struct InitProcess {
     control: Option<OwnedFd>,
     /// Placeholders it keeps locked; an init with placeholders serves one command only.
     placeholders: Vec<mounts::Placeholder>,
-    /// `(path, (st_dev, st_ino))` of everything it protected or masked.
-    identities: Vec<(PathBuf, (u64, u64))>,
+    /// The identity of everything it protected or masked.
+    identities: Vec<(PathBuf, mounts::Identity)>,
     /// The configuration its mounts were planned from.
     config: Arc<MountConfig>,
     born: Instant,
@@ -1043,9 +1065,10 @@ impl InitProcess {
             && self.control.is_some()
             && self.born.elapsed() < INIT_MAX_AGE
             && self.commands < INIT_MAX_COMMANDS
-            && self.identities.iter().all(|(path, id)| {
-                std::fs::symlink_metadata(path).is_ok_and(|meta| (meta.dev(), meta.ino()) == *id)
-            })
+            && self
+                .identities
+                .iter()
+                .all(|(path, id)| mounts::Identity::now(path) == Some(*id))
     }
 
     fn kill_and_reap(&mut self) {
@@ -1158,7 +1181,7 @@ pub struct SandboxedChild {
 #[derive(Debug)]
 struct Reuse {
     inner: Arc<Inner>,
-    identities: Vec<(PathBuf, (u64, u64))>,
+    identities: Vec<(PathBuf, mounts::Identity)>,
     config: Arc<MountConfig>,
     born: Instant,
     commands: u32,

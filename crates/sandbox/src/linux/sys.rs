@@ -365,6 +365,8 @@ pub(crate) fn recv_peek_or_read(fd: &OwnedFd, buf: &mut [u8], block: bool) -> io
         match error.kind() {
             io::ErrorKind::Interrupted => continue,
             io::ErrorKind::WouldBlock => return Ok(0),
+            // The peer died with data of ours unread: as good as EOF.
+            io::ErrorKind::ConnectionReset => return Ok(0),
             _ => return Err(error),
         }
     }
@@ -1416,12 +1418,17 @@ pub(crate) fn read_exact_raw(fd: RawFd, buf: &mut [u8]) -> Result<(), Errno> {
     Ok(())
 }
 
-/// `SHM_STAT` / `SHM_INFO` of `shmctl(2)` (missing from libc).
-const SHM_STAT: c_int = 13;
+/// `SHM_INFO` of `shmctl(2)` (missing from libc).
 const SHM_INFO: c_int = 14;
+/// `SHM_STAT_ANY`, `MSG_STAT_ANY`, `SEM_STAT_ANY` (Linux 4.17): like `*_STAT` without the
+/// read-permission check, so an init without capabilities finds objects of mode 000 too.
+const SHM_STAT_ANY: c_int = 15;
+const MSG_STAT_ANY: c_int = 13;
+const SEM_STAT_ANY: c_int = 20;
 
 /// Child side: remove every System V shared memory segment, semaphore set and message queue
-/// of the calling process's IPC namespace (what commands left behind). Best effort.
+/// of the calling process's IPC namespace (what commands left behind). Best effort; needs no
+/// capability for objects of the caller's own uid, which is what commands create.
 pub(crate) fn remove_sysv_ipc() {
     // SAFETY: every call gets a writable buffer at least as large as the structure the
     // command writes (shmid_ds > shm_info, msqid_ds > msginfo, seminfo / semid_ds as asked);
@@ -1430,7 +1437,7 @@ pub(crate) fn remove_sysv_ipc() {
         let mut shm: libc::shmid_ds = std::mem::zeroed();
         let max = libc::shmctl(0, SHM_INFO, &mut shm);
         for index in 0..=max.max(-1) {
-            let id = libc::shmctl(index, SHM_STAT, &mut shm);
+            let id = libc::shmctl(index, SHM_STAT_ANY, &mut shm);
             if id >= 0 {
                 libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
             }
@@ -1438,7 +1445,7 @@ pub(crate) fn remove_sysv_ipc() {
         let mut msg: libc::msqid_ds = std::mem::zeroed();
         let max = libc::msgctl(0, libc::MSG_INFO, &mut msg);
         for index in 0..=max.max(-1) {
-            let id = libc::msgctl(index, libc::MSG_STAT, &mut msg);
+            let id = libc::msgctl(index, MSG_STAT_ANY, &mut msg);
             if id >= 0 {
                 libc::msgctl(id, libc::IPC_RMID, std::ptr::null_mut());
             }
@@ -1447,7 +1454,7 @@ pub(crate) fn remove_sysv_ipc() {
         let max = libc::semctl(0, 0, libc::SEM_INFO, &mut info as *mut libc::seminfo);
         let mut sem: libc::semid_ds = std::mem::zeroed();
         for index in 0..=max.max(-1) {
-            let id = libc::semctl(index, 0, libc::SEM_STAT, &mut sem as *mut libc::semid_ds);
+            let id = libc::semctl(index, 0, SEM_STAT_ANY, &mut sem as *mut libc::semid_ds);
             if id >= 0 {
                 libc::semctl(id, 0, libc::IPC_RMID);
             }
