@@ -51,6 +51,9 @@ pub(crate) const DRAIN_IDLE: Duration = Duration::from_millis(100);
 pub(crate) const DRAIN_CAP: Duration = Duration::from_secs(2);
 /// Read size from the output pipe.
 const CHUNK: usize = 64 * 1024;
+/// A protected/denied expansion that looked at no more entries than this last time (one
+/// `lstat` per cached directory) runs on the async worker, like small file reads do.
+const INLINE_EXPANSION_ENTRIES: usize = 512;
 /// `PATH` used to find the shell when the host has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -346,11 +349,24 @@ impl BashOperations for LocalBash {
             env,
             output: write_end,
         };
-        let mut child = tokio::task::spawn_blocking(move || launch(job))
-            .await
-            .map_err(|join| ExecError::Spawn {
-                source: io::Error::other(join.to_string()),
-            })??;
+        // The hop to a blocking thread costs about as much as the work itself when the walk
+        // is small and an idle init only has to take the command: then run it right here.
+        let quick = job.sandbox.has_idle_init()
+            && self
+                .shared
+                .expander
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .was_small(INLINE_EXPANSION_ENTRIES);
+        let mut child = if quick {
+            launch(job)?
+        } else {
+            tokio::task::spawn_blocking(move || launch(job))
+                .await
+                .map_err(|join| ExecError::Spawn {
+                    source: io::Error::other(join.to_string()),
+                })??
+        };
         let signaller = child.signaller().map_err(|error| sandbox_error(&error))?;
         let deadline = Instant::now()
             .checked_add(timeout)

@@ -95,6 +95,8 @@ pub(crate) struct Expander {
     literals: Vec<Literal>,
     reach: Vec<PathBuf>,
     cache: HashMap<PathBuf, CachedDir>,
+    /// Entries the last expansion looked at (fresh or cached).
+    last_entries: usize,
 }
 
 /// One expansion's mutable state.
@@ -172,7 +174,14 @@ impl Expander {
             literals,
             reach,
             cache: HashMap::new(),
+            last_entries: usize::MAX,
         }
+    }
+
+    /// Whether the last expansion was small (at most `entries` entries looked at, fresh or
+    /// cached), so the next one is likely cheap too. False before the first expansion.
+    pub fn was_small(&self, entries: usize) -> bool {
+        self.last_entries <= entries
     }
 
     /// The concrete protected and denied paths now.
@@ -211,8 +220,14 @@ impl Expander {
                 break;
             }
         }
-        let Walk { new, mut out, .. } = walk;
+        let Walk {
+            new,
+            mut out,
+            entries,
+            ..
+        } = walk;
         self.cache = new;
+        self.last_entries = if result.is_ok() { entries } else { usize::MAX };
         result?;
         out.protected.sort();
         out.protected.dedup();

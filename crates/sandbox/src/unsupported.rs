@@ -88,6 +88,11 @@ impl PreparedSandbox {
         Err(SandboxError::Unsupported)
     }
 
+    /// Never: no instance exists.
+    pub fn has_idle_init(&self) -> bool {
+        false
+    }
+
     /// Always fails with [`SandboxError::Unsupported`].
     ///
     /// # Errors

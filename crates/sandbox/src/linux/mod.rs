@@ -548,6 +548,16 @@ impl PreparedSandbox {
         Ok(true)
     }
 
+    /// Whether an idle init is ready for the current protected and denied paths, so the next
+    /// [`spawn`](PreparedSandbox::spawn) only hands the command over instead of building
+    /// namespaces (callers may then spawn without moving to a blocking thread).
+    pub fn has_idle_init(&self) -> bool {
+        let config = self.mount_config();
+        lock(&self.inner.idle)
+            .iter()
+            .any(|init| Arc::ptr_eq(&init.config, &config))
+    }
+
     fn mount_config(&self) -> Arc<MountConfig> {
         Arc::clone(
             &self
