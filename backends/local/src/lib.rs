@@ -7,11 +7,16 @@
 //!   path, writes are atomic (temp file + `renameat` in the same directory fd);
 //! - searches ([`cordon_tools::ops::SearchOperations`]) with ripgrep's libraries in process,
 //!   parallel but with a deterministic, path-sorted result;
-//! - commands ([`cordon_tools::ops::BashOperations`]) through `bash -c` in their own process
-//!   group, with a scrubbed environment, merged output, and a timeout/cancel that kills the
-//!   whole group. The OS sandbox (Landlock, seccomp, rlimits) is applied by `cordon-sandbox`
-//!   at the single spawn step; until it is wired in, commands only run when the spec allows a
-//!   degraded sandbox (fail closed).
+//! - commands ([`cordon_tools::ops::BashOperations`]) through `bash -c` inside the command
+//!   sandbox of `cordon-sandbox` (Landlock, seccomp, no capabilities, `no_new_privs`,
+//!   rlimits, PID + mount + IPC namespaces), with a scrubbed environment, merged output, and
+//!   a timeout/cancel that kills the whole tree; nothing a command starts outlives it. A
+//!   layer the host lacks fails every command with an error naming it, unless the spec
+//!   allows a degraded sandbox.
+//!
+//! Both layers come from one list of granted trees (`layout`): what file operations may read
+//! and write is what commands may read and write. Protected and denied globs are judged on
+//! canonical paths by file operations and expanded to concrete paths before each command.
 //!
 //! It does not own the tools' output formats (those live in `cordon-tools`) nor the policy
 //! that produced the spec.

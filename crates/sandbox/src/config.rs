@@ -54,8 +54,9 @@ pub struct SandboxConfig {
 pub struct Rlimits {
     /// Maximum number of processes in the sandbox. Enforced by `RLIMIT_NPROC` when Cordon
     /// runs as a regular user and by the PID namespace's `pid_max` when it runs as root (the
-    /// kernel ignores `RLIMIT_NPROC` for uid 0); `pid_max` cannot go below 301, so as root the
-    /// effective limit is at least 300 processes.
+    /// kernel ignores `RLIMIT_NPROC` for uid 0). As root `pid_max` is this value + 300: once
+    /// 300 pids have been handed out in the namespace the kernel allocates from 300 up, so the
+    /// cap is exactly this value from then on, and up to 300 more before.
     pub processes: Option<u64>,
     /// Address-space size of each process, in bytes (`RLIMIT_AS`).
     pub memory_bytes: Option<u64>,
@@ -262,7 +263,7 @@ impl HostSupport {
                     | Layer::LandlockScopes => format!("Landlock ABI {}", self.landlock_abi),
                     Layer::UserNamespace if self.root => "not needed as root".to_owned(),
                     Layer::ProcessLimit if self.root => {
-                        "root: per-namespace pid_max, minimum 301".to_owned()
+                        "root: per-namespace pid_max of the limit + 300".to_owned()
                     }
                     Layer::ProcessLimit => "RLIMIT_NPROC".to_owned(),
                     Layer::Seccomp
