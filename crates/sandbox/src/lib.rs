@@ -8,8 +8,9 @@
 //!
 //! It does not know about policies, globs or tools: the local backend resolves those into
 //! concrete paths. Everything expensive (Landlock ruleset fd, seccomp program, session
-//! directory) is built once by `PreparedSandbox::prepare`; each `spawn` only plans the mounts
-//! and clones.
+//! directory) is built once by `PreparedSandbox::prepare`; a `spawn` hands the command to an
+//! idle init whose namespaces and mounts are still right, and only otherwise plans the mounts
+//! and clones a new one.
 //!
 //! Linux only; elsewhere every entry point returns [`SandboxError::Unsupported`].
 //!

@@ -1,15 +1,18 @@
 //! The Linux sandbox: [`PreparedSandbox`] builds everything once (Landlock ruleset fd,
 //! seccomp program, session directory, environment baseline); [`PreparedSandbox::spawn`]
-//! clones a child into new PID + mount namespaces whose init sets up the mounts, forks the
-//! command, applies the command's restrictions right before `execve` and reaps everything;
-//! [`SandboxedChild`] awaits the command and signals or kills its whole tree.
+//! hands the command to an idle init whose mounts are still current, or clones a new init
+//! into fresh PID + mount + IPC namespaces (it sets up the mounts and confines itself), and
+//! the init starts the command; [`SandboxedChild`] awaits the command and signals or kills
+//! its whole tree.
 //!
-//! Process shape with namespaces: parent → init (PID 1, never execs, holds no capability the
-//! command can reach) → command. When the command ends the init reports its status and exits,
-//! and the kernel kills every process left in the namespace. When the parent's handle is
-//! dropped (or the parent dies) the init sees EOF on its control socket and exits the same
-//! way. Without namespaces (an explicitly degraded host) the command is the direct child in
-//! its own session and tree operations use its process group.
+//! Process shape with namespaces: parent → init (PID 1, never execs, no capabilities,
+//! Landlock and seccomp in force) → command. When the command ends the init kills every
+//! other process of the namespace, removes System V IPC objects, reports the status and goes
+//! back to the parent's idle list (or exits, when it holds placeholders or is stale). When
+//! the parent's handle is dropped (or the parent dies) the init sees EOF on its control
+//! socket and exits, and the kernel kills whatever is left in the namespace. Without
+//! namespaces (an explicitly degraded host) the command is the direct child in its own
+//! session, restricts itself before `execve`, and tree operations use its process group.
 
 mod child;
 mod defaults;
