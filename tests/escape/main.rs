@@ -4,8 +4,8 @@
 //! target is untouched.
 //!
 //! Needs root, Linux with Landlock, seccomp and namespaces, and these Debian packages:
-//! `git curl netcat-openbsd python3 gdb strace libcap2-bin libc-bin util-linux procps`.
-//! A missing tool fails the test with the package to install.
+//! `git curl netcat-openbsd python3 gdb strace libcap2-bin libc-bin util-linux procps`
+//! (plus coreutils and bash). A missing tool fails the test with the package to install.
 //!
 //! `cargo test -p cordon-tests --test escape`
 

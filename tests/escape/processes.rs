@@ -10,6 +10,8 @@ use crate::support::{
 async fn host_processes_cannot_be_traced_or_signalled() {
     require_tool("gdb", "gdb");
     require_tool("strace", "strace");
+    require_tool("pkill", "procps");
+    require_tool("ps", "procps");
     let h = Harness::new().await;
     let host = HostProcess::start("traced", &h.ws);
     let pid = host.pid();
@@ -67,6 +69,8 @@ async fn host_processes_cannot_be_traced_or_signalled() {
 async fn setuid_and_file_capabilities_gain_nothing() {
     require_tool("setcap", "libcap2-bin");
     require_tool("capsh", "libcap2-bin");
+    require_tool("unshare", "util-linux");
+    require_tool("python3", "python3");
     let h = Harness::new().await;
     let grep = std::fs::canonicalize("/usr/bin/grep").unwrap();
     let suid = h.at("suid-grep");
@@ -112,6 +116,7 @@ async fn setuid_and_file_capabilities_gain_nothing() {
 
 #[tokio::test]
 async fn nothing_outlives_the_call() {
+    require_tool("setsid", "util-linux");
     let h = Harness::new().await;
     let plain = token("bg");
     let nohup = token("nohup");

@@ -46,6 +46,16 @@ async fn run(sandbox: &PreparedSandbox, fx: &Fixture, script: &str) -> (u32, Out
 
 #[tokio::test]
 async fn an_idle_init_serves_the_next_command_and_nothing_is_left_over() {
+    for tool in ["ipcmk", "ipcs"] {
+        let found = std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|out| out.status.success());
+        assert!(
+            found,
+            "this test needs `{tool}`: apt-get install -y util-linux"
+        );
+    }
     let fx = Fixture::new();
     let sandbox = fx.sandbox();
     let marker = unique("leftover");
