@@ -64,7 +64,7 @@ pub struct LocalBackend {
 }
 
 impl LocalBackend {
-    /// Open the workspace root, compute the [`Layout`] (host defaults of the command sandbox,
+    /// Open the workspace root, compute the layout (host defaults of the command sandbox,
     /// the workspace, the spec's extra roots, the spill directory), prepare the command
     /// sandbox from it and open the same trees as the file operations' roots; compile the
     /// protected/denied globs, prepare the state directories (cleaning up stale spill files)

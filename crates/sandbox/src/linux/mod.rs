@@ -577,8 +577,8 @@ impl PreparedSandbox {
     /// With namespaces the command runs under an init process (PID 1 of the sandbox). An
     /// init whose command has ended is kept, idle, and serves the next command when its
     /// mounts are still current (same protected and denied paths, same inodes), it holds no
-    /// placeholder, and it is younger than [`INIT_MAX_AGE`] with fewer than
-    /// [`INIT_MAX_COMMANDS`] commands served: each command still starts with no process of
+    /// placeholder, and it is younger than 60 s with fewer than 10 000 commands served
+    /// (`INIT_MAX_AGE`, `INIT_MAX_COMMANDS`): each command still starts with no process of
     /// an earlier command left and no System V IPC object either, but without building
     /// namespaces, mounts, the Landlock domain and the seccomp program again.
     ///
@@ -1046,9 +1046,9 @@ fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// How long an idle init may wait for its next command before it is retired. It is a
 /// copy-on-write snapshot of the parent's memory, so it should not outlive the parent's
 /// working set by much.
-pub const INIT_MAX_AGE: Duration = Duration::from_secs(60);
+pub(crate) const INIT_MAX_AGE: Duration = Duration::from_secs(60);
 /// Commands one init serves before it is retired.
-pub const INIT_MAX_COMMANDS: u32 = 10_000;
+pub(crate) const INIT_MAX_COMMANDS: u32 = 10_000;
 /// Idle inits kept per sandbox (enough for the parallel commands of one agent turn).
 const MAX_IDLE_INITS: usize = 4;
 
