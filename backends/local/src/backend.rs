@@ -1,16 +1,20 @@
-//! [`LocalBackend`]: building the confined view of the host (roots, rules, state directories)
-//! from a [`LocalConfig`], and handing out the three operation sets that share it.
+//! [`LocalBackend`]: building the confined view of the host from a [`LocalConfig`] — one
+//! [`Layout`] of granted trees from which both the command sandbox and the file operations'
+//! roots are derived, the protected/denied rules, the state directories — and handing out the
+//! three operation sets that share it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cordon_core::sandbox::{RootAccess, SandboxSpec};
+use cordon_core::sandbox::SandboxSpec;
 use cordon_tools::ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
 use cordon_tools::paths::normalize_lexically;
 
-use crate::exec::{self, LocalBash};
+use crate::exec::{self, CommandSandbox, LocalBash};
+use crate::expand::Expander;
 use crate::files::LocalFiles;
+use crate::layout::{Layout, LayoutInputs, RootSpec};
 use crate::roots::{
     Access, Identity, PathRules, Root, RootKind, Roots, current_umask, open_root_dir, probe_openat2,
 };
@@ -41,6 +45,12 @@ pub(crate) struct Shared {
     pub spec: SandboxSpec,
     /// The shell commands run with (`bash`, else `sh`).
     pub shell: PathBuf,
+    /// The command sandbox (or why commands cannot run).
+    pub sandbox: CommandSandbox,
+    /// Expands the protected/denied patterns before each command.
+    pub expander: std::sync::Mutex<Expander>,
+    /// What both layers grant.
+    pub layout: Layout,
 }
 
 /// Cordon's local backend: confined file operations, in-process search and commands on this
@@ -54,9 +64,33 @@ pub struct LocalBackend {
 }
 
 impl LocalBackend {
-    /// Open the workspace root and the spec's extra roots, compile the protected/denied globs,
-    /// prepare the state directories (cleaning up stale spill files) and pick the shell.
+    /// Open the workspace root, compute the layout (host defaults of the command sandbox,
+    /// the workspace, the spec's extra roots, the spill directory), prepare the command
+    /// sandbox from it and open the same trees as the file operations' roots; compile the
+    /// protected/denied globs, prepare the state directories (cleaning up stale spill files)
+    /// and pick the shell.
+    ///
+    /// A command sandbox that cannot be prepared (a layer the host lacks, without
+    /// `allow_degraded`) does not fail the backend: file operations stay available and every
+    /// command fails with an error naming the layer.
     pub fn new(config: LocalConfig) -> Result<Self, LocalError> {
+        LocalBackend::build(config, None)
+    }
+
+    /// As [`LocalBackend::new`], with the command sandbox built as if the host supported
+    /// exactly `support` (a subset of what it really supports): to check how the backend fails
+    /// closed, or runs degraded when the spec allows it, on a weaker host.
+    pub fn with_host_support(
+        config: LocalConfig,
+        support: cordon_sandbox::HostSupport,
+    ) -> Result<Self, LocalError> {
+        LocalBackend::build(config, Some(support))
+    }
+
+    fn build(
+        config: LocalConfig,
+        support: Option<cordon_sandbox::HostSupport>,
+    ) -> Result<Self, LocalError> {
         let LocalConfig {
             root,
             spec,
@@ -78,62 +112,63 @@ impl LocalBackend {
             }
         })?;
         probe_openat2(std::os::fd::AsFd::as_fd(&root_fd))?;
+        drop(root_fd);
         let home = home.or_else(host_home);
         let ident = Identity::current()?;
         let umask = current_umask()?;
         let base = state_base.unwrap_or_else(std::env::temp_dir);
         let state = state::prepare(&base, &canonical, ident.uid())?;
 
-        let workspace_access = match spec.workspace {
-            RootAccess::ReadOnly => Access::ReadOnly,
-            RootAccess::ReadWrite => Access::ReadWrite,
+        let defaults = match home.as_deref() {
+            Some(home) => cordon_sandbox::host_defaults_for_home(home),
+            None => cordon_sandbox::host_defaults(),
         };
-        let mut roots = vec![Root {
-            alias: alias_of(&root, &canonical),
-            path: canonical.clone(),
-            fd: root_fd,
-            access: workspace_access,
-            kind: RootKind::Workspace,
-        }];
-        let extra = spec
-            .readable_roots
-            .iter()
-            .map(|r| (r, Access::ReadOnly))
-            .chain(spec.writable_roots.iter().map(|r| (r, Access::ReadWrite)));
-        for (configured, access) in extra {
-            let path = expand_root(configured, &canonical, home.as_deref());
-            if let Some(root) = open_extra_root(&path, access)? {
+        let layout = Layout::compute(LayoutInputs {
+            workspace: &canonical,
+            workspace_alias: alias_of(&root, &canonical),
+            spec: &spec,
+            home: home.as_deref(),
+            spill: &state.spill_path,
+            defaults,
+        })?;
+        let sandbox =
+            CommandSandbox::prepare(layout.sandbox_config(&spec, state.tmp.path()), support);
+        let session_dirs: Vec<PathBuf> = match &sandbox {
+            CommandSandbox::Ready(sandbox) => vec![
+                sandbox.tmp_dir().to_path_buf(),
+                sandbox.home_dir().to_path_buf(),
+            ],
+            CommandSandbox::Unavailable { .. } => Vec::new(),
+        };
+        let mut roots = Vec::new();
+        for spec_root in layout.file_roots(&session_dirs) {
+            if let Some(root) = open_root(spec_root)? {
                 roots.push(root);
             }
         }
-        let spill_fd = state
-            .spill_fd
-            .try_clone()
-            .map_err(|source| LocalError::StateDir {
-                op: "open",
-                path: state.spill_path.clone(),
-                source,
-            })?;
-        roots.push(Root {
-            path: state.spill_path.clone(),
-            alias: None,
-            fd: spill_fd,
-            access: Access::ReadOnly,
-            kind: RootKind::Spill,
-        });
-        let rules = PathRules::new(&canonical, home.as_deref(), &spec)?;
+        let rules = Arc::new(PathRules::new(
+            &canonical,
+            home.as_deref(),
+            &spec,
+            layout.host_denied.clone(),
+        )?);
+        let reach = layout.readable_trees().map(Path::to_path_buf).collect();
+        let expander = Expander::new(Arc::clone(&rules), reach);
         let shell = exec::find_shell();
         let shared = Arc::new(Shared {
             id: BackendId::new(format!("local:{}", canonical.display())),
             root: canonical,
             home,
             roots: Roots::new(roots),
-            rules: Arc::new(rules),
+            rules,
             ident,
             umask,
             state,
             spec,
             shell,
+            sandbox,
+            expander: std::sync::Mutex::new(expander),
+            layout,
         });
         Ok(LocalBackend {
             files: Arc::new(LocalFiles::new(shared.clone())),
@@ -158,14 +193,19 @@ impl LocalBackend {
         &self.shared.state.spill_path
     }
 
-    /// The private temp directory given to commands as `TMPDIR` (0700, removed on shutdown).
-    /// The command sandbox must let commands write here.
+    /// The private temp directory given to commands as `TMPDIR` (0700, removed on shutdown),
+    /// writable by file operations too. Inside the backend's private state directory when the
+    /// command sandbox is unavailable.
     pub fn command_tmp_dir(&self) -> &Path {
-        self.shared.state.tmp.path()
+        match &self.shared.sandbox {
+            CommandSandbox::Ready(sandbox) => sandbox.tmp_dir(),
+            CommandSandbox::Unavailable { .. } => self.shared.state.tmp.path(),
+        }
     }
 
-    /// The allowed roots as `(canonical path, writable)`, most specific first: what the
-    /// command sandbox must grant.
+    /// The allowed roots of the file operations as `(canonical path, writable)`, most
+    /// specific first. Roots that only grant some files inside them (e.g. `/etc` for
+    /// `/etc/passwd`) are included as read-only.
     pub fn allowed_roots(&self) -> Vec<(PathBuf, bool)> {
         self.shared
             .roots
@@ -178,6 +218,17 @@ impl LocalBackend {
                 (root.path.clone(), writable)
             })
             .collect()
+    }
+
+    /// What commands may touch, as given to the command sandbox: `(read + execute, read,
+    /// write)` trees, canonical (the session's `TMPDIR` and `HOME` come on top). The file
+    /// operations' roots are derived from the same list.
+    pub fn sandbox_trees(&self) -> (Vec<PathBuf>, Vec<PathBuf>, Vec<PathBuf>) {
+        let config = self
+            .shared
+            .layout
+            .sandbox_config(&self.shared.spec, self.shared.state.tmp.path());
+        (config.read_exec, config.read, config.write)
     }
 }
 
@@ -200,7 +251,7 @@ impl Backend for LocalBackend {
     }
 
     fn missing_layers(&self) -> Vec<String> {
-        exec::missing_layers(&self.shared.spec)
+        self.shared.sandbox.missing_layers()
     }
 
     async fn shutdown(&self) {
@@ -221,20 +272,6 @@ fn host_home() -> Option<PathBuf> {
         })
 }
 
-/// `~/…` against the home, relative against the workspace root.
-fn expand_root(configured: &str, workspace: &Path, home: Option<&Path>) -> PathBuf {
-    let expanded = match (configured, home) {
-        ("~", Some(home)) => home.to_path_buf(),
-        (text, Some(home)) if text.starts_with("~/") => home.join(&text[2..]),
-        (text, _) => PathBuf::from(text),
-    };
-    if expanded.is_absolute() {
-        expanded
-    } else {
-        workspace.join(expanded)
-    }
-}
-
 /// The configured absolute spelling of a root when it differs from the canonical one.
 fn alias_of(configured: &Path, canonical: &Path) -> Option<PathBuf> {
     let absolute = if configured.is_absolute() {
@@ -246,50 +283,26 @@ fn alias_of(configured: &Path, canonical: &Path) -> Option<PathBuf> {
     (absolute != canonical).then_some(absolute)
 }
 
-/// Open an extra root; a missing one (or one that is not a directory, which only the command
-/// sandbox can use) is skipped.
-fn open_extra_root(path: &Path, access: Access) -> Result<Option<Root>, LocalError> {
-    let canonical = match std::fs::canonicalize(path) {
-        Ok(canonical) => canonical,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(LocalError::OpenExtraRoot {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-    };
-    match open_root_dir(&canonical) {
+/// Open a root of the file operations; one that vanished since the layout was computed is
+/// skipped.
+fn open_root(spec: RootSpec) -> Result<Option<Root>, LocalError> {
+    let RootSpec {
+        path,
+        alias,
+        access,
+        kind,
+        grants,
+    } = spec;
+    match open_root_dir(&path) {
         Ok(fd) => Ok(Some(Root {
-            alias: alias_of(path, &canonical),
-            path: canonical,
+            path,
+            alias,
             fd,
             access,
-            kind: RootKind::Extra,
+            kind,
+            grants,
         })),
-        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOTDIR as i32) => Ok(None),
-        Err(source) => Err(LocalError::OpenExtraRoot {
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn extra_roots_expand_home_and_workspace() {
-        let ws = Path::new("/ws");
-        let home = Some(Path::new("/home/me"));
-        assert_eq!(
-            expand_root("~/.cargo", ws, home),
-            PathBuf::from("/home/me/.cargo")
-        );
-        assert_eq!(expand_root("~", ws, home), PathBuf::from("/home/me"));
-        assert_eq!(expand_root("vendor", ws, home), PathBuf::from("/ws/vendor"));
-        assert_eq!(expand_root("/opt/sdk", ws, home), PathBuf::from("/opt/sdk"));
-        assert_eq!(expand_root("~x", ws, home), PathBuf::from("/ws/~x"));
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(LocalError::OpenExtraRoot { path, source }),
     }
 }

@@ -1,37 +1,39 @@
-//! [`BashOperations`] of the local backend: `bash -c COMMAND` (or `sh -c`) in its own process
-//! group, stdin `/dev/null`, stdout and stderr on ONE pipe (so their interleaving is kept),
-//! an environment built from scratch, output streamed to the caller's channel as it arrives.
+//! [`BashOperations`] of the local backend: `bash -c COMMAND` (or `sh -c`) inside the command
+//! sandbox of `cordon-sandbox` (Landlock, seccomp, no capabilities, `no_new_privs`, rlimits,
+//! PID + mount + IPC namespaces), stdin `/dev/null`, stdout and stderr on ONE pipe (so their
+//! interleaving is kept), output streamed to the caller's channel as it arrives.
 //!
-//! Ending a command: on timeout or cancel the whole group gets SIGTERM, then SIGKILL after
-//! [`KILL_GRACE`]. After the main process exits the pipe is drained until it closes, or until
-//! it has been idle for [`DRAIN_IDLE`] (re-armed by every chunk, capped at [`DRAIN_CAP`]) so a
-//! background child holding the pipe cannot hang the call; then whatever is left of the group
-//! is killed. Descendants that left the group (`setsid`) are out of reach here: containing
-//! them needs the PID namespace of the command sandbox.
+//! Before each spawn the protected and denied patterns are expanded to the paths as they are
+//! now ([`crate::expand`]) and handed to the sandbox, so a `.env` or `.git` that appeared
+//! since the last command is masked or read-only for this one.
 //!
-//! The spawn itself is one small function, [`spawn_shell`], which the command sandbox
-//! (`cordon-sandbox`: Landlock, seccomp, rlimits) wraps. Until it does, [`missing_layers`]
-//! names what is not in force, and commands only run when the spec allows a degraded sandbox.
+//! Ending a command: on timeout or cancel the whole sandbox gets SIGTERM (its init forwards it
+//! to every process), then SIGKILL after [`KILL_GRACE`] (killing the init tears down the PID
+//! namespace). When the main process exits by itself, the init kills every process left in
+//! the namespace, whatever its session or process group, so nothing outlives the call and the
+//! output pipe closes. The pipe is still drained with an idle grace ([`DRAIN_IDLE`], capped
+//! at [`DRAIN_CAP`]) for the degraded mode without namespaces, where descendants that left
+//! the process group are out of reach.
+//!
+//! A layer the host lacks fails every command with an error naming it, unless the spec
+//! allows a degraded sandbox; [`missing_layers`] then names what is not in force.
 
-use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use cordon_core::sandbox::SandboxSpec;
+use cordon_sandbox::{
+    ExitStatus as SandboxExit, HostSupport, Layer, PreparedSandbox, SandboxError, SandboxedChild,
+    SetupStep, SpawnRequest, TreeSignaller,
+};
 use cordon_tools::ops::{
     BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FsError,
     Termination,
 };
 use nix::fcntl::OFlag;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
@@ -49,19 +51,108 @@ pub(crate) const DRAIN_IDLE: Duration = Duration::from_millis(100);
 pub(crate) const DRAIN_CAP: Duration = Duration::from_secs(2);
 /// Read size from the output pipe.
 const CHUNK: usize = 64 * 1024;
-/// `PATH` for commands when the host has none.
+/// A protected/denied expansion that looked at no more entries than this last time (one
+/// `lstat` per cached directory) runs on the async worker, like small file reads do.
+const INLINE_EXPANSION_ENTRIES: usize = 512;
+/// `PATH` used to find the shell when the host has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// The sandbox layers [`spawn_shell`] does not apply yet (the command sandbox adds them).
-const UNAPPLIED_LAYERS: &[&str] = &["landlock", "seccomp", "no_new_privs", "rlimits"];
+/// The command sandbox of a backend: prepared once, or the reason it could not be.
+#[derive(Debug)]
+pub(crate) enum CommandSandbox {
+    /// Ready (possibly degraded, when the spec allows it).
+    Ready(Arc<PreparedSandbox>),
+    /// Not available; every command fails with this error (fail closed).
+    Unavailable {
+        /// The layer (or step) that failed, e.g. `landlock-fs`.
+        layer: &'static str,
+        /// The sandbox's message.
+        reason: String,
+    },
+}
 
-/// The layers not in force for commands, as reported by `Backend::missing_layers`: non-empty
-/// only when the spec allows a degraded sandbox (otherwise commands are refused).
-pub(crate) fn missing_layers(spec: &SandboxSpec) -> Vec<String> {
-    if spec.allow_degraded {
-        UNAPPLIED_LAYERS.iter().map(|l| l.to_string()).collect()
-    } else {
-        Vec::new()
+impl CommandSandbox {
+    /// Prepare the sandbox (for this host, or as if it supported exactly `support`), keeping
+    /// a failure as the error every command will get.
+    pub(crate) fn prepare(
+        config: cordon_sandbox::SandboxConfig,
+        support: Option<HostSupport>,
+    ) -> CommandSandbox {
+        let prepared = match support {
+            Some(support) => PreparedSandbox::prepare_with_support(config, support),
+            None => PreparedSandbox::prepare(config),
+        };
+        match prepared {
+            Ok(sandbox) => CommandSandbox::Ready(Arc::new(sandbox)),
+            Err(error) => CommandSandbox::Unavailable {
+                layer: layer_of(&error),
+                reason: error.to_string(),
+            },
+        }
+    }
+
+    /// The layers not in force: non-empty only for a degraded sandbox the spec allowed
+    /// (a sandbox that cannot run at all runs nothing, so nothing is degraded).
+    pub(crate) fn missing_layers(&self) -> Vec<String> {
+        match self {
+            CommandSandbox::Ready(sandbox) => sandbox
+                .missing_layers()
+                .iter()
+                .map(|layer| layer.name().to_owned())
+                .collect(),
+            CommandSandbox::Unavailable { .. } => Vec::new(),
+        }
+    }
+}
+
+/// The sandbox layer an error is about, for [`ExecError::Sandbox`].
+pub(crate) fn layer_of(error: &SandboxError) -> &'static str {
+    match error {
+        SandboxError::MissingLayers { layers } => layers.first().map_or("sandbox", |l| l.name()),
+        SandboxError::Unsupported => "sandbox",
+        SandboxError::LandlockRuleset { .. } | SandboxError::LandlockRule { .. } => {
+            Layer::LandlockFilesystem.name()
+        }
+        SandboxError::SeccompBuild { .. } => Layer::Seccomp.name(),
+        SandboxError::RelativePath { .. }
+        | SandboxError::OpenPath { .. }
+        | SandboxError::SessionDir { .. }
+        | SandboxError::ProtectedPath { .. }
+        | SandboxError::Placeholder { .. } => "filesystem",
+        SandboxError::ProgramNotFound { .. }
+        | SandboxError::CommandTooLarge { .. }
+        | SandboxError::NulByte { .. }
+        | SandboxError::Pipe { .. }
+        | SandboxError::DevNull { .. }
+        | SandboxError::Wait { .. }
+        | SandboxError::Signal { .. }
+        | SandboxError::UnsupportedSignal { .. } => "process",
+        SandboxError::Clone { .. } => Layer::PidNamespace.name(),
+        SandboxError::ChildSetup { step, .. } => match step {
+            SetupStep::MapUsers => Layer::UserNamespace.name(),
+            SetupStep::MakeMountsPrivate
+            | SetupStep::ReadOnlyRoot
+            | SetupStep::BindWritable
+            | SetupStep::MountProc
+            | SetupStep::PinPath
+            | SetupStep::ProtectPath
+            | SetupStep::MaskPath
+            | SetupStep::MountShm => Layer::MountNamespace.name(),
+            SetupStep::SetPidMax => Layer::ProcessLimit.name(),
+            SetupStep::DropCapabilities | SetupStep::VerifyCapabilities => "capabilities",
+            SetupStep::NoNewPrivs => "no_new_privs",
+            SetupStep::Landlock => Layer::LandlockFilesystem.name(),
+            SetupStep::Seccomp => Layer::Seccomp.name(),
+            SetupStep::SetRlimit => "rlimits",
+            SetupStep::ResetSignals
+            | SetupStep::HideInit
+            | SetupStep::ForkCommand
+            | SetupStep::NewSession
+            | SetupStep::ChangeDirectory
+            | SetupStep::RedirectStdio
+            | SetupStep::CloseFds
+            | SetupStep::Exec => "process",
+        },
     }
 }
 
@@ -79,98 +170,6 @@ pub(crate) fn find_shell() -> PathBuf {
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// Everything needed to start one command. Plain data: the command sandbox wraps this step.
-#[derive(Debug)]
-pub(crate) struct ShellLaunch<'a> {
-    /// The shell binary.
-    pub shell: &'a Path,
-    /// The script for `-c`.
-    pub command: &'a str,
-    /// Working directory (canonical, inside an allowed root).
-    pub cwd: &'a Path,
-    /// The complete environment.
-    pub env: &'a BTreeMap<OsString, OsString>,
-    /// Write end of the output pipe, used for both stdout and stderr.
-    pub output: OwnedFd,
-}
-
-/// Start the shell in its own process group with stdin `/dev/null` and stdout + stderr on the
-/// output pipe. This is the single place where a command process is created.
-pub(crate) fn spawn_shell(launch: ShellLaunch<'_>) -> io::Result<tokio::process::Child> {
-    let ShellLaunch {
-        shell,
-        command,
-        cwd,
-        env,
-        output,
-    } = launch;
-    let stderr = output.try_clone()?;
-    let mut cmd = tokio::process::Command::new(shell);
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(cwd)
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(output))
-        .stderr(Stdio::from(stderr))
-        .process_group(0);
-    cmd.spawn()
-}
-
-/// The inputs of a command's environment besides the host's variables.
-pub(crate) struct EnvLayers<'a> {
-    /// `env.pass` and `env.set`.
-    pub spec: &'a SandboxSpec,
-    /// `HOME`.
-    pub home: Option<&'a Path>,
-    /// `TMPDIR`.
-    pub tmp: &'a Path,
-    /// The request's own variables (applied last).
-    pub request: &'a [(String, String)],
-}
-
-/// Build a command's environment: the baseline (`PATH`, `HOME`, `LANG`, `TERM`, `TMPDIR`),
-/// then host variables named in `spec.env.pass`, then `spec.env.set`, then the request's.
-/// `host` looks up the host's variables.
-pub(crate) fn build_env(
-    layers: EnvLayers<'_>,
-    host: impl Fn(&str) -> Option<OsString>,
-) -> BTreeMap<OsString, OsString> {
-    let EnvLayers {
-        spec,
-        home,
-        tmp,
-        request: request_env,
-    } = layers;
-    let mut env: BTreeMap<OsString, OsString> = BTreeMap::new();
-    let mut set = |key: &str, value: OsString| {
-        env.insert(OsString::from(key), value);
-    };
-    set("PATH", host("PATH").unwrap_or_else(|| DEFAULT_PATH.into()));
-    set(
-        "HOME",
-        home.map(|h| h.as_os_str().to_os_string())
-            .unwrap_or_else(|| "/".into()),
-    );
-    set("LANG", host("LANG").unwrap_or_else(|| "C.UTF-8".into()));
-    // Output goes to a model, not a terminal: ask programs for plain text.
-    set("TERM", "dumb".into());
-    set("TMPDIR", tmp.as_os_str().to_os_string());
-    for name in &spec.env.pass {
-        if let Some(value) = host(name) {
-            set(name, value);
-        }
-    }
-    for (name, value) in &spec.env.set {
-        set(name, value.into());
-    }
-    for (name, value) in request_env {
-        set(name, value.into());
-    }
-    env
 }
 
 /// [`BashOperations`] on this host.
@@ -218,25 +217,87 @@ impl LocalBash {
     }
 }
 
-/// Kills the process group if the exec future is dropped before it finished.
-struct GroupGuard {
-    pgid: Pid,
-    armed: bool,
+/// Everything one spawn needs, moved to a blocking thread.
+struct Launch {
+    shared: Arc<Shared>,
+    sandbox: Arc<PreparedSandbox>,
+    command: String,
+    cwd: PathBuf,
+    env: Vec<(String, String)>,
+    output: OwnedFd,
 }
 
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = killpg(self.pgid, Signal::SIGKILL);
-        }
+/// Bring the protected/denied paths up to date, then start the shell in the sandbox. Runs on
+/// a blocking thread: the walk reads directories and the spawn waits for the sandbox's setup.
+fn launch(launch: Launch) -> Result<SandboxedChild, ExecError> {
+    let Launch {
+        shared,
+        sandbox,
+        command,
+        cwd,
+        env,
+        output,
+    } = launch;
+    {
+        let mut expander = shared
+            .expander
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let expansion = expander.expand().map_err(|error| ExecError::Sandbox {
+            layer: "filesystem",
+            reason: error.to_string(),
+        })?;
+        sandbox
+            .set_protected_and_denied(&expansion.protected, &expansion.denied)
+            .map_err(|error| sandbox_error(&error))?;
+    }
+    let stderr = output
+        .try_clone()
+        .map_err(|source| ExecError::Spawn { source })?;
+    sandbox
+        .spawn(SpawnRequest {
+            program: shared.shell.clone().into_os_string(),
+            args: vec!["-c".into(), command.into()],
+            cwd,
+            env: env
+                .into_iter()
+                .map(|(name, value)| (name.into(), value.into()))
+                .collect(),
+            stdin: None,
+            stdout: Some(output),
+            stderr: Some(stderr),
+        })
+        .map_err(|error| sandbox_error(&error))
+}
+
+/// A sandbox error as the bash tool reports it.
+fn sandbox_error(error: &SandboxError) -> ExecError {
+    match error {
+        SandboxError::ProgramNotFound { .. } => ExecError::Spawn {
+            source: io::Error::new(io::ErrorKind::NotFound, error.to_string()),
+        },
+        SandboxError::CommandTooLarge { .. } | SandboxError::NulByte { .. } => ExecError::Spawn {
+            source: io::Error::new(io::ErrorKind::InvalidInput, error.to_string()),
+        },
+        SandboxError::ChildSetup {
+            step: SetupStep::Exec,
+            source,
+            ..
+        } => ExecError::Spawn {
+            source: io::Error::new(source.kind(), error.to_string()),
+        },
+        other => ExecError::Sandbox {
+            layer: layer_of(other),
+            reason: other.to_string(),
+        },
     }
 }
 
-fn exit_status(status: std::process::ExitStatus) -> Option<ExitStatus> {
-    status
-        .code()
-        .map(ExitStatus::Code)
-        .or_else(|| status.signal().map(ExitStatus::Signal))
+fn exit_status(status: SandboxExit) -> ExitStatus {
+    match status {
+        SandboxExit::Code(code) => ExitStatus::Code(code),
+        SandboxExit::Signal(signal) => ExitStatus::Signal(signal),
+    }
 }
 
 #[async_trait]
@@ -257,17 +318,16 @@ impl BashOperations for LocalBash {
             timeout,
             env,
         } = request;
-        if !self.shared.spec.allow_degraded {
-            // Fail closed: no command runs without the OS sandbox unless the operator said so.
-            return Err(ExecError::Sandbox {
-                layer: UNAPPLIED_LAYERS[0],
-                reason: format!(
-                    "the local backend cannot yet confine commands ({} not applied); \
-                     set allow_degraded in the sandbox spec to run them unconfined",
-                    UNAPPLIED_LAYERS.join(", ")
-                ),
-            });
-        }
+        let sandbox = match &self.shared.sandbox {
+            CommandSandbox::Ready(sandbox) => Arc::clone(sandbox),
+            CommandSandbox::Unavailable { layer, reason } => {
+                // Fail closed: no command runs outside the sandbox the spec asks for.
+                return Err(ExecError::Sandbox {
+                    layer,
+                    reason: reason.clone(),
+                });
+            }
+        };
         if cancel.is_cancelled() {
             return Ok(ExecOutcome {
                 status: None,
@@ -275,81 +335,63 @@ impl BashOperations for LocalBash {
             });
         }
         let cwd = self.resolve_cwd(&cwd)?;
-        let layers = EnvLayers {
-            spec: &self.shared.spec,
-            home: self.shared.home.as_deref(),
-            tmp: self.shared.state.tmp.path(),
-            request: &env,
-        };
-        let env = build_env(layers, |name| std::env::var_os(name));
         let (read_end, write_end) =
             nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Spawn {
                 source: io::Error::from(e),
             })?;
-        let spawned = spawn_shell(ShellLaunch {
-            shell: &self.shared.shell,
-            command: &command,
-            cwd: &cwd,
-            env: &env,
-            output: write_end
-                .try_clone()
-                .map_err(|source| ExecError::Spawn { source })?,
-        });
-        let spawned = match spawned {
-            Err(e)
-                if e.kind() == io::ErrorKind::NotFound
-                    && self.shared.shell != Path::new("/bin/sh") =>
-            {
-                spawn_shell(ShellLaunch {
-                    shell: Path::new("/bin/sh"),
-                    command: &command,
-                    cwd: &cwd,
-                    env: &env,
-                    output: write_end,
-                })
-            }
-            other => {
-                drop(write_end);
-                other
-            }
-        };
-        let mut child = spawned.map_err(|source| ExecError::Spawn { source })?;
         let reader = pipe::Receiver::from_owned_fd(read_end)
             .map_err(|source| ExecError::Spawn { source })?;
-        let pid = child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .ok_or_else(|| ExecError::Spawn {
-                source: io::Error::other("the shell exited before its pid was known"),
-            })?;
-        let mut guard = GroupGuard {
-            pgid: Pid::from_raw(pid),
-            armed: true,
+        let job = Launch {
+            shared: Arc::clone(&self.shared),
+            sandbox,
+            command,
+            cwd,
+            env,
+            output: write_end,
         };
+        // The hop to a blocking thread costs about as much as the work itself when the walk
+        // is small and an idle init only has to take the command: then run it right here.
+        let quick = job.sandbox.has_idle_init()
+            && self
+                .shared
+                .expander
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .was_small(INLINE_EXPANSION_ENTRIES);
+        let mut child = if quick {
+            launch(job)?
+        } else {
+            tokio::task::spawn_blocking(move || launch(job))
+                .await
+                .map_err(|join| ExecError::Spawn {
+                    source: io::Error::other(join.to_string()),
+                })??
+        };
+        let signaller = child.signaller().map_err(|error| sandbox_error(&error))?;
         let deadline = Instant::now()
             .checked_add(timeout)
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 24 * 3600));
         let outcome = supervise(Supervised {
             child: &mut child,
+            signaller: &signaller,
             reader,
-            pgid: guard.pgid,
             deadline,
             cancel: &cancel,
             output: &output,
         })
         .await;
-        // Whatever is left of the group (background jobs) does not outlive the call.
-        let _ = killpg(guard.pgid, Signal::SIGKILL);
-        guard.armed = false;
+        // Whatever is left (degraded mode: a group member still draining) does not outlive
+        // the call; dropping the child kills the tree too, also when this future is dropped.
+        let _ = signaller.kill_tree();
         Ok(outcome)
     }
 }
 
 /// The running command being watched.
 struct Supervised<'a> {
-    child: &'a mut tokio::process::Child,
+    child: &'a mut SandboxedChild,
+    signaller: &'a TreeSignaller,
     reader: pipe::Receiver,
-    pgid: Pid,
     deadline: Instant,
     cancel: &'a CancellationToken,
     output: &'a mpsc::Sender<Vec<u8>>,
@@ -360,8 +402,8 @@ struct Supervised<'a> {
 async fn supervise(run: Supervised<'_>) -> ExecOutcome {
     let Supervised {
         child,
+        signaller,
         mut reader,
-        pgid,
         deadline,
         cancel,
         output,
@@ -378,10 +420,8 @@ async fn supervise(run: Supervised<'_>) -> ExecOutcome {
     let mut listener = true;
     let far = deadline.max(Instant::now()) + Duration::from_secs(365 * 24 * 3600);
 
-    let stop = |signal: Signal| {
-        let _ = killpg(pgid, signal);
-    };
-
+    let wait = child.wait();
+    tokio::pin!(wait);
     loop {
         if exited.is_some() && !pipe_open && pending.is_none() {
             break;
@@ -392,20 +432,20 @@ async fn supervise(run: Supervised<'_>) -> ExecOutcome {
         tokio::select! {
             _ = cancel.cancelled(), if running && !stopping => {
                 termination = Termination::Cancelled;
-                stop(Signal::SIGTERM);
+                let _ = signaller.signal_tree(libc_sigterm());
                 kill_at = Some(Instant::now() + KILL_GRACE);
             }
             _ = sleep_until(deadline), if running && !stopping => {
                 termination = Termination::TimedOut;
-                stop(Signal::SIGTERM);
+                let _ = signaller.signal_tree(libc_sigterm());
                 kill_at = Some(Instant::now() + KILL_GRACE);
             }
             _ = sleep_until(kill_at.unwrap_or(far)), if running && kill_at.is_some() => {
-                stop(Signal::SIGKILL);
+                let _ = signaller.kill_tree();
                 kill_at = None;
             }
-            status = child.wait(), if running => {
-                exited = Some(status.ok().and_then(exit_status));
+            status = &mut wait, if running => {
+                exited = Some(status.ok().map(exit_status));
                 let now = Instant::now();
                 exited_at = Some(now);
                 idle_until = now + DRAIN_IDLE;
@@ -445,62 +485,46 @@ async fn supervise(run: Supervised<'_>) -> ExecOutcome {
     }
 }
 
+/// SIGTERM (a constant, spelled through nix so this crate needs no libc).
+fn libc_sigterm() -> i32 {
+    nix::sys::signal::Signal::SIGTERM as i32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cordon_core::sandbox::EnvSpec;
 
     #[test]
-    fn env_is_built_from_scratch_in_layers() {
-        let spec = SandboxSpec {
-            env: EnvSpec {
-                pass: vec!["CARGO_HOME".into(), "ABSENT".into()],
-                set: vec![
-                    ("RUST_LOG".into(), "debug".into()),
-                    ("TERM".into(), "xterm".into()),
-                ],
-            },
-            ..SandboxSpec::default()
+    fn missing_layers_name_the_first_one() {
+        let error = SandboxError::MissingLayers {
+            layers: vec![Layer::LandlockFilesystem, Layer::PidNamespace],
         };
-        let host = |name: &str| match name {
-            "PATH" => Some(OsString::from("/host/bin")),
-            "CARGO_HOME" => Some(OsString::from("/host/cargo")),
-            "SECRET" => Some(OsString::from("hunter2")),
-            _ => None,
-        };
-        let request = [("RUST_LOG".to_string(), "trace".to_string())];
-        let layers = EnvLayers {
-            spec: &spec,
-            home: Some(Path::new("/home/me")),
-            tmp: Path::new("/tmp/cordon-0/tmp-1-ab"),
-            request: &request,
-        };
-        let env = build_env(layers, host);
-        let expected: BTreeMap<OsString, OsString> = [
-            ("CARGO_HOME", "/host/cargo"),
-            ("HOME", "/home/me"),
-            ("LANG", "C.UTF-8"),
-            ("PATH", "/host/bin"),
-            ("RUST_LOG", "trace"),
-            ("TERM", "xterm"),
-            ("TMPDIR", "/tmp/cordon-0/tmp-1-ab"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-        .collect();
-        assert_eq!(env, expected);
+        assert_eq!(layer_of(&error), "landlock-fs");
+        match sandbox_error(&error) {
+            ExecError::Sandbox { layer, reason } => {
+                assert_eq!(layer, "landlock-fs");
+                assert!(reason.contains("allow_degraded"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
-    fn missing_layers_only_reported_when_degraded_is_allowed() {
-        assert!(missing_layers(&SandboxSpec::default()).is_empty());
-        let degraded = SandboxSpec {
-            allow_degraded: true,
-            ..SandboxSpec::default()
+    fn a_missing_program_is_a_spawn_error() {
+        let error = SandboxError::ChildSetup {
+            step: SetupStep::Exec,
+            path: Some(PathBuf::from("/bin/bash")),
+            source: io::Error::from_raw_os_error(2),
         };
-        assert_eq!(
-            missing_layers(&degraded),
-            vec!["landlock", "seccomp", "no_new_privs", "rlimits"]
-        );
+        match sandbox_error(&error) {
+            ExecError::Spawn { source } => assert_eq!(source.kind(), io::ErrorKind::NotFound),
+            other => panic!("{other:?}"),
+        }
+        let mount = SandboxError::ChildSetup {
+            step: SetupStep::ProtectPath,
+            path: Some(PathBuf::from("/w/.git")),
+            source: io::Error::from_raw_os_error(1),
+        };
+        assert_eq!(layer_of(&mount), "mount-namespace");
     }
 }

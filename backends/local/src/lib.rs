@@ -7,11 +7,16 @@
 //!   path, writes are atomic (temp file + `renameat` in the same directory fd);
 //! - searches ([`cordon_tools::ops::SearchOperations`]) with ripgrep's libraries in process,
 //!   parallel but with a deterministic, path-sorted result;
-//! - commands ([`cordon_tools::ops::BashOperations`]) through `bash -c` in their own process
-//!   group, with a scrubbed environment, merged output, and a timeout/cancel that kills the
-//!   whole group. The OS sandbox (Landlock, seccomp, rlimits) is applied by `cordon-sandbox`
-//!   at the single spawn step; until it is wired in, commands only run when the spec allows a
-//!   degraded sandbox (fail closed).
+//! - commands ([`cordon_tools::ops::BashOperations`]) through `bash -c` inside the command
+//!   sandbox of `cordon-sandbox` (Landlock, seccomp, no capabilities, `no_new_privs`,
+//!   rlimits, PID + mount + IPC namespaces), with a scrubbed environment, merged output, and
+//!   a timeout/cancel that kills the whole tree; nothing a command starts outlives it. A
+//!   layer the host lacks fails every command with an error naming it, unless the spec
+//!   allows a degraded sandbox.
+//!
+//! Both layers come from one list of granted trees (`layout`): what file operations may read
+//! and write is what commands may read and write. Protected and denied globs are judged on
+//! canonical paths by file operations and expanded to concrete paths before each command.
 //!
 //! It does not own the tools' output formats (those live in `cordon-tools`) nor the policy
 //! that produced the spec.
@@ -63,13 +68,18 @@
 use std::path::PathBuf;
 
 pub use cordon_core::sandbox::SandboxSpec;
+pub use cordon_sandbox::{HostSupport, Layer, Requirement, probe as probe_host};
 
 #[cfg(target_os = "linux")]
 mod backend;
 #[cfg(target_os = "linux")]
 mod exec;
 #[cfg(target_os = "linux")]
+mod expand;
+#[cfg(target_os = "linux")]
 mod files;
+#[cfg(target_os = "linux")]
+mod layout;
 #[cfg(target_os = "linux")]
 mod roots;
 #[cfg(target_os = "linux")]
@@ -83,6 +93,43 @@ mod unsupported;
 pub use backend::LocalBackend;
 #[cfg(not(target_os = "linux"))]
 pub use unsupported::LocalBackend;
+
+/// One sandbox layer as a backend with a given spec needs it on a given host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerStatus {
+    /// The layer.
+    pub layer: Layer,
+    /// Whether commands need it (or use it when present).
+    pub requirement: Requirement,
+    /// Whether the host has it.
+    pub available: bool,
+}
+
+/// The sandbox layers commands of a backend with `spec` use on a host like `support`, each
+/// required or optional, available or not (for `cordon doctor`). Commands run when every
+/// required layer is available, or degraded when the spec allows it.
+pub fn sandbox_layers(spec: &SandboxSpec, support: &HostSupport) -> Vec<LayerStatus> {
+    let config = cordon_sandbox::SandboxConfig {
+        network: match spec.network {
+            cordon_core::sandbox::NetworkMode::Disabled => false,
+            cordon_core::sandbox::NetworkMode::Enabled => true,
+        },
+        limits: cordon_sandbox::Rlimits {
+            processes: spec.limits.pids,
+            ..cordon_sandbox::Rlimits::default()
+        },
+        ..cordon_sandbox::SandboxConfig::default()
+    };
+    config
+        .layer_requirements(support)
+        .into_iter()
+        .map(|(layer, requirement)| LayerStatus {
+            layer,
+            requirement,
+            available: support.supports(layer),
+        })
+        .collect()
+}
 
 /// How to build a [`LocalBackend`].
 #[derive(Clone, Debug)]

@@ -66,6 +66,26 @@ pub(crate) struct Root {
     pub access: Access,
     /// Workspace, extra root or spill directory.
     pub kind: RootKind,
+    /// `None`: the whole tree is granted. `Some(files)`: the root is only an anchor for these
+    /// canonical files (e.g. `/etc` for `/etc/passwd`); anything else opened beneath it is
+    /// outside the allowed roots.
+    pub grants: Option<Vec<PathBuf>>,
+}
+
+impl Root {
+    /// Refuse an fd opened beneath an anchor root unless its real path is one of the granted
+    /// files (or below one).
+    fn admit(&self, fd: OwnedFd, path: &Path) -> Result<Opened, FsError> {
+        if let Some(files) = &self.grants {
+            let real = fd_path(fd.as_fd()).map_err(|e| FsError::from_io("resolve", path, e))?;
+            if !files.iter().any(|file| real.starts_with(file)) {
+                return Err(FsError::OutsideRoot {
+                    path: path.to_path_buf(),
+                });
+            }
+        }
+        Ok(Opened { fd })
+    }
 }
 
 /// A path opened beneath a root. Which root applies to it is decided from its canonical
@@ -102,6 +122,17 @@ impl Roots {
                     if root.kind == RootKind::Workspace {
                         existing.kind = RootKind::Workspace;
                     }
+                    if existing.alias.is_none() {
+                        existing.alias = root.alias;
+                    }
+                    existing.grants = match (existing.grants.take(), root.grants) {
+                        (Some(mut files), Some(more)) => {
+                            files.extend(more);
+                            Some(files)
+                        }
+                        // A whole-tree grant covers any file grant.
+                        (None, _) | (_, None) => None,
+                    };
                 }
                 None => merged.push(root),
             }
@@ -149,7 +180,7 @@ impl Roots {
         };
         let (root, rel) = self.select(path).ok_or_else(outside)?;
         match open_beneath(root.fd.as_fd(), rel, flags, ResolveFlag::empty()) {
-            Ok(fd) => Ok(Opened { fd }),
+            Ok(fd) => root.admit(fd, path),
             Err(Errno::EXDEV) => self.open_real(path, flags, op),
             Err(errno) => Err(fs_error(op, path, errno)),
         }
@@ -171,7 +202,7 @@ impl Roots {
             flags,
             ResolveFlag::RESOLVE_NO_SYMLINKS,
         ) {
-            Ok(fd) => Ok(Opened { fd }),
+            Ok(fd) => root.admit(fd, path),
             Err(Errno::EXDEV | Errno::ELOOP) => Err(outside()),
             Err(errno) => Err(fs_error(op, path, errno)),
         }
@@ -202,7 +233,7 @@ impl Roots {
             flags,
             ResolveFlag::RESOLVE_NO_SYMLINKS,
         ) {
-            Ok(fd) => Ok(Opened { fd }),
+            Ok(fd) => root.admit(fd, path),
             Err(Errno::EXDEV) => Err(outside()),
             Err(errno) => Err(fs_error(op, path, errno)),
         }
@@ -359,29 +390,6 @@ pub(crate) fn probe_openat2(root: BorrowedFd<'_>) -> Result<(), LocalError> {
     }
 }
 
-/// `path` relative to `base`, with `..` components when `path` is not below `base`
-/// (both absolute and canonical).
-pub(crate) fn relative_to(path: &Path, base: &Path) -> PathBuf {
-    if let Ok(rel) = path.strip_prefix(base) {
-        return rel.to_path_buf();
-    }
-    let path_parts: Vec<Component<'_>> = path.components().collect();
-    let base_parts: Vec<Component<'_>> = base.components().collect();
-    let common = path_parts
-        .iter()
-        .zip(&base_parts)
-        .take_while(|(a, b)| a == b)
-        .count();
-    let mut out = PathBuf::new();
-    for _ in common..base_parts.len() {
-        out.push("..");
-    }
-    for part in &path_parts[common..] {
-        out.push(part.as_os_str());
-    }
-    out
-}
-
 /// A path's verdict under the protected/denied globs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -393,15 +401,31 @@ pub(crate) enum Verdict {
     Free,
 }
 
-/// Compiled protected and denied globs. Patterns are relative to the workspace root, or
-/// absolute (`~/` expanded); `*` does not cross `/`, `**` does; `dir/**` also matches `dir`.
-/// A path is judged with all its ancestors, so a protected or denied directory covers
-/// everything below it.
+/// Compiled protected and denied globs, plus the concrete secrets the host defaults carved
+/// out. Patterns are relative to the workspace root (and then match only inside it, as in the
+/// policy), or absolute (`~/` expanded); `*` does not cross `/`, `**` does; `dir/**` also
+/// matches `dir`. A path is judged with all its ancestors, so a protected or denied directory
+/// covers everything below it.
 #[derive(Debug)]
 pub(crate) struct PathRules {
     workspace: PathBuf,
     protected: GlobPair,
     denied: GlobPair,
+    /// Concrete denied paths (canonical), e.g. `/etc/shadow`, `~/.cargo/credentials.toml`.
+    denied_paths: Vec<PathBuf>,
+    /// The patterns after `~/` expansion, for the command sandbox's expansion.
+    patterns: Vec<Pattern>,
+}
+
+/// One protected or denied pattern as the glob expansion needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Pattern {
+    /// Relative to the workspace (`false`) or absolute (`true`).
+    pub absolute: bool,
+    /// The pattern text (`./` removed, `~/` expanded).
+    pub text: String,
+    /// Protected (`false`) or denied (`true`).
+    pub denied: bool,
 }
 
 #[derive(Debug)]
@@ -415,34 +439,57 @@ impl GlobPair {
         self.relative.is_empty() && self.absolute.is_empty()
     }
 
-    fn is_match(&self, rel: &Path, abs: &Path) -> bool {
-        self.relative.is_match(rel) || self.absolute.is_match(abs)
+    /// `rel` is the path relative to the workspace, `None` outside it.
+    fn is_match(&self, rel: Option<&Path>, abs: &Path) -> bool {
+        rel.is_some_and(|rel| self.relative.is_match(rel)) || self.absolute.is_match(abs)
     }
 }
 
 impl PathRules {
     /// Compile the spec's `protected` and `denied` globs. `workspace` is the canonical
-    /// workspace root, `home` expands `~/`.
+    /// workspace root, `home` expands `~/`; `denied_paths` are concrete canonical paths that
+    /// are denied too.
     pub fn new(
         workspace: &Path,
         home: Option<&Path>,
         spec: &SandboxSpec,
+        denied_paths: Vec<PathBuf>,
     ) -> Result<Self, LocalError> {
+        let mut patterns = Vec::new();
+        let protected = compile_globs(&spec.protected, home, false, &mut patterns)?;
+        let denied = compile_globs(&spec.denied, home, true, &mut patterns)?;
         Ok(PathRules {
             workspace: workspace.to_path_buf(),
-            protected: compile_globs(&spec.protected, home)?,
-            denied: compile_globs(&spec.denied, home)?,
+            protected,
+            denied,
+            denied_paths,
+            patterns,
         })
     }
 
-    /// Whether any denied glob exists (callers skip the canonical-path lookup otherwise).
+    /// Whether anything is denied (callers skip the canonical-path lookup otherwise).
     pub fn has_denied(&self) -> bool {
-        !self.denied.is_empty()
+        !self.denied.is_empty() || !self.denied_paths.is_empty()
     }
 
-    /// Whether any glob exists at all.
+    /// Whether no rule exists at all.
     pub fn is_empty(&self) -> bool {
-        self.denied.is_empty() && self.protected.is_empty()
+        !self.has_denied() && self.protected.is_empty()
+    }
+
+    /// The patterns, for expanding them into concrete paths.
+    pub fn patterns(&self) -> &[Pattern] {
+        &self.patterns
+    }
+
+    /// The concrete denied paths.
+    pub fn denied_paths(&self) -> &[PathBuf] {
+        &self.denied_paths
+    }
+
+    /// The workspace the relative patterns are anchored at.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
     }
 
     /// Judge a canonical path and all its ancestors.
@@ -450,20 +497,19 @@ impl PathRules {
         if self.is_empty() {
             return Verdict::Free;
         }
+        if self.denied_paths.iter().any(|d| canonical.starts_with(d)) {
+            return Verdict::Denied;
+        }
         let mut protected = false;
         for candidate in canonical.ancestors() {
             if candidate.parent().is_none() {
                 break;
             }
-            // Borrowed (no allocation) for the common case of a path inside the workspace.
-            let rel: std::borrow::Cow<'_, Path> = match candidate.strip_prefix(&self.workspace) {
-                Ok(rel) => rel.into(),
-                Err(_) => relative_to(candidate, &self.workspace).into(),
-            };
-            if self.denied.is_match(&rel, candidate) {
+            let rel = candidate.strip_prefix(&self.workspace).ok();
+            if self.denied.is_match(rel, candidate) {
                 return Verdict::Denied;
             }
-            protected = protected || self.protected.is_match(&rel, candidate);
+            protected = protected || self.protected.is_match(rel, candidate);
         }
         if protected {
             Verdict::Protected
@@ -472,22 +518,31 @@ impl PathRules {
         }
     }
 
+    /// How an entry itself (not its ancestors, which a walk already judged) is matched:
+    /// `(protected, denied)`.
+    pub fn judge_entry(&self, canonical: &Path) -> (bool, bool) {
+        let rel = canonical.strip_prefix(&self.workspace).ok();
+        let denied = self.denied.is_match(rel, canonical)
+            || self.denied_paths.iter().any(|d| d == canonical);
+        (self.protected.is_match(rel, canonical), denied)
+    }
+
     /// Whether a walked entry itself (not its ancestors, which the walk already judged) is
     /// denied.
     pub fn is_denied_entry(&self, canonical: &Path) -> bool {
-        if self.denied.is_empty() {
+        if !self.has_denied() {
             return false;
         }
-        match canonical.strip_prefix(&self.workspace) {
-            Ok(rel) => self.denied.is_match(rel, canonical),
-            Err(_) => self
-                .denied
-                .is_match(&relative_to(canonical, &self.workspace), canonical),
-        }
+        self.judge_entry(canonical).1
     }
 }
 
-fn compile_globs(patterns: &[String], home: Option<&Path>) -> Result<GlobPair, LocalError> {
+fn compile_globs(
+    patterns: &[String],
+    home: Option<&Path>,
+    denied: bool,
+    out: &mut Vec<Pattern>,
+) -> Result<GlobPair, LocalError> {
     let mut relative = GlobSetBuilder::new();
     let mut absolute = GlobSetBuilder::new();
     for pattern in patterns {
@@ -495,7 +550,15 @@ fn compile_globs(patterns: &[String], home: Option<&Path>) -> Result<GlobPair, L
             (Some(rest), Some(home)) => format!("{}/{rest}", home.display()),
             _ => pattern.clone(),
         };
-        let trimmed = expanded.strip_prefix("./").unwrap_or(&expanded);
+        let mut trimmed = expanded.as_str();
+        while let Some(rest) = trimmed.strip_prefix("./") {
+            trimmed = rest;
+        }
+        out.push(Pattern {
+            absolute: trimmed.starts_with('/'),
+            text: trimmed.to_string(),
+            denied,
+        });
         let mut variants = vec![trimmed.to_string()];
         // `dir/**` also covers `dir` itself: no replacing a protected directory as a whole.
         if let Some(dir) = trimmed.strip_suffix("/**")
@@ -613,23 +676,13 @@ mod tests {
             denied: strings(denied),
             ..SandboxSpec::default()
         };
-        PathRules::new(Path::new("/ws"), Some(Path::new("/home/me")), &spec).unwrap()
-    }
-
-    #[test]
-    fn relative_to_handles_inside_and_outside_paths() {
-        assert_eq!(
-            relative_to(Path::new("/ws/a/b"), Path::new("/ws")),
-            PathBuf::from("a/b")
-        );
-        assert_eq!(
-            relative_to(Path::new("/ws"), Path::new("/ws")),
-            PathBuf::from("")
-        );
-        assert_eq!(
-            relative_to(Path::new("/other/x"), Path::new("/ws/sub")),
-            PathBuf::from("../../other/x")
-        );
+        PathRules::new(
+            Path::new("/ws"),
+            Some(Path::new("/home/me")),
+            &spec,
+            vec![PathBuf::from("/home/me/.cargo/credentials.toml")],
+        )
+        .unwrap()
     }
 
     #[test]
@@ -664,6 +717,57 @@ mod tests {
     }
 
     #[test]
+    fn relative_globs_match_inside_the_workspace_only() {
+        let rules = rules(&[], &["**/.env"]);
+        assert_eq!(rules.judge(Path::new("/ws/deep/.env")), Verdict::Denied);
+        assert_eq!(rules.judge(Path::new("/elsewhere/.env")), Verdict::Free);
+        assert!(!rules.is_denied_entry(Path::new("/elsewhere/.env")));
+    }
+
+    #[test]
+    fn host_secrets_are_denied_with_everything_below() {
+        let rules = rules(&[], &[]);
+        assert!(rules.has_denied());
+        assert_eq!(
+            rules.judge(Path::new("/home/me/.cargo/credentials.toml")),
+            Verdict::Denied
+        );
+        assert_eq!(
+            rules.judge(Path::new("/home/me/.cargo/config.toml")),
+            Verdict::Free
+        );
+        assert_eq!(
+            rules.judge_entry(Path::new("/home/me/.cargo/credentials.toml")),
+            (false, true)
+        );
+    }
+
+    #[test]
+    fn patterns_are_kept_expanded_for_the_command_sandbox() {
+        let rules = rules(&["./.git/**"], &["~/.ssh/**", "**/.env"]);
+        assert_eq!(
+            rules.patterns(),
+            &[
+                Pattern {
+                    absolute: false,
+                    text: ".git/**".into(),
+                    denied: false
+                },
+                Pattern {
+                    absolute: true,
+                    text: "/home/me/.ssh/**".into(),
+                    denied: true
+                },
+                Pattern {
+                    absolute: false,
+                    text: "**/.env".into(),
+                    denied: true
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn single_star_does_not_cross_directories() {
         let rules = rules(&[], &["*.pem"]);
         assert_eq!(rules.judge(Path::new("/ws/key.pem")), Verdict::Denied);
@@ -676,7 +780,7 @@ mod tests {
             protected: vec!["a[".to_string()],
             ..SandboxSpec::default()
         };
-        let err = PathRules::new(Path::new("/ws"), None, &spec).unwrap_err();
+        let err = PathRules::new(Path::new("/ws"), None, &spec, Vec::new()).unwrap_err();
         assert!(err.to_string().contains("`a[`"), "{err}");
     }
 

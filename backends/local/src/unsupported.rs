@@ -21,6 +21,14 @@ impl LocalBackend {
     pub fn new(_config: LocalConfig) -> Result<Self, LocalError> {
         Err(LocalError::Unsupported)
     }
+
+    /// Always fails with [`LocalError::Unsupported`].
+    pub fn with_host_support(
+        _config: LocalConfig,
+        _support: cordon_sandbox::HostSupport,
+    ) -> Result<Self, LocalError> {
+        Err(LocalError::Unsupported)
+    }
 }
 
 #[async_trait]

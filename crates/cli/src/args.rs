@@ -33,6 +33,8 @@ pub enum Command {
     /// Work with audit logs.
     #[command(subcommand)]
     Audit(cmd::audit::AuditCommand),
+    /// Show what this host supports for each backend; exit 1 if the selected one cannot run.
+    Doctor(cmd::doctor::DoctorArgs),
 }
 
 /// Print a clap error: help and version normally, usage errors as one line (exit 2).

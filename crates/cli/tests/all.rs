@@ -2,5 +2,6 @@
 //! runs the built binary (`CARGO_BIN_EXE_cordon`) the way a user or a CI job would.
 
 mod cli;
+mod doctor;
 mod mcp;
 mod run;

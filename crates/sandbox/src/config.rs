@@ -54,8 +54,9 @@ pub struct SandboxConfig {
 pub struct Rlimits {
     /// Maximum number of processes in the sandbox. Enforced by `RLIMIT_NPROC` when Cordon
     /// runs as a regular user and by the PID namespace's `pid_max` when it runs as root (the
-    /// kernel ignores `RLIMIT_NPROC` for uid 0); `pid_max` cannot go below 301, so as root the
-    /// effective limit is at least 300 processes.
+    /// kernel ignores `RLIMIT_NPROC` for uid 0). As root `pid_max` is this value + 300: once
+    /// 300 pids have been handed out in the namespace the kernel allocates from 300 up, so the
+    /// cap is exactly this value from then on, and up to 300 more before.
     pub processes: Option<u64>,
     /// Address-space size of each process, in bytes (`RLIMIT_AS`).
     pub memory_bytes: Option<u64>,
@@ -262,7 +263,7 @@ impl HostSupport {
                     | Layer::LandlockScopes => format!("Landlock ABI {}", self.landlock_abi),
                     Layer::UserNamespace if self.root => "not needed as root".to_owned(),
                     Layer::ProcessLimit if self.root => {
-                        "root: per-namespace pid_max, minimum 301".to_owned()
+                        "root: per-namespace pid_max of the limit + 300".to_owned()
                     }
                     Layer::ProcessLimit => "RLIMIT_NPROC".to_owned(),
                     Layer::Seccomp
@@ -287,9 +288,49 @@ pub struct HostDefaults {
     pub read: Vec<PathBuf>,
     /// Environment for the toolchains (`PATH`, `CARGO_HOME`, `RUSTUP_HOME`, `PYENV_ROOT`, …).
     pub env: Vec<(OsString, OsString)>,
+    /// The secrets found while carving the trees above (e.g. `/etc/shadow`,
+    /// `~/.cargo/credentials.toml`): never granted here, and worth denying explicitly when a
+    /// broader rule (a policy's readable root) would cover them.
+    pub denied: Vec<PathBuf>,
+}
+
+/// Whether a configuration needs a layer or merely uses it when the host has it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Requirement {
+    /// Missing it is an error unless `allow_degraded` is set.
+    Required,
+    /// Used when available; other layers cover most of what it adds.
+    Optional,
 }
 
 impl SandboxConfig {
+    /// The layers this configuration uses on a host like `support`, in [`Layer::ALL`] order:
+    /// seccomp, Landlock filesystem rules, PID and mount namespaces are always required, a
+    /// user namespace when not root, the process limit when one is configured; Landlock ioctl
+    /// control, scopes and (with the network off) TCP rules are optional.
+    pub fn layer_requirements(&self, support: &HostSupport) -> Vec<(Layer, Requirement)> {
+        Layer::ALL
+            .iter()
+            .filter_map(|&layer| {
+                let requirement = match layer {
+                    Layer::Seccomp
+                    | Layer::LandlockFilesystem
+                    | Layer::PidNamespace
+                    | Layer::MountNamespace => Some(Requirement::Required),
+                    Layer::UserNamespace => (!support.root).then_some(Requirement::Required),
+                    Layer::ProcessLimit => self
+                        .limits
+                        .processes
+                        .is_some()
+                        .then_some(Requirement::Required),
+                    Layer::LandlockIoctl | Layer::LandlockScopes => Some(Requirement::Optional),
+                    Layer::LandlockNetwork => (!self.network).then_some(Requirement::Optional),
+                };
+                requirement.map(|requirement| (layer, requirement))
+            })
+            .collect()
+    }
+
     /// A configuration with the host defaults filled in (see [`HostDefaults`]); add the
     /// workspace to `write` and the protected and denied paths.
     pub fn with_defaults(defaults: HostDefaults) -> SandboxConfig {
@@ -297,11 +338,13 @@ impl SandboxConfig {
             read_exec,
             read,
             env,
+            denied,
         } = defaults;
         SandboxConfig {
             read_exec,
             read,
             env,
+            denied,
             ..SandboxConfig::default()
         }
     }
@@ -372,6 +415,46 @@ mod tests {
         assert!(!host.supports(Layer::PidNamespace));
         assert!(!host.supports(Layer::MountNamespace));
         assert!(!host.supports(Layer::UserNamespace));
+    }
+
+    #[test]
+    fn requirements_follow_the_configuration() {
+        let config = SandboxConfig {
+            limits: Rlimits {
+                processes: Some(10),
+                ..Rlimits::default()
+            },
+            ..SandboxConfig::default()
+        };
+        assert_eq!(
+            config.layer_requirements(&full()),
+            vec![
+                (Layer::LandlockFilesystem, Requirement::Required),
+                (Layer::LandlockIoctl, Requirement::Optional),
+                (Layer::LandlockNetwork, Requirement::Optional),
+                (Layer::LandlockScopes, Requirement::Optional),
+                (Layer::Seccomp, Requirement::Required),
+                (Layer::PidNamespace, Requirement::Required),
+                (Layer::MountNamespace, Requirement::Required),
+                (Layer::ProcessLimit, Requirement::Required),
+            ]
+        );
+        let user = HostSupport {
+            root: false,
+            ..full()
+        };
+        let networked = SandboxConfig {
+            network: true,
+            ..SandboxConfig::default()
+        };
+        let layers: Vec<Layer> = networked
+            .layer_requirements(&user)
+            .into_iter()
+            .map(|(layer, _)| layer)
+            .collect();
+        assert!(layers.contains(&Layer::UserNamespace));
+        assert!(!layers.contains(&Layer::LandlockNetwork));
+        assert!(!layers.contains(&Layer::ProcessLimit));
     }
 
     #[test]

@@ -95,6 +95,16 @@ pub enum SandboxError {
         #[source]
         source: io::Error,
     },
+    /// The command (program, arguments, environment) is too large to hand to the sandbox.
+    #[error(
+        "failed to pass the command to the sandbox: it exceeds {limit} bytes or {strings} arguments and environment entries"
+    )]
+    CommandTooLarge {
+        /// Byte limit.
+        limit: usize,
+        /// Limit on arguments plus environment entries.
+        strings: usize,
+    },
     /// A pipe for talking to the child could not be created.
     #[error("failed to create a pipe for the sandboxed child: {source}")]
     Pipe {

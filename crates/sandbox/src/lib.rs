@@ -8,8 +8,9 @@
 //!
 //! It does not know about policies, globs or tools: the local backend resolves those into
 //! concrete paths. Everything expensive (Landlock ruleset fd, seccomp program, session
-//! directory) is built once by `PreparedSandbox::prepare`; each `spawn` only plans the mounts
-//! and clones.
+//! directory) is built once by `PreparedSandbox::prepare`; a `spawn` hands the command to an
+//! idle init whose namespaces and mounts are still right, and only otherwise plans the mounts
+//! and clones a new one.
 //!
 //! Linux only; elsewhere every entry point returns [`SandboxError::Unsupported`].
 //!
@@ -44,16 +45,20 @@ mod config;
 mod error;
 
 pub use config::{
-    ExitStatus, HostDefaults, HostSupport, Layer, Rlimits, SandboxConfig, SpawnRequest,
+    ExitStatus, HostDefaults, HostSupport, Layer, Requirement, Rlimits, SandboxConfig, SpawnRequest,
 };
 pub use error::{SandboxError, SetupStep};
 
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "linux")]
-pub use linux::{PreparedSandbox, SandboxedChild, host_defaults, probe};
+pub use linux::{
+    PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home, probe,
+};
 
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
 #[cfg(not(target_os = "linux"))]
-pub use unsupported::{PreparedSandbox, SandboxedChild, host_defaults, probe};
+pub use unsupported::{
+    PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home, probe,
+};

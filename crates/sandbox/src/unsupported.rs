@@ -25,6 +25,11 @@ pub fn host_defaults() -> HostDefaults {
     HostDefaults::default()
 }
 
+/// No host defaults outside Linux.
+pub fn host_defaults_for_home(_home: &Path) -> HostDefaults {
+    HostDefaults::default()
+}
+
 /// Never constructed outside Linux.
 #[derive(Debug)]
 pub struct PreparedSandbox {
@@ -75,6 +80,23 @@ impl PreparedSandbox {
     ///
     /// # Errors
     /// Always.
+    pub fn set_protected_and_denied(
+        &self,
+        _protected: &[std::path::PathBuf],
+        _denied: &[std::path::PathBuf],
+    ) -> Result<bool, SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+
+    /// Never: no instance exists.
+    pub fn has_idle_init(&self) -> bool {
+        false
+    }
+
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
     pub fn spawn(&self, _request: SpawnRequest) -> Result<SandboxedChild, SandboxError> {
         Err(SandboxError::Unsupported)
     }
@@ -116,6 +138,40 @@ impl SandboxedChild {
         Err(SandboxError::Unsupported)
     }
 
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
+    pub fn signal_tree(&self, _signal: i32) -> Result<(), SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
+    pub fn kill_tree(&self) -> Result<(), SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+}
+
+impl SandboxedChild {
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
+    pub fn signaller(&self) -> Result<TreeSignaller, SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+}
+
+/// Never constructed outside Linux.
+#[derive(Debug)]
+pub struct TreeSignaller {
+    _private: (),
+}
+
+impl TreeSignaller {
     /// Always fails with [`SandboxError::Unsupported`].
     ///
     /// # Errors

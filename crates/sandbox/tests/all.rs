@@ -15,5 +15,7 @@ mod lifecycle;
 mod limits;
 #[path = "suite/positive.rs"]
 mod positive;
+#[path = "suite/reuse.rs"]
+mod reuse;
 #[path = "suite/support.rs"]
 mod support;

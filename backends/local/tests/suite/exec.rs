@@ -1,10 +1,10 @@
 //! BashOperations: merged output, exit status, timeout and cancel killing the whole process
 //! group, the drain grace, a scrubbed environment and a private TMPDIR.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use cordon_backend_local::{LocalBackend, LocalConfig};
+use cordon_backend_local::{HostSupport, LocalBackend, LocalConfig};
 use cordon_tools::ops::{
     Backend, BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, Termination,
 };
@@ -45,37 +45,75 @@ async fn run(
     (collector.await.unwrap(), outcome)
 }
 
-/// Whether a pid is gone (or a zombie waiting for its reaper).
-fn is_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
+/// A process name no other process on this host has. Background processes in the tests are
+/// started as `exec -a TOKEN …`, so the host's `/proc` finds them by name (pids printed inside
+/// the sandbox belong to its own PID namespace).
+fn token(label: &str) -> String {
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("cordon-probe-{label}-{}-{n}", std::process::id())
 }
 
-/// Wait (bounded) until the kernel finished delivering SIGKILL to `pid`.
-async fn assert_gone(pid: i32) {
+/// Shell that starts `command` in the background with `argv[0]` set to `token` and waits
+/// until it runs.
+fn background(token: &str, prelude: &str, command: &str) -> String {
+    format!(
+        "({prelude} exec -a {token} {command}) & \
+         until read -r -d '' arg0 2>/dev/null < /proc/$!/cmdline && [ \"$arg0\" = {token} ]; do :; done;"
+    )
+}
+
+/// Shell that waits until a process with `argv[0]` = `token` runs in the sandbox.
+fn wait_for(token: &str) -> String {
+    format!(
+        "found=; while [ -z \"$found\" ]; do for f in /proc/[0-9]*/cmdline; do \
+         if read -r -d '' arg0 2>/dev/null < \"$f\" && [ \"$arg0\" = {token} ]; then found=1; fi; \
+         done; done;"
+    )
+}
+
+/// Host pids of live (non-zombie) processes whose `argv[0]` is `token`.
+fn processes_named(token: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        // argv[0] only: the scripts themselves mention the token.
+        if cmdline.split(|&b| b == 0).next() != Some(token.as_bytes()) {
+            continue;
+        }
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true);
+        if !zombie {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Wait (bounded) until no process named `token` is left on the host.
+async fn assert_no_process_named(token: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !is_gone(pid) {
+    loop {
+        let left = processes_named(token);
+        if left.is_empty() {
+            return;
+        }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "process {pid} survived the call"
+            "processes {left:?} named {token} survived the call"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // `kill -0` agrees: no such process, or only a zombie entry.
-    let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
-    assert!(!alive || is_gone(pid));
-}
-
-fn read_pid(path: &Path) -> i32 {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[tokio::test]
@@ -173,11 +211,8 @@ async fn stdin_is_closed_and_cwd_is_honoured() {
 async fn timeout_kills_the_whole_process_group() {
     let fx = Fixture::new();
     let bash = fx.bash();
-    let pidfile = fx.at("sleep.pid");
-    let script = format!(
-        "sleep 600 & echo $! > {}; echo started; wait",
-        pidfile.display()
-    );
+    let name = token("timeout");
+    let script = format!("{} echo started; wait", background(&name, "", "sleep 600"));
     let (output, outcome) = run(
         bash.as_ref(),
         request(&fx, &script, Duration::from_secs(3)),
@@ -188,7 +223,7 @@ async fn timeout_kills_the_whole_process_group() {
     assert_eq!(outcome.termination, Termination::TimedOut);
     assert_eq!(outcome.status, Some(ExitStatus::Signal(15)));
     assert_eq!(output, "started\n");
-    assert_gone(read_pid(&pidfile)).await;
+    assert_no_process_named(&name).await;
 }
 
 /// A command ignoring SIGTERM is killed with SIGKILL after the grace.
@@ -196,10 +231,10 @@ async fn timeout_kills_the_whole_process_group() {
 async fn sigterm_ignored_then_sigkill() {
     let fx = Fixture::new();
     let bash = fx.bash();
-    let pidfile = fx.at("stubborn.pid");
+    let name = token("stubborn");
     let script = format!(
-        "trap '' TERM; sh -c 'trap \"\" TERM; sleep 600' & echo $! > {}; echo ready; wait; wait",
-        pidfile.display()
+        "trap '' TERM; {} echo ready; wait; wait",
+        background(&name, "trap '' TERM;", "sleep 600")
     );
     let (output, outcome) = run(
         bash.as_ref(),
@@ -211,7 +246,7 @@ async fn sigterm_ignored_then_sigkill() {
     assert_eq!(outcome.termination, Termination::TimedOut);
     assert_eq!(outcome.status, Some(ExitStatus::Signal(9)));
     assert_eq!(output, "ready\n");
-    assert_gone(read_pid(&pidfile)).await;
+    assert_no_process_named(&name).await;
 }
 
 /// Cancelling stops the command and its children; output so far is delivered.
@@ -219,11 +254,8 @@ async fn sigterm_ignored_then_sigkill() {
 async fn cancel_kills_the_group() {
     let fx = Fixture::new();
     let bash = fx.bash();
-    let pidfile = fx.at("cancel.pid");
-    let script = format!(
-        "sleep 600 & echo $! > {}; echo started; wait",
-        pidfile.display()
-    );
+    let name = token("cancel");
+    let script = format!("{} echo started; wait", background(&name, "", "sleep 600"));
     let cancel = CancellationToken::new();
     let (tx, mut rx) = mpsc::channel(4);
     let exec = {
@@ -237,6 +269,7 @@ async fn cancel_kills_the_group() {
         .unwrap()
         .unwrap();
     assert_eq!(first, b"started\n");
+    assert_eq!(processes_named(&name).len(), 1, "the background job runs");
     cancel.cancel();
     let outcome = tokio::time::timeout(HANG_GUARD, exec)
         .await
@@ -245,7 +278,7 @@ async fn cancel_kills_the_group() {
         .unwrap();
     assert_eq!(outcome.termination, Termination::Cancelled);
     assert!(outcome.status.is_some());
-    assert_gone(read_pid(&pidfile)).await;
+    assert_no_process_named(&name).await;
 
     // Cancelled before it started: nothing runs.
     let cancelled = CancellationToken::new();
@@ -271,10 +304,10 @@ async fn cancel_kills_the_group() {
 async fn background_child_holding_the_pipe_does_not_hang() {
     let fx = Fixture::new();
     let bash = fx.bash();
-    let pidfile = fx.at("bg.pid");
+    let name = token("bg");
     let script = format!(
-        "(sleep 0.02; echo late; sleep 600) & echo $! > {}; echo main-done",
-        pidfile.display()
+        "{} echo main-done",
+        background(&name, "sleep 0.02; echo late;", "sleep 600")
     );
     let (output, outcome) = run(
         bash.as_ref(),
@@ -290,14 +323,20 @@ async fn background_child_holding_the_pipe_does_not_hang() {
             termination: Termination::Exited
         }
     );
-    assert!(output.starts_with("main-done\n"), "{output:?}");
-    assert_gone(read_pid(&pidfile)).await;
+    assert_eq!(output, "late\nmain-done\n");
+    assert_no_process_named(&name).await;
 
-    // A background job that closed its output is killed too: nothing outlives the call.
-    let pidfile = fx.at("quiet.pid");
+    // A background job that closed its output is killed too: nothing outlives the call,
+    // whatever session or process group it moved to.
+    let quiet = token("quiet");
+    let detached = token("setsid");
+    let orphan = token("double-fork");
     let script = format!(
-        "sleep 600 >/dev/null 2>&1 & echo $! > {}",
-        pidfile.display()
+        "{} setsid -f bash -c 'exec -a {detached} sleep 600' </dev/null >/dev/null 2>&1; {} \
+         ( (nohup bash -c 'exec -a {orphan} sleep 600' >/dev/null 2>&1 &) & ); {} echo spawned",
+        background(&quiet, "", "sleep 600 >/dev/null 2>&1"),
+        wait_for(&detached),
+        wait_for(&orphan),
     );
     let (_, outcome) = run(
         bash.as_ref(),
@@ -306,7 +345,9 @@ async fn background_child_holding_the_pipe_does_not_hang() {
     )
     .await;
     assert_eq!(outcome.unwrap().status, Some(ExitStatus::Code(0)));
-    assert_gone(read_pid(&pidfile)).await;
+    assert_no_process_named(&quiet).await;
+    assert_no_process_named(&detached).await;
+    assert_no_process_named(&orphan).await;
 }
 
 /// Output keeps flowing with back-pressure: a slow consumer gets every byte.
@@ -418,18 +459,26 @@ async fn tmpdir_is_private() {
     );
 }
 
-/// Without an explicit opt-in to a degraded sandbox, commands are refused (fail closed) and
-/// nothing runs; with it, the missing layers are reported.
+/// On a host lacking a required layer, commands fail closed with an error naming it and
+/// nothing runs; with the operator's opt-in they run degraded and the missing layers are
+/// reported.
 #[tokio::test]
-async fn commands_fail_closed_without_the_sandbox() {
+async fn commands_fail_closed_without_a_required_layer() {
     let fx = Fixture::new();
-    let strict = LocalBackend::new(LocalConfig {
+    let no_landlock = HostSupport {
+        landlock_abi: 0,
+        ..cordon_sandbox_probe()
+    };
+    let config = |allow_degraded: bool| LocalConfig {
         root: fx.ws.clone(),
-        spec: cordon_backend_local::SandboxSpec::default(),
+        spec: cordon_backend_local::SandboxSpec {
+            allow_degraded,
+            ..cordon_backend_local::SandboxSpec::default()
+        },
         home: None,
         state_base: Some(fx.state.clone()),
-    })
-    .unwrap();
+    };
+    let strict = LocalBackend::with_host_support(config(false), no_landlock).unwrap();
     assert!(strict.missing_layers().is_empty());
     let marker = fx.at("ran");
     let (_, outcome) = run(
@@ -443,14 +492,55 @@ async fn commands_fail_closed_without_the_sandbox() {
     )
     .await;
     match outcome {
-        Err(err @ ExecError::Sandbox { .. }) => {
-            assert!(err.to_string().contains("allow_degraded"), "{err}")
+        Err(err @ ExecError::Sandbox { layer, .. }) => {
+            assert_eq!(layer, "landlock-fs");
+            let message = err.to_string();
+            assert!(message.contains("allow_degraded"), "{message}");
         }
         other => panic!("expected a sandbox error, got {other:?}"),
     }
     assert!(!marker.exists());
+    // File operations do not depend on the command sandbox.
+    strict
+        .files()
+        .write_file(&fx.at("still-works.txt"), b"ok")
+        .await
+        .unwrap();
+
+    let degraded = LocalBackend::with_host_support(config(true), no_landlock).unwrap();
     assert_eq!(
-        fx.backend.missing_layers(),
-        vec!["landlock", "seccomp", "no_new_privs", "rlimits"]
+        degraded.missing_layers(),
+        vec![
+            "landlock-fs",
+            "landlock-ioctl",
+            "landlock-net",
+            "landlock-scopes"
+        ]
     );
+    let (_, outcome) = run(
+        degraded.bash().as_ref(),
+        request(
+            &fx,
+            &format!("touch {}", marker.display()),
+            Duration::from_secs(30),
+        ),
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(outcome.unwrap().status, Some(ExitStatus::Code(0)));
+    assert!(marker.exists());
+    assert!(
+        fx.backend.missing_layers().is_empty(),
+        "this host has every layer"
+    );
+}
+
+/// The real probe of this host, through the backend's re-export.
+fn cordon_sandbox_probe() -> HostSupport {
+    let probe = cordon_backend_local::probe_host();
+    assert!(
+        probe.landlock_abi >= 3 && probe.seccomp && probe.namespaces(),
+        "these tests need Landlock >= 3, seccomp and namespaces: {probe:?}"
+    );
+    probe
 }

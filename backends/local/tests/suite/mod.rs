@@ -2,6 +2,7 @@
 
 mod exec;
 mod files;
+mod parity;
 mod search;
 mod state;
 mod support;

@@ -172,11 +172,17 @@ fn unsafe_state_directories_are_refused() {
 #[tokio::test]
 async fn private_tmp_lifecycle() {
     let fx = Fixture::new();
-    let tmp = fx.backend.command_tmp_dir().to_path_buf();
+    let command_tmp = fx.backend.command_tmp_dir().to_path_buf();
     assert_eq!(
-        std::fs::metadata(&tmp).unwrap().permissions().mode() & 0o777,
+        std::fs::metadata(&command_tmp)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
         0o700
     );
+    // The command sandbox's session directory lives in the backend's private directory.
+    let tmp = private_dir_of(&command_tmp);
     let user_dir = tmp.parent().unwrap().to_path_buf();
     // A leftover of a process that no longer exists (pid beyond pid_max).
     let orphan = user_dir.join("tmp-2147483646-00000000000000cc");
@@ -190,15 +196,27 @@ async fn private_tmp_lifecycle() {
     .unwrap();
     assert!(!orphan.exists(), "orphaned temp dir removed");
     assert!(tmp.exists(), "a live backend's temp dir is kept");
-    assert_ne!(second.command_tmp_dir(), tmp);
+    assert_ne!(private_dir_of(second.command_tmp_dir()), tmp);
     std::fs::write(tmp.join("scratch"), "x").unwrap();
     fx.backend.shutdown().await;
     fx.backend.shutdown().await;
     assert!(!tmp.exists());
-    let second_tmp = second.command_tmp_dir().to_path_buf();
+    let second_tmp = private_dir_of(second.command_tmp_dir());
     drop(second);
     assert!(
         !second_tmp.exists(),
         "dropping the backend removes its temp dir"
     );
+}
+
+/// The `tmp-<pid>-<hex>` directory a command `TMPDIR` lives in.
+fn private_dir_of(command_tmp: &std::path::Path) -> std::path::PathBuf {
+    command_tmp
+        .ancestors()
+        .find(|dir| {
+            dir.file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("tmp-"))
+        })
+        .unwrap_or_else(|| panic!("no tmp-<pid> directory above {}", command_tmp.display()))
+        .to_path_buf()
 }

@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod common;
+pub mod doctor;
 pub mod exec;
 pub mod mcp;
 pub mod policy;
@@ -21,5 +22,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(args).await,
         Command::Policy(command) => policy::policy(command),
         Command::Audit(command) => audit::audit(command),
+        Command::Doctor(args) => doctor::doctor(args).await,
     }
 }

@@ -149,7 +149,13 @@ pub fn host_defaults() -> HostDefaults {
         .map(PathBuf::from)
         .filter(|home| home.is_absolute())
         .unwrap_or_else(|| PathBuf::from("/root"));
-    host_defaults_for(Path::new("/etc"), &home)
+    host_defaults_for_home(&home)
+}
+
+/// Host defaults with the toolchains of an explicit home directory (a backend configured
+/// with its own home uses the same one for `~` and for the toolchains it grants).
+pub fn host_defaults_for_home(home: &Path) -> HostDefaults {
+    host_defaults_for(Path::new("/etc"), home)
 }
 
 /// Host defaults with an explicit `/etc` and home directory (tests use temporary ones).
@@ -163,7 +169,8 @@ pub(crate) fn host_defaults_for(etc: &Path, home: &Path) -> HostDefaults {
         .iter()
         .map(|(pattern, _)| pattern.split('/').collect())
         .collect();
-    grant_tree_except(etc, etc, &patterns, &mut read_exec);
+    let mut denied = Vec::new();
+    grant_tree_except(etc, etc, &patterns, &mut read_exec, &mut denied);
     let read = SYSTEM_READ
         .iter()
         .map(PathBuf::from)
@@ -181,7 +188,13 @@ pub(crate) fn host_defaults_for(etc: &Path, home: &Path) -> HostDefaults {
             .iter()
             .map(|pattern| pattern.split('/').collect())
             .collect();
-        grant_tree_except(&canonical, &canonical, &patterns, &mut read_exec);
+        grant_tree_except(
+            &canonical,
+            &canonical,
+            &patterns,
+            &mut read_exec,
+            &mut denied,
+        );
         if let Some(name) = toolchain.env {
             env.push((OsString::from(name), canonical.clone().into_os_string()));
         }
@@ -207,6 +220,7 @@ pub(crate) fn host_defaults_for(etc: &Path, home: &Path) -> HostDefaults {
         read_exec,
         read,
         env,
+        denied,
     }
 }
 
@@ -250,9 +264,15 @@ fn classify(rel: &[&OsStr], patterns: &[Vec<&str>]) -> (bool, bool) {
 }
 
 /// Push `dir` (or, when it contains denied entries, its allowed children, recursively) onto
-/// `out`. Symlinked children are granted by their target, unless the target is itself
-/// denied under `base`.
-fn grant_tree_except(base: &Path, dir: &Path, patterns: &[Vec<&str>], out: &mut Vec<PathBuf>) {
+/// `out`, and the denied entries met on the way onto `denied`. Symlinked children are granted
+/// by their target, unless the target is itself denied under `base`.
+fn grant_tree_except(
+    base: &Path,
+    dir: &Path,
+    patterns: &[Vec<&str>],
+    out: &mut Vec<PathBuf>,
+    denied_out: &mut Vec<PathBuf>,
+) {
     let rel_of = |path: &Path| -> Option<Vec<OsString>> {
         path.strip_prefix(base)
             .ok()
@@ -264,6 +284,7 @@ fn grant_tree_except(base: &Path, dir: &Path, patterns: &[Vec<&str>], out: &mut 
     let rel_refs: Vec<&OsStr> = rel.iter().map(OsString::as_os_str).collect();
     let (denied, contains) = classify(&rel_refs, patterns);
     if denied {
+        denied_out.push(dir.to_path_buf());
         return;
     }
     if !contains {
@@ -288,6 +309,7 @@ fn grant_tree_except(base: &Path, dir: &Path, patterns: &[Vec<&str>], out: &mut 
             let mut child_rel = rel_refs.clone();
             child_rel.push(name);
             if classify(&child_rel, patterns).0 {
+                denied_out.push(child);
                 continue;
             }
             // The rule lands on the target: refuse targets that are denied themselves.
@@ -303,14 +325,16 @@ fn grant_tree_except(base: &Path, dir: &Path, patterns: &[Vec<&str>], out: &mut 
             }
             out.push(child);
         } else if meta.is_dir() {
-            grant_tree_except(base, &child, patterns, out);
+            grant_tree_except(base, &child, patterns, out, denied_out);
         } else {
             let Some(name) = child.file_name() else {
                 continue;
             };
             let mut child_rel = rel_refs.clone();
             child_rel.push(name);
-            if !classify(&child_rel, patterns).0 {
+            if classify(&child_rel, patterns).0 {
+                denied_out.push(child);
+            } else {
                 out.push(child);
             }
         }
@@ -356,18 +380,24 @@ mod tests {
         let dir = fake_etc();
         let etc = dir.path().canonicalize().unwrap();
         let mut out = Vec::new();
+        let mut denied = Vec::new();
         let patterns: Vec<Vec<&str>> = ETC_DENIED
             .iter()
             .map(|(p, _)| p.split('/').collect())
             .collect();
-        grant_tree_except(&etc, &etc, &patterns, &mut out);
+        grant_tree_except(&etc, &etc, &patterns, &mut out, &mut denied);
         for (pattern, why) in ETC_DENIED {
             let path = etc.join(pattern.replace('*', "ed25519")).join("inner");
             assert!(
                 !granted(&out, &path),
                 "{pattern} ({why}) must not be readable"
             );
+            assert!(
+                granted(&denied, &path),
+                "{pattern} ({why}) must be listed as denied"
+            );
         }
+        assert!(!denied.iter().any(|d| granted(&out, d)), "{denied:?}");
         for ok in [
             "passwd",
             "group",
@@ -392,7 +422,7 @@ mod tests {
             .iter()
             .map(|(p, _)| p.split('/').collect())
             .collect();
-        grant_tree_except(&etc, &etc, &patterns, &mut out);
+        grant_tree_except(&etc, &etc, &patterns, &mut out, &mut Vec::new());
         assert!(!out.contains(&etc.join("innocent")));
         assert!(out.contains(&etc.join("hosts.link")));
     }
@@ -443,6 +473,13 @@ mod tests {
             &home_path.join(".aws/credentials")
         ));
         assert!(!granted(&defaults.read_exec, &home_path));
+        assert!(
+            defaults
+                .denied
+                .contains(&home_path.join(".cargo/credentials.toml")),
+            "{:?}",
+            defaults.denied
+        );
         let env: Vec<(String, String)> = defaults
             .env
             .iter()

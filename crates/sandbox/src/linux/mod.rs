@@ -1,15 +1,18 @@
 //! The Linux sandbox: [`PreparedSandbox`] builds everything once (Landlock ruleset fd,
 //! seccomp program, session directory, environment baseline); [`PreparedSandbox::spawn`]
-//! clones a child into new PID + mount namespaces whose init sets up the mounts, forks the
-//! command, applies the command's restrictions right before `execve` and reaps everything;
-//! [`SandboxedChild`] awaits the command and signals or kills its whole tree.
+//! hands the command to an idle init whose mounts are still current, or clones a new init
+//! into fresh PID + mount + IPC namespaces (it sets up the mounts and confines itself), and
+//! the init starts the command; [`SandboxedChild`] awaits the command and signals or kills
+//! its whole tree.
 //!
-//! Process shape with namespaces: parent → init (PID 1, never execs, holds no capability the
-//! command can reach) → command. When the command ends the init reports its status and exits,
-//! and the kernel kills every process left in the namespace. When the parent's handle is
-//! dropped (or the parent dies) the init sees EOF on its control socket and exits the same
-//! way. Without namespaces (an explicitly degraded host) the command is the direct child in
-//! its own session and tree operations use its process group.
+//! Process shape with namespaces: parent → init (PID 1, never execs, no capabilities,
+//! Landlock and seccomp in force) → command. When the command ends the init kills every
+//! other process of the namespace, removes System V IPC objects, reports the status and goes
+//! back to the parent's idle list (or exits, when it holds placeholders or is stale). When
+//! the parent's handle is dropped (or the parent dies) the init sees EOF on its control
+//! socket and exits, and the kernel kills whatever is left in the namespace. Without
+//! namespaces (an explicitly degraded host) the command is the direct child in its own
+//! session, restricts itself before `execve`, and tree operations use its process group.
 
 mod child;
 mod defaults;
@@ -19,7 +22,7 @@ mod probe;
 mod seccomp;
 mod sys;
 
-use std::ffi::{CString, OsStr, OsString, c_int};
+use std::ffi::{CStr, CString, OsStr, OsString, c_int};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -27,13 +30,14 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-pub use defaults::host_defaults;
+pub use defaults::{host_defaults, host_defaults_for_home};
 pub use probe::probe;
 
-use crate::config::{ExitStatus, HostSupport, Layer, SandboxConfig, SpawnRequest};
+use crate::config::{ExitStatus, HostSupport, Layer, Requirement, SandboxConfig, SpawnRequest};
 use crate::error::{SandboxError, SetupStep};
-use child::{ChildMount, ChildPlan};
+use child::{ChildMount, CommandPlan, InitPlan};
 use landlock::{Access, PathRule};
 use mounts::{MountConfig, MountPlan};
 use sys::CStringArray;
@@ -55,10 +59,17 @@ struct Inner {
     env: Vec<(OsString, OsString)>,
     rlimits: Vec<(c_int, u64, u64)>,
     last_cap: u32,
-    mounts: MountConfig,
+    /// Swapped whole by [`PreparedSandbox::set_protected_and_denied`]; each spawn plans from
+    /// the value current when it starts.
+    mounts: std::sync::Mutex<Arc<MountConfig>>,
     user_maps: Option<(Vec<u8>, Vec<u8>)>,
     pid_max: Option<Vec<u8>>,
     argv_area: Option<(usize, usize)>,
+    /// Inits whose command has ended, waiting for the next one.
+    idle: std::sync::Mutex<Vec<InitProcess>>,
+    /// The protected and denied paths last passed to `set_protected_and_denied`, as given
+    /// (an unchanged set skips putting them in canonical form again).
+    last_paths: std::sync::Mutex<(Vec<PathBuf>, Vec<PathBuf>)>,
 }
 
 /// The Landlock ruleset and what is needed to rebuild it.
@@ -288,35 +299,27 @@ impl PreparedSandbox {
             allow_degraded,
         } = config;
 
-        let mut required = vec![
-            Layer::Seccomp,
-            Layer::LandlockFilesystem,
-            Layer::PidNamespace,
-            Layer::MountNamespace,
-        ];
-        if !support.root {
-            required.push(Layer::UserNamespace);
+        let requirements = SandboxConfig {
+            network,
+            limits,
+            ..SandboxConfig::default()
         }
-        if limits.processes.is_some() {
-            required.push(Layer::ProcessLimit);
-        }
-        let mut optional = vec![Layer::LandlockIoctl, Layer::LandlockScopes];
-        if !network {
-            optional.push(Layer::LandlockNetwork);
-        }
-        let missing_required: Vec<Layer> = required
+        .layer_requirements(&support);
+        let missing_required: Vec<Layer> = requirements
             .iter()
-            .copied()
-            .filter(|layer| !support.supports(*layer))
+            .filter(|(layer, requirement)| {
+                *requirement == Requirement::Required && !support.supports(*layer)
+            })
+            .map(|(layer, _)| *layer)
             .collect();
         if !missing_required.is_empty() && !allow_degraded {
             return Err(SandboxError::MissingLayers {
                 layers: missing_required,
             });
         }
-        let mut missing: Vec<Layer> = required
-            .into_iter()
-            .chain(optional)
+        let mut missing: Vec<Layer> = requirements
+            .iter()
+            .map(|(layer, _)| *layer)
             .filter(|layer| !support.supports(*layer))
             .collect();
         missing.sort();
@@ -330,6 +333,7 @@ impl PreparedSandbox {
             .iter()
             .map(|p| canonical_existing(p))
             .collect::<Result<_, _>>()?;
+        let (protected_input, denied_input) = (protected.clone(), denied.clone());
         let protected: Vec<PathBuf> = protected
             .iter()
             .map(|p| canonical_lenient(p))
@@ -418,14 +422,10 @@ impl PreparedSandbox {
         });
         let pid_max = match limits.processes {
             Some(processes) if namespaces && support.root && support.pid_max_per_namespace => {
-                // PID 1 is the init; the kernel refuses values below 301.
-                Some(
-                    processes
-                        .saturating_add(1)
-                        .max(301)
-                        .to_string()
-                        .into_bytes(),
-                )
+                // Once 300 pids have been handed out in a namespace the kernel allocates
+                // from 300 up (RESERVED_PIDS), so `pid_max - 300` is the cap that holds for
+                // the namespace's whole life; until then up to 300 more fit.
+                Some(processes.saturating_add(300).to_string().into_bytes())
             }
             _ => None,
         };
@@ -463,16 +463,18 @@ impl PreparedSandbox {
                 env: base_env,
                 rlimits,
                 last_cap: last_capability(),
-                mounts: MountConfig {
+                mounts: std::sync::Mutex::new(Arc::new(MountConfig {
                     write: writable,
                     readable,
                     protected,
                     denied,
                     private_shm,
-                },
+                })),
                 user_maps,
                 pid_max,
                 argv_area: sys::argv_area(),
+                idle: std::sync::Mutex::new(Vec::new()),
+                last_paths: std::sync::Mutex::new((protected_input, denied_input)),
             }),
         })
     }
@@ -499,12 +501,91 @@ impl PreparedSandbox {
         &self.inner.env
     }
 
+    /// Replace the protected and denied paths (see [`SandboxConfig`]) for commands spawned
+    /// from now on; running commands keep the set they started with. Backends call this when
+    /// the files matching their protected/denied patterns change. Returns whether the set
+    /// differs from the current one.
+    ///
+    /// # Errors
+    /// [`SandboxError::RelativePath`] or [`SandboxError::OpenPath`] for a path that cannot be
+    /// put in canonical form; the current set is then kept.
+    pub fn set_protected_and_denied(
+        &self,
+        protected: &[PathBuf],
+        denied: &[PathBuf],
+    ) -> Result<bool, SandboxError> {
+        {
+            let last = lock(&self.inner.last_paths);
+            if last.0 == protected && last.1 == denied {
+                return Ok(false);
+            }
+        }
+        let requested = (protected.to_vec(), denied.to_vec());
+        let protected: Vec<PathBuf> = protected
+            .iter()
+            .map(|p| canonical_lenient(p))
+            .collect::<Result<_, _>>()?;
+        let denied: Vec<PathBuf> = denied
+            .iter()
+            .map(|p| canonical_lenient(p))
+            .collect::<Result<_, _>>()?;
+        let mut current = lock(&self.inner.mounts);
+        *lock(&self.inner.last_paths) = requested;
+        if current.protected == protected && current.denied == denied {
+            return Ok(false);
+        }
+        let MountConfig {
+            write,
+            readable,
+            protected: _,
+            denied: _,
+            private_shm,
+        } = current.as_ref();
+        *current = Arc::new(MountConfig {
+            write: write.clone(),
+            readable: readable.clone(),
+            protected,
+            denied,
+            private_shm: *private_shm,
+        });
+        Ok(true)
+    }
+
+    /// Whether an idle init is ready for the current protected and denied paths, so the next
+    /// [`spawn`](PreparedSandbox::spawn) only hands the command over instead of building
+    /// namespaces (callers may then spawn without moving to a blocking thread).
+    pub fn has_idle_init(&self) -> bool {
+        let config = self.mount_config();
+        lock(&self.inner.idle)
+            .iter()
+            .any(|init| Arc::ptr_eq(&init.config, &config))
+    }
+
+    fn mount_config(&self) -> Arc<MountConfig> {
+        Arc::clone(
+            &self
+                .inner
+                .mounts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
     /// Run one command in the sandbox. Returns once the command is executing (or failed to
     /// start: then nothing ran).
     ///
+    /// With namespaces the command runs under an init process (PID 1 of the sandbox). An
+    /// init whose command has ended is kept, idle, and serves the next command when its
+    /// mounts are still current (same protected and denied paths, same inodes), it holds no
+    /// placeholder, and it is younger than 60 s with fewer than 10 000 commands served
+    /// (`INIT_MAX_AGE`, `INIT_MAX_COMMANDS`): each command still starts with no process of
+    /// an earlier command left and no System V IPC object either, but without building
+    /// namespaces, mounts, the Landlock domain and the seccomp program again.
+    ///
     /// # Errors
-    /// A missing program, NUL bytes, a protected path that cannot be pinned, or a failing
-    /// setup step in the child ([`SandboxError::ChildSetup`], naming the step and path).
+    /// A missing program, NUL bytes, a command too large, a protected path that cannot be
+    /// pinned, or a failing setup step in the child ([`SandboxError::ChildSetup`], naming
+    /// the step and path).
     pub fn spawn(&self, request: SpawnRequest) -> Result<SandboxedChild, SandboxError> {
         let SpawnRequest {
             program,
@@ -547,21 +628,72 @@ impl PreparedSandbox {
                 what: "environment entry",
             })?);
         }
-        let argv = CStringArray::new(argv);
-        let envp = CStringArray::new(envp);
         let c_cwd = c_string(cwd.as_os_str(), "working directory")?;
-
         let stdio = [
             stdio_fd(stdin, false)?,
             stdio_fd(stdout, true)?,
             stdio_fd(stderr, true)?,
         ];
-
-        let plan = if inner.namespaces {
-            mounts::plan(&inner.mounts)?
-        } else {
-            MountPlan::default()
+        let paths = ErrorPaths {
+            cwd,
+            program: program_path,
         };
+        if !inner.namespaces {
+            let argv = CStringArray::new(argv);
+            let envp = CStringArray::new(envp);
+            return self.spawn_direct(DirectCommand {
+                program: &c_program,
+                cwd: &c_cwd,
+                argv: &argv,
+                envp: &envp,
+                stdio,
+                paths,
+            });
+        }
+        let argv_refs: Vec<&CStr> = argv.iter().map(CString::as_c_str).collect();
+        let envp_refs: Vec<&CStr> = envp.iter().map(CString::as_c_str).collect();
+        let message = child::encode_command(&c_program, &c_cwd, &argv_refs, &envp_refs).ok_or(
+            SandboxError::CommandTooLarge {
+                limit: child::MAX_PAYLOAD,
+                strings: child::MAX_STRINGS,
+            },
+        )?;
+        let config = self.mount_config();
+        loop {
+            let (init, pooled) = match self.take_idle(&config) {
+                Some(init) => (init, true),
+                None => (self.start_init(&config)?, false),
+            };
+            match self.start_command(init, &message, &stdio, &paths) {
+                Ok(child) => return Ok(child),
+                // An idle init that died meanwhile: start a fresh one.
+                Err(Started::InitGone) if pooled => continue,
+                Err(Started::InitGone) => {
+                    return Err(SandboxError::Clone {
+                        source: io::Error::from(io::ErrorKind::BrokenPipe),
+                    });
+                }
+                Err(Started::Failed(error)) => return Err(error),
+            }
+        }
+    }
+
+    /// An idle init that can serve a command under `config`; stale ones are retired.
+    fn take_idle(&self, config: &Arc<MountConfig>) -> Option<InitProcess> {
+        let mut idle = lock(&self.inner.idle);
+        while let Some(init) = idle.pop() {
+            if init.fits(config) {
+                return Some(init);
+            }
+        }
+        None
+    }
+
+    /// Clone a new init into fresh namespaces and wait until its mounts and restrictions are
+    /// in place.
+    fn start_init(&self, config: &Arc<MountConfig>) -> Result<InitProcess, SandboxError> {
+        let inner = &self.inner;
+        let plan = mounts::plan(config)?;
         let child_mounts: Vec<ChildMount<'_>> = plan
             .steps
             .iter()
@@ -570,25 +702,30 @@ impl PreparedSandbox {
                 path: step.c_path.as_c_str(),
             })
             .collect();
-
         let ruleset = inner
             .landlock
             .as_ref()
             .map(LandlockState::ruleset)
             .transpose()?;
-        let (exec_read, exec_write) =
+        let (setup_read, setup_write) =
             sys::pipe_cloexec().map_err(|source| SandboxError::Pipe { source })?;
         let (control_parent, control_child) = control_pair()?;
-
-        let mut keep: Vec<RawFd> = vec![exec_write.as_raw_fd(), control_child.as_raw_fd()];
-        keep.extend(stdio.iter().map(AsRawFd::as_raw_fd));
+        let mut keep: Vec<RawFd> = vec![setup_write.as_raw_fd(), control_child.as_raw_fd()];
         keep.extend(ruleset.as_ref().map(|fd| fd.as_raw_fd()));
         keep.extend(plan.lock_fds());
         keep.sort_unstable();
         keep.dedup();
+        let lock_fds: Vec<RawFd> = plan.lock_fds();
 
         let stack = sys::ChildStack::new();
-        let child_plan = ChildPlan {
+        let inbox_bytes = sys::AnonMemory::new(child::MAX_PAYLOAD)
+            .map_err(|source| SandboxError::Clone { source })?;
+        let inbox_pointers = sys::AnonMemory::new(
+            (child::MAX_STRINGS + 2) * std::mem::size_of::<*const std::ffi::c_char>(),
+        )
+        .map_err(|source| SandboxError::Clone { source })?;
+        debug_assert!(inbox_bytes.len() >= child::MAX_PAYLOAD);
+        let init_plan = InitPlan {
             user_maps: inner
                 .user_maps
                 .as_ref()
@@ -599,17 +736,9 @@ impl PreparedSandbox {
             mask_file: &inner.session.mask_file,
             shm_source: &inner.session.shm,
             keep_fds: &keep,
-            exec_fd: exec_write.as_raw_fd(),
+            setup_fd: setup_write.as_raw_fd(),
             control_fd: control_child.as_raw_fd(),
-            stdio: [
-                stdio[0].as_raw_fd(),
-                stdio[1].as_raw_fd(),
-                stdio[2].as_raw_fd(),
-            ],
-            cwd: &c_cwd,
-            program: &c_program,
-            argv: &argv,
-            envp: &envp,
+            single_use_locks: &lock_fds,
             rlimits: &inner.rlimits,
             last_cap: inner.last_cap,
             landlock: ruleset.as_ref().map(|fd| fd.as_raw_fd()),
@@ -620,114 +749,362 @@ impl PreparedSandbox {
             seccomp: inner.seccomp.as_deref(),
             argv_area: inner.argv_area,
             stack: &stack,
+            inbox: child::Inbox {
+                bytes: inbox_bytes.base(),
+                pointers: inbox_pointers.base().cast(),
+            },
         };
-
-        let mut flags = 0u64;
-        if inner.namespaces {
-            flags |= (libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC) as u64;
-            if inner.user_maps.is_some() {
-                flags |= libc::CLONE_NEWUSER as u64;
-            }
+        let mut flags = (libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC) as u64;
+        if inner.user_maps.is_some() {
+            flags |= libc::CLONE_NEWUSER as u64;
         }
         let saved = sys::block_all_signals();
-        let cloned = if inner.namespaces {
-            // SAFETY: the child branch runs only `child::run_init`, which is
-            // async-signal-safe and ends in _exit; every signal is blocked across the clone.
-            match unsafe { sys::clone_process(flags) } {
-                Ok(sys::Cloned::Child) => child::run_init(&child_plan),
-                Ok(sys::Cloned::Parent { pid, pidfd }) => Ok((pid, pidfd)),
-                Err(source) => Err(source),
-            }
-        } else {
-            let mut raw_pidfd: c_int = -1;
-            let arg = &child_plan as *const ChildPlan<'_> as *mut std::ffi::c_void;
-            // SAFETY: command_entry only runs async-signal-safe code reading the plan, which
-            // this thread keeps alive while it is suspended until the child execs or exits;
-            // the stack is reserved for this child; every signal is blocked across the clone.
-            let started = unsafe {
-                sys::vfork_child(&stack, child::command_entry, arg, Some(&mut raw_pidfd))
-            };
-            started
-                .map_err(io::Error::from_raw_os_error)
-                .and_then(|pid| sys::owned_pidfd(raw_pidfd).map(|pidfd| (pid, pidfd)))
+        // SAFETY: the child branch runs only `child::run_init`, which is async-signal-safe
+        // and ends in _exit; every signal is blocked across the clone.
+        let cloned = match unsafe { sys::clone_process(flags) } {
+            Ok(sys::Cloned::Child) => child::run_init(&init_plan),
+            Ok(sys::Cloned::Parent { pid, pidfd }) => Ok((pid, pidfd)),
+            Err(source) => Err(source),
         };
         sys::restore_signals(&saved);
+        drop(child_mounts);
+        drop(setup_write);
+        drop(control_child);
+        let MountPlan {
+            steps,
+            placeholders,
+            identities,
+        } = plan;
         let (pid, pidfd) = match cloned {
             Ok(started) => started,
             Err(source) => {
-                release_placeholders(plan.placeholders);
+                release_placeholders(placeholders);
                 return Err(SandboxError::Clone { source });
             }
         };
-        drop(child_mounts);
-        drop(exec_write);
-        drop(control_child);
-        drop(stdio);
+        let mut init = InitProcess {
+            pid,
+            pidfd: Some(pidfd),
+            control: Some(control_parent),
+            placeholders,
+            identities,
+            config: Arc::clone(config),
+            born: Instant::now(),
+            commands: 0,
+        };
+        match read_error_record(&setup_read) {
+            Ok(None) => Ok(init),
+            Ok(Some((step, errno, index))) => {
+                init.kill_and_reap();
+                let path = match step {
+                    SetupStep::BindWritable
+                    | SetupStep::PinPath
+                    | SetupStep::ProtectPath
+                    | SetupStep::MaskPath
+                    | SetupStep::MountShm => {
+                        steps.get(index as usize).map(|step| step.path.clone())
+                    }
+                    SetupStep::ResetSignals
+                    | SetupStep::HideInit
+                    | SetupStep::MapUsers
+                    | SetupStep::MakeMountsPrivate
+                    | SetupStep::ReadOnlyRoot
+                    | SetupStep::MountProc
+                    | SetupStep::SetPidMax
+                    | SetupStep::ForkCommand
+                    | SetupStep::NewSession
+                    | SetupStep::SetRlimit
+                    | SetupStep::ChangeDirectory
+                    | SetupStep::RedirectStdio
+                    | SetupStep::CloseFds
+                    | SetupStep::DropCapabilities
+                    | SetupStep::VerifyCapabilities
+                    | SetupStep::NoNewPrivs
+                    | SetupStep::Landlock
+                    | SetupStep::Seccomp
+                    | SetupStep::Exec => None,
+                };
+                Err(SandboxError::ChildSetup {
+                    step,
+                    path,
+                    source: io::Error::from_raw_os_error(errno),
+                })
+            }
+            Err(source) => {
+                init.kill_and_reap();
+                Err(SandboxError::Wait { source })
+            }
+        }
+    }
 
+    /// Hand one command to `init` and wait until it runs (or failed to start).
+    fn start_command(
+        &self,
+        mut init: InitProcess,
+        message: &[u8],
+        stdio: &[OwnedFd; 3],
+        paths: &ErrorPaths,
+    ) -> Result<SandboxedChild, Started> {
+        let (exec_read, exec_write) =
+            sys::pipe_cloexec().map_err(|source| Started::Failed(SandboxError::Pipe { source }))?;
+        let fds = [
+            stdio[0].as_raw_fd(),
+            stdio[1].as_raw_fd(),
+            stdio[2].as_raw_fd(),
+            exec_write.as_raw_fd(),
+        ];
+        let Some(control) = init.control.as_ref() else {
+            return Err(Started::InitGone);
+        };
+        if let Err(error) = sys::send_with_fds(control, message, &fds) {
+            init.kill_and_reap();
+            return Err(match error.kind() {
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => Started::InitGone,
+                _ => Started::Failed(SandboxError::Pipe { source: error }),
+            });
+        }
+        drop(exec_write);
+        let mut ack = [0u8; 1];
+        match sys::read_retry(&exec_read, &mut ack) {
+            Ok(1) if ack[0] == child::COMMAND_ACK => {}
+            // EOF first: the init died before taking the command; nothing ran.
+            Ok(_) => {
+                init.kill_and_reap();
+                return Err(Started::InitGone);
+            }
+            Err(source) => {
+                init.kill_and_reap();
+                return Err(Started::Failed(SandboxError::Wait { source }));
+            }
+        }
+        init.commands += 1;
+        match read_error_record(&exec_read) {
+            Ok(None) => Ok(SandboxedChild::under_init(init, self)),
+            Ok(Some((step, errno, _))) => {
+                init.kill_and_reap();
+                let path = match step {
+                    SetupStep::ChangeDirectory => Some(paths.cwd.clone()),
+                    SetupStep::Exec => Some(paths.program.clone()),
+                    _ => None,
+                };
+                Err(Started::Failed(SandboxError::ChildSetup {
+                    step,
+                    path,
+                    source: io::Error::from_raw_os_error(errno),
+                }))
+            }
+            Err(source) => {
+                init.kill_and_reap();
+                Err(Started::Failed(SandboxError::Wait { source }))
+            }
+        }
+    }
+
+    /// Without namespaces (an explicitly degraded host): the command is this process's
+    /// direct child, restricting itself before `execve`.
+    fn spawn_direct(&self, command: DirectCommand<'_>) -> Result<SandboxedChild, SandboxError> {
+        let DirectCommand {
+            program,
+            cwd,
+            argv,
+            envp,
+            stdio,
+            paths,
+        } = command;
+        let inner = &self.inner;
+        let ruleset = inner
+            .landlock
+            .as_ref()
+            .map(LandlockState::ruleset)
+            .transpose()?;
+        let (exec_read, exec_write) =
+            sys::pipe_cloexec().map_err(|source| SandboxError::Pipe { source })?;
+        let plan = CommandPlan {
+            program: program.as_ptr(),
+            cwd: cwd.as_ptr(),
+            argv: argv.as_ptr(),
+            envp: envp.as_ptr(),
+            stdio: [
+                stdio[0].as_raw_fd(),
+                stdio[1].as_raw_fd(),
+                stdio[2].as_raw_fd(),
+            ],
+            exec_fd: exec_write.as_raw_fd(),
+            rlimits: &inner.rlimits,
+            last_cap: inner.last_cap,
+            drop_capabilities: true,
+            landlock: ruleset.as_ref().map(|fd| fd.as_raw_fd()),
+            seccomp: inner.seccomp.as_deref(),
+        };
+        let stack = sys::ChildStack::new();
+        let mut raw_pidfd: c_int = -1;
+        let arg = &plan as *const CommandPlan<'_> as *mut std::ffi::c_void;
+        let saved = sys::block_all_signals();
+        // SAFETY: command_entry only runs async-signal-safe code reading the plan, which this
+        // thread keeps alive while it is suspended until the child execs or exits; the stack
+        // is reserved for this child; every signal is blocked across the clone.
+        let started =
+            unsafe { sys::vfork_child(&stack, child::command_entry, arg, Some(&mut raw_pidfd)) };
+        sys::restore_signals(&saved);
+        drop(exec_write);
+        drop(stdio);
+        let (pid, pidfd) = started
+            .map_err(io::Error::from_raw_os_error)
+            .and_then(|pid| sys::owned_pidfd(raw_pidfd).map(|pidfd| (pid, pidfd)))
+            .map_err(|source| SandboxError::Clone { source })?;
         let mut child = SandboxedChild {
             pid,
             pidfd: Some(pidfd),
-            control: inner.namespaces.then_some(control_parent),
-            namespaces: inner.namespaces,
+            control: None,
+            namespaces: false,
             status: None,
-            placeholders: plan.placeholders,
+            placeholders: Vec::new(),
+            reuse: None,
+            running: Arc::new(std::sync::Mutex::new(true)),
             _session: Arc::clone(&inner.session),
         };
-        let mut record = [0u8; 12];
-        let mut filled = 0;
-        while filled < record.len() {
-            match sys::read_retry(&exec_read, &mut record[filled..]) {
-                Ok(0) => break,
-                Ok(read) => filled += read,
-                Err(source) => {
-                    child.kill_and_reap();
-                    return Err(SandboxError::Wait { source });
-                }
+        match read_error_record(&exec_read) {
+            Ok(None) => Ok(child),
+            Ok(Some((step, errno, _))) => {
+                child.kill_and_reap();
+                let path = match step {
+                    SetupStep::ChangeDirectory => Some(paths.cwd),
+                    SetupStep::Exec => Some(paths.program),
+                    _ => None,
+                };
+                Err(SandboxError::ChildSetup {
+                    step,
+                    path,
+                    source: io::Error::from_raw_os_error(errno),
+                })
+            }
+            Err(source) => {
+                child.kill_and_reap();
+                Err(SandboxError::Wait { source })
             }
         }
-        if filled == 0 {
-            return Ok(child);
+    }
+}
+
+/// The paths an error while starting a command may name.
+struct ErrorPaths {
+    cwd: PathBuf,
+    program: PathBuf,
+}
+
+/// One command for [`PreparedSandbox::spawn_direct`].
+struct DirectCommand<'a> {
+    program: &'a CStr,
+    cwd: &'a CStr,
+    argv: &'a CStringArray,
+    envp: &'a CStringArray,
+    stdio: [OwnedFd; 3],
+    paths: ErrorPaths,
+}
+
+/// Why handing a command to an init did not work.
+enum Started {
+    /// The init is gone (an idle one may have died meanwhile).
+    InitGone,
+    /// The command could not be started.
+    Failed(SandboxError),
+}
+
+/// Read a `(step, errno, index)` error record from a setup or exec pipe: `None` at EOF
+/// without one (the step succeeded).
+fn read_error_record(pipe: &OwnedFd) -> io::Result<Option<(SetupStep, i32, u32)>> {
+    let mut record = [0u8; 12];
+    let mut filled = 0;
+    while filled < record.len() {
+        match sys::read_retry(pipe, &mut record[filled..])? {
+            0 => break,
+            read => filled += read,
         }
-        child.kill_and_reap();
-        let word = |index: usize| {
-            let mut bytes = [0u8; 4];
-            bytes.copy_from_slice(&record[index * 4..index * 4 + 4]);
-            bytes
-        };
-        let step = SetupStep::from_number(u32::from_ne_bytes(word(0))).unwrap_or(SetupStep::Exec);
-        let errno = i32::from_ne_bytes(word(1));
-        let index = u32::from_ne_bytes(word(2));
-        let path = match step {
-            SetupStep::ChangeDirectory => Some(cwd),
-            SetupStep::Exec => Some(program_path),
-            SetupStep::BindWritable
-            | SetupStep::PinPath
-            | SetupStep::ProtectPath
-            | SetupStep::MaskPath
-            | SetupStep::MountShm => plan.steps.get(index as usize).map(|step| step.path.clone()),
-            SetupStep::ResetSignals
-            | SetupStep::HideInit
-            | SetupStep::MapUsers
-            | SetupStep::MakeMountsPrivate
-            | SetupStep::ReadOnlyRoot
-            | SetupStep::MountProc
-            | SetupStep::SetPidMax
-            | SetupStep::ForkCommand
-            | SetupStep::NewSession
-            | SetupStep::SetRlimit
-            | SetupStep::RedirectStdio
-            | SetupStep::CloseFds
-            | SetupStep::DropCapabilities
-            | SetupStep::VerifyCapabilities
-            | SetupStep::NoNewPrivs
-            | SetupStep::Landlock
-            | SetupStep::Seccomp => None,
-        };
-        Err(SandboxError::ChildSetup {
-            step,
-            path,
-            source: io::Error::from_raw_os_error(errno),
-        })
+    }
+    if filled == 0 {
+        return Ok(None);
+    }
+    let word = |index: usize| {
+        let mut bytes = [0u8; 4];
+        bytes.copy_from_slice(&record[index * 4..index * 4 + 4]);
+        bytes
+    };
+    let step = SetupStep::from_number(u32::from_ne_bytes(word(0))).unwrap_or(SetupStep::Exec);
+    Ok(Some((
+        step,
+        i32::from_ne_bytes(word(1)),
+        u32::from_ne_bytes(word(2)),
+    )))
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// How long an idle init may wait for its next command before it is retired. It is a
+/// copy-on-write snapshot of the parent's memory, so it should not outlive the parent's
+/// working set by much.
+pub(crate) const INIT_MAX_AGE: Duration = Duration::from_secs(60);
+/// Commands one init serves before it is retired.
+pub(crate) const INIT_MAX_COMMANDS: u32 = 10_000;
+/// Idle inits kept per sandbox (enough for the parallel commands of one agent turn).
+const MAX_IDLE_INITS: usize = 4;
+
+/// An init process (PID 1 of a sandbox's namespaces) and what it was set up with.
+#[derive(Debug)]
+struct InitProcess {
+    pid: i32,
+    pidfd: Option<OwnedFd>,
+    control: Option<OwnedFd>,
+    /// Placeholders it keeps locked; an init with placeholders serves one command only.
+    placeholders: Vec<mounts::Placeholder>,
+    /// The identity of everything it protected or masked.
+    identities: Vec<(PathBuf, mounts::Identity)>,
+    /// The configuration its mounts were planned from.
+    config: Arc<MountConfig>,
+    born: Instant,
+    commands: u32,
+}
+
+impl InitProcess {
+    /// Whether this (idle) init may serve a command under `config`: same configuration, the
+    /// same inodes still at the protected and masked paths, not too old.
+    fn fits(&self, config: &Arc<MountConfig>) -> bool {
+        Arc::ptr_eq(&self.config, config)
+            && self.placeholders.is_empty()
+            && self.pidfd.is_some()
+            && self.control.is_some()
+            && self.born.elapsed() < INIT_MAX_AGE
+            && self.commands < INIT_MAX_COMMANDS
+            && self
+                .identities
+                .iter()
+                .all(|(path, id)| mounts::Identity::now(path) == Some(*id))
+    }
+
+    fn kill_and_reap(&mut self) {
+        if let Some(pidfd) = self.pidfd.take() {
+            let _ = sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
+            self.control = None;
+            let _ = sys::waitid_pidfd(&pidfd, true);
+        }
+        release_placeholders(std::mem::take(&mut self.placeholders));
+    }
+}
+
+impl Drop for InitProcess {
+    fn drop(&mut self) {
+        // Closing the control socket ends an idle init; it is reaped in the background.
+        self.control = None;
+        if let Some(pidfd) = self.pidfd.take() {
+            match sys::waitid_pidfd(&pidfd, false) {
+                Ok(Some(_)) | Err(_) => {}
+                Ok(None) => reap_later(pidfd),
+            }
+        }
+        release_placeholders(std::mem::take(&mut self.placeholders));
     }
 }
 
@@ -806,10 +1183,82 @@ pub struct SandboxedChild {
     namespaces: bool,
     status: Option<ExitStatus>,
     placeholders: Vec<mounts::Placeholder>,
+    /// Where the init goes once the command has ended, when it may serve another one.
+    reuse: Option<Reuse>,
+    /// Shared with signallers; see [`TreeSignaller`].
+    running: Arc<std::sync::Mutex<bool>>,
     _session: Arc<SessionDir>,
 }
 
+/// An init that may serve another command, with what it was set up with.
+#[derive(Debug)]
+struct Reuse {
+    inner: Arc<Inner>,
+    identities: Vec<(PathBuf, mounts::Identity)>,
+    config: Arc<MountConfig>,
+    born: Instant,
+    commands: u32,
+}
+
+impl Reuse {
+    /// Put the init back into the idle list when its configuration is still current and
+    /// there is room; otherwise it ends (its control socket closes).
+    fn give_back(self, pid: i32, pidfd: OwnedFd, control: OwnedFd) {
+        let Reuse {
+            inner,
+            identities,
+            config,
+            born,
+            commands,
+        } = self;
+        let current = Arc::clone(&lock(&inner.mounts));
+        let init = InitProcess {
+            pid,
+            pidfd: Some(pidfd),
+            control: Some(control),
+            placeholders: Vec::new(),
+            identities,
+            config,
+            born,
+            commands,
+        };
+        if !Arc::ptr_eq(&init.config, &current)
+            || init.born.elapsed() >= INIT_MAX_AGE
+            || init.commands >= INIT_MAX_COMMANDS
+        {
+            return;
+        }
+        let mut idle = lock(&inner.idle);
+        if idle.len() < MAX_IDLE_INITS {
+            idle.push(init);
+        }
+    }
+}
+
 impl SandboxedChild {
+    /// A command running under `init`, which goes back to `sandbox`'s idle list afterwards
+    /// when it holds no placeholder.
+    fn under_init(mut init: InitProcess, sandbox: &PreparedSandbox) -> SandboxedChild {
+        let reuse = init.placeholders.is_empty().then(|| Reuse {
+            inner: Arc::clone(&sandbox.inner),
+            identities: std::mem::take(&mut init.identities),
+            config: Arc::clone(&init.config),
+            born: init.born,
+            commands: init.commands,
+        });
+        SandboxedChild {
+            pid: init.pid,
+            pidfd: init.pidfd.take(),
+            control: init.control.take(),
+            namespaces: true,
+            status: None,
+            placeholders: std::mem::take(&mut init.placeholders),
+            reuse,
+            running: Arc::new(std::sync::Mutex::new(true)),
+            _session: Arc::clone(&sandbox.inner.session),
+        }
+    }
+
     /// Host pid of the process Cordon created (the init with namespaces, else the command).
     pub fn pid(&self) -> u32 {
         self.pid as u32
@@ -915,11 +1364,21 @@ impl SandboxedChild {
     /// may still be tearing its namespaces down, so it is reaped in the background.
     fn finish_reported(&mut self, status: ExitStatus) -> ExitStatus {
         self.status = Some(status);
-        self.control = None;
-        if let Some(pidfd) = self.pidfd.take() {
-            match sys::waitid_pidfd(&pidfd, false) {
-                Ok(Some(_)) | Err(_) => {}
-                Ok(None) => reap_later(pidfd),
+        self.mark_ended();
+        let control = self.control.take();
+        let pidfd = self.pidfd.take();
+        match (self.reuse.take(), control, pidfd) {
+            (Some(reuse), Some(control), Some(pidfd)) => reuse.give_back(self.pid, pidfd, control),
+            (_, control, pidfd) => {
+                // A single-use init exits once it has reported (closing the socket makes
+                // sure); it is reaped in the background.
+                drop(control);
+                if let Some(pidfd) = pidfd {
+                    match sys::waitid_pidfd(&pidfd, false) {
+                        Ok(Some(_)) | Err(_) => {}
+                        Ok(None) => reap_later(pidfd),
+                    }
+                }
             }
         }
         release_placeholders(std::mem::take(&mut self.placeholders));
@@ -933,8 +1392,10 @@ impl SandboxedChild {
             sys::Reaped::Signaled(signal) => ExitStatus::Signal(signal),
         };
         self.status = Some(status);
+        self.mark_ended();
         self.pidfd = None;
         self.control = None;
+        self.reuse = None;
         release_placeholders(std::mem::take(&mut self.placeholders));
         status
     }
@@ -982,6 +1443,36 @@ impl SandboxedChild {
             .map_err(|source| SandboxError::Signal { source })
     }
 
+    /// A handle that signals or kills this command's tree while another task waits for it
+    /// (e.g. a timeout racing [`SandboxedChild::wait`]). It acts on the process Cordon
+    /// created through its own pidfd, so it never reaches an unrelated process.
+    ///
+    /// # Errors
+    /// [`SandboxError::Signal`] when the pidfd cannot be duplicated.
+    pub fn signaller(&self) -> Result<TreeSignaller, SandboxError> {
+        let pidfd = match self.pidfd.as_ref() {
+            Some(pidfd) => Some(
+                sys::dup_cloexec_at_least(pidfd, 3)
+                    .map_err(|source| SandboxError::Signal { source })?,
+            ),
+            None => None,
+        };
+        Ok(TreeSignaller {
+            pid: self.pid,
+            pidfd,
+            namespaces: self.namespaces,
+            running: Arc::clone(&self.running),
+        })
+    }
+
+    /// The command has ended: from now on signallers leave the init alone (it may serve
+    /// another command). Without namespaces signallers may still reach the process group.
+    fn mark_ended(&self) {
+        if self.namespaces {
+            *lock(&self.running) = false;
+        }
+    }
+
     fn kill_and_reap(&mut self) {
         let _ = self.kill_tree();
         // Ignore any report: the caller turns the setup failure into the error.
@@ -994,6 +1485,75 @@ impl SandboxedChild {
             self.finish_reaped(reaped);
         }
     }
+}
+
+/// Signals a sandboxed command's tree independently of its [`SandboxedChild`]; see
+/// [`SandboxedChild::signaller`]. Once the command has ended, signalling is a no-op.
+#[derive(Debug)]
+pub struct TreeSignaller {
+    pid: i32,
+    pidfd: Option<OwnedFd>,
+    namespaces: bool,
+    /// Whether the command still runs; held while a signal is sent, so a signal never
+    /// lands on an init that has gone back to serve another command.
+    running: Arc<std::sync::Mutex<bool>>,
+}
+
+impl TreeSignaller {
+    /// As [`SandboxedChild::signal_tree`].
+    ///
+    /// # Errors
+    /// As [`SandboxedChild::signal_tree`].
+    pub fn signal_tree(&self, signal: i32) -> Result<(), SandboxError> {
+        if signal == libc::SIGKILL {
+            return self.kill_tree();
+        }
+        if !child::FORWARDED_SIGNALS.contains(&signal) {
+            return Err(SandboxError::UnsupportedSignal { signal });
+        }
+        let Some(pidfd) = self.pidfd.as_ref() else {
+            return Ok(());
+        };
+        let running = lock(&self.running);
+        if !*running {
+            return Ok(());
+        }
+        let result = if self.namespaces {
+            sys::pidfd_send_signal(pidfd, signal)
+        } else if process_alive(pidfd) {
+            sys::kill_process_group(self.pid, signal)
+        } else {
+            Ok(())
+        };
+        ignore_gone(result).map_err(|source| SandboxError::Signal { source })
+    }
+
+    /// As [`SandboxedChild::kill_tree`].
+    ///
+    /// # Errors
+    /// As [`SandboxedChild::kill_tree`].
+    pub fn kill_tree(&self) -> Result<(), SandboxError> {
+        let Some(pidfd) = self.pidfd.as_ref() else {
+            return Ok(());
+        };
+        let running = lock(&self.running);
+        if !*running {
+            return Ok(());
+        }
+        if !self.namespaces && process_alive(pidfd) {
+            ignore_gone(sys::kill_process_group(self.pid, libc::SIGKILL))
+                .map_err(|source| SandboxError::Signal { source })?;
+        }
+        ignore_gone(sys::pidfd_send_signal(pidfd, libc::SIGKILL))
+            .map_err(|source| SandboxError::Signal { source })
+    }
+}
+
+/// Whether the process behind `pidfd` has not been reaped yet (its pid, and so its process
+/// group id, cannot have been reused).
+fn process_alive(pidfd: &OwnedFd) -> bool {
+    // Signal 0 checks existence; a zombie still counts, which is what keeps the pid taken.
+    sys::pidfd_send_signal(pidfd, 0).is_ok()
 }
 
 fn ignore_gone(result: io::Result<()>) -> io::Result<()> {

@@ -26,6 +26,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::SandboxError;
@@ -124,6 +125,44 @@ pub(crate) struct MountPlan {
     pub steps: Vec<MountStep>,
     /// Placeholders created or reused for this spawn.
     pub placeholders: Vec<Placeholder>,
+    /// The identity of every existing path bound read-only or masked, as planned: an init
+    /// may serve later commands only while these are unchanged.
+    pub identities: Vec<(PathBuf, Identity)>,
+}
+
+/// What tells one inode at a path from the next: device, inode number and birth time (or,
+/// where the filesystem records none, change time). The number alone is not enough: a
+/// replaced directory often gets the freed number back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Identity {
+    dev: u64,
+    ino: u64,
+    born: (i64, u32),
+}
+
+impl Identity {
+    /// The identity of what `meta` (from `symlink_metadata`) describes.
+    pub(crate) fn of(meta: &std::fs::Metadata) -> Identity {
+        let born = match meta.created() {
+            Ok(time) => match time.duration_since(std::time::UNIX_EPOCH) {
+                Ok(since) => (since.as_secs() as i64, since.subsec_nanos()),
+                Err(_) => (meta.ctime(), meta.ctime_nsec() as u32),
+            },
+            Err(_) => (meta.ctime(), meta.ctime_nsec() as u32),
+        };
+        Identity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            born,
+        }
+    }
+
+    /// The identity of the path now (`None` when it is gone).
+    pub(crate) fn now(path: &Path) -> Option<Identity> {
+        std::fs::symlink_metadata(path)
+            .ok()
+            .map(|meta| Identity::of(&meta))
+    }
 }
 
 impl MountPlan {
@@ -169,6 +208,7 @@ pub(crate) fn plan(config: &MountConfig) -> Result<MountPlan, SandboxError> {
     let mut protects: Vec<(PathBuf, Option<(u64, u64)>)> = Vec::new();
     let mut masks: Vec<(PathBuf, bool)> = Vec::new();
     let mut placeholders = Vec::new();
+    let mut identities = Vec::new();
 
     for path in &config.protected {
         let Some(root) = outermost_root(&config.write, path) else {
@@ -184,6 +224,7 @@ pub(crate) fn plan(config: &MountConfig) -> Result<MountPlan, SandboxError> {
             }
             Ok(meta) if !is_placeholder(&meta) => {
                 pins.extend(ancestors_within(root, path));
+                identities.push((path.clone(), Identity::of(&meta)));
                 protects.push((path.clone(), None));
             }
             // A placeholder left by a concurrent (or crashed) spawn: share it, lock included,
@@ -230,6 +271,7 @@ pub(crate) fn plan(config: &MountConfig) -> Result<MountPlan, SandboxError> {
         if let Some(root) = outermost_root(&config.write, path) {
             pins.extend(ancestors_within(root, path));
         }
+        identities.push((path.clone(), Identity::of(&meta)));
         masks.push((path.clone(), meta.is_dir()));
     }
 
@@ -303,6 +345,7 @@ pub(crate) fn plan(config: &MountConfig) -> Result<MountPlan, SandboxError> {
     Ok(MountPlan {
         steps,
         placeholders,
+        identities,
     })
 }
 

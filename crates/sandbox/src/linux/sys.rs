@@ -365,6 +365,8 @@ pub(crate) fn recv_peek_or_read(fd: &OwnedFd, buf: &mut [u8], block: bool) -> io
         match error.kind() {
             io::ErrorKind::Interrupted => continue,
             io::ErrorKind::WouldBlock => return Ok(0),
+            // The peer died with data of ours unread: as good as EOF.
+            io::ErrorKind::ConnectionReset => return Ok(0),
             _ => return Err(error),
         }
     }
@@ -1190,18 +1192,274 @@ impl CStringArray {
     }
 }
 
-/// `execve(path, argv, envp)`; returns only on failure.
-pub(crate) fn execve(path: &CStr, argv: &CStringArray, envp: &CStringArray) -> Errno {
-    // SAFETY: every pointer array is NULL-terminated and points into CStrings owned by the
-    // arrays, which outlive the call.
+impl CStringArray {
+    /// The NULL-terminated pointer array.
+    pub(crate) fn as_ptr(&self) -> *const *const c_char {
+        self.pointers.as_ptr()
+    }
+}
+
+/// `execve(path, argv, envp)` on raw NULL-terminated arrays; returns only on failure.
+///
+/// # Safety
+/// `path` must be NUL-terminated and `argv`/`envp` NULL-terminated arrays of NUL-terminated
+/// strings, all valid for the duration of the call.
+pub(crate) unsafe fn execve_raw(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> Errno {
+    // SAFETY: guaranteed by the caller.
     unsafe {
-        libc::execve(
-            path.as_ptr(),
-            argv.pointers.as_ptr(),
-            envp.pointers.as_ptr(),
-        );
+        libc::execve(path, argv, envp);
     }
     errno()
+}
+
+/// Private anonymous memory mapped by the parent before a clone, so the child has its own
+/// zero-filled copy to work in without allocating. Unmapped (in the parent) on drop.
+pub(crate) struct AnonMemory {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value alone.
+unsafe impl Send for AnonMemory {}
+
+impl AnonMemory {
+    /// Map `len` bytes (rounded up by the kernel to whole pages).
+    pub(crate) fn new(len: usize) -> io::Result<AnonMemory> {
+        // SAFETY: an anonymous private mapping at an address the kernel chooses.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(AnonMemory {
+            base: base.cast(),
+            len,
+        })
+    }
+
+    /// The start of the mapping.
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for AnonMemory {
+    fn drop(&mut self) {
+        // SAFETY: the mapping was created by `new` and nothing in this process uses it any
+        // more (children that need it have their own copy).
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+        }
+    }
+}
+
+/// Send `data` on a stream socket, with `fds` attached to its first byte (`SCM_RIGHTS`).
+/// Never raises SIGPIPE: a closed peer is `BrokenPipe`.
+pub(crate) fn send_with_fds(socket: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let fd_bytes = std::mem::size_of_val(fds);
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(fd_bytes as u32) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: an all-zero msghdr is a valid empty message header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: msg_control points to `space` writable, aligned bytes, so the first header
+    // exists and its data area holds `fd_bytes` bytes.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), fd_bytes);
+    }
+    let sent = loop {
+        // SAFETY: `msg` describes live buffers for the duration of the call.
+        let ret = unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if ret >= 0 {
+            break ret as usize;
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    };
+    let mut rest = &data[sent..];
+    while !rest.is_empty() {
+        // SAFETY: `rest` is readable for its length.
+        let ret = unsafe {
+            libc::send(
+                socket.as_raw_fd(),
+                rest.as_ptr().cast(),
+                rest.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if ret < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(error);
+        }
+        rest = &rest[ret as usize..];
+    }
+    Ok(())
+}
+
+/// Child side: receive into `buf` from a stream socket together with up to `fds.len()`
+/// descriptors (close-on-exec). Returns `(bytes, descriptors)`; `(0, 0)` at EOF. A message
+/// carrying more descriptors than `fds` holds is an error (the extra ones are closed by the
+/// kernel as `MSG_CTRUNC`).
+pub(crate) fn recv_with_fds_raw(
+    socket: RawFd,
+    buf: &mut [u8],
+    fds: &mut [RawFd; 4],
+) -> Result<(usize, usize), Errno> {
+    // Room for exactly four descriptors: CMSG_SPACE(16) is 32 bytes on 64-bit Linux.
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    loop {
+        // SAFETY: an all-zero msghdr is a valid empty message header.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: `msg` describes live, writable buffers.
+        let ret = unsafe { libc::recvmsg(socket, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if ret < 0 {
+            let error = errno();
+            if error == libc::EINTR {
+                continue;
+            }
+            return Err(error);
+        }
+        let mut count = 0;
+        // SAFETY: the kernel filled msg_control with well-formed headers; CMSG_FIRSTHDR and
+        // CMSG_NXTHDR stay inside msg_controllen, and each data area holds cmsg_len bytes.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(cmsg);
+                    let bytes = (*cmsg).cmsg_len as usize - (data as usize - cmsg as usize);
+                    let mut offset = 0;
+                    while offset + 4 <= bytes {
+                        let mut raw = [0u8; 4];
+                        std::ptr::copy_nonoverlapping(data.add(offset), raw.as_mut_ptr(), 4);
+                        let fd = RawFd::from_ne_bytes(raw);
+                        if count < fds.len() {
+                            fds[count] = fd;
+                        } else {
+                            close_raw(fd);
+                        }
+                        count += 1;
+                        offset += 4;
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            }
+        }
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 || count > fds.len() {
+            for &fd in fds.iter().take(count.min(fds.len())) {
+                close_raw(fd);
+            }
+            return Err(libc::EPROTO);
+        }
+        return Ok((ret as usize, count));
+    }
+}
+
+/// Child side: read exactly `buf.len()` bytes; EOF before that is `EPIPE`.
+pub(crate) fn read_exact_raw(fd: RawFd, buf: &mut [u8]) -> Result<(), Errno> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        // SAFETY: the remaining part of `buf` is writable.
+        let ret = unsafe { libc::read(fd, buf[filled..].as_mut_ptr().cast(), buf.len() - filled) };
+        if ret < 0 {
+            let error = errno();
+            if error == libc::EINTR {
+                continue;
+            }
+            return Err(error);
+        }
+        if ret == 0 {
+            return Err(libc::EPIPE);
+        }
+        filled += ret as usize;
+    }
+    Ok(())
+}
+
+/// `SHM_INFO` of `shmctl(2)` (missing from libc).
+const SHM_INFO: c_int = 14;
+/// `SHM_STAT_ANY`, `MSG_STAT_ANY`, `SEM_STAT_ANY` (Linux 4.17): like `*_STAT` without the
+/// read-permission check, so an init without capabilities finds objects of mode 000 too.
+const SHM_STAT_ANY: c_int = 15;
+const MSG_STAT_ANY: c_int = 13;
+const SEM_STAT_ANY: c_int = 20;
+
+/// Child side: remove every System V shared memory segment, semaphore set and message queue
+/// of the calling process's IPC namespace (what commands left behind). Best effort; needs no
+/// capability for objects of the caller's own uid, which is what commands create.
+pub(crate) fn remove_sysv_ipc() {
+    // SAFETY: every call gets a writable buffer at least as large as the structure the
+    // command writes (shmid_ds > shm_info, msqid_ds > msginfo, seminfo / semid_ds as asked);
+    // IPC_RMID takes no buffer.
+    unsafe {
+        let mut shm: libc::shmid_ds = std::mem::zeroed();
+        let max = libc::shmctl(0, SHM_INFO, &mut shm);
+        for index in 0..=max.max(-1) {
+            let id = libc::shmctl(index, SHM_STAT_ANY, &mut shm);
+            if id >= 0 {
+                libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
+            }
+        }
+        let mut msg: libc::msqid_ds = std::mem::zeroed();
+        let max = libc::msgctl(0, libc::MSG_INFO, &mut msg);
+        for index in 0..=max.max(-1) {
+            let id = libc::msgctl(index, MSG_STAT_ANY, &mut msg);
+            if id >= 0 {
+                libc::msgctl(id, libc::IPC_RMID, std::ptr::null_mut());
+            }
+        }
+        let mut info: libc::seminfo = std::mem::zeroed();
+        let max = libc::semctl(0, 0, libc::SEM_INFO, &mut info as *mut libc::seminfo);
+        let mut sem: libc::semid_ds = std::mem::zeroed();
+        for index in 0..=max.max(-1) {
+            let id = libc::semctl(index, 0, SEM_STAT_ANY, &mut sem as *mut libc::semid_ds);
+            if id >= 0 {
+                libc::semctl(id, 0, libc::IPC_RMID);
+            }
+        }
+    }
 }
 
 /// `_exit(code)`: leave without running destructors or atexit handlers.

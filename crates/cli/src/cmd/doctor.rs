@@ -1,0 +1,411 @@
+//! `cordon doctor [--backend …]`: what this host offers each backend, one line per item
+//! (`BACKEND: ITEM: ok|missing|info (DETAIL)`), ending with `BACKEND: ready` or
+//! `BACKEND: cannot run (…)`. Exit 0 when the selected backend can run here, 1 when it
+//! cannot.
+//!
+//! Each backend has one check function returning its [`Report`]; adding a backend means one
+//! arm in [`check`]. The local check probes the kernel (Landlock ABI, seccomp, user, PID and
+//! mount namespaces), lists each sandbox layer the default policy needs or uses, and then
+//! proves the whole path works: it opens a session with the default policy on a temporary
+//! workspace and runs a command and a read through the real tools.
+
+use std::fmt;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, ValueEnum};
+use cordon_backend_local::{LayerStatus, Requirement, sandbox_layers};
+use cordon_core::event::AgentEvent;
+use cordon_core::executor::RunControl;
+use cordon_core::protocol::ToolCall;
+use cordon_policy::{CompiledPolicy, EnvMap};
+use cordon_runtime::{Session, SessionOptions};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::cmd::common::{BackendKind, CommonArgs};
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// `--backend` selects the backend whose readiness sets the exit code (it is also the one
+    /// probed with a real session); the docker and ssh options say how to reach it.
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// How one item stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    /// Present and working.
+    Ok,
+    /// Absent or failing.
+    Missing,
+    /// A fact, neither good nor bad.
+    Info,
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Status::Ok => "ok",
+            Status::Missing => "missing",
+            Status::Info => "info",
+        })
+    }
+}
+
+/// One line of the report.
+#[derive(Debug)]
+struct Line {
+    item: String,
+    status: Status,
+    detail: String,
+}
+
+/// One backend's lines and verdict.
+#[derive(Debug)]
+struct Report {
+    lines: Vec<Line>,
+    /// Why the backend cannot run here; empty when it can.
+    blockers: Vec<String>,
+}
+
+impl Report {
+    fn new() -> Report {
+        Report {
+            lines: Vec::new(),
+            blockers: Vec::new(),
+        }
+    }
+
+    fn line(&mut self, item: impl Into<String>, status: Status, detail: impl Into<String>) {
+        self.lines.push(Line {
+            item: item.into(),
+            status,
+            detail: detail.into(),
+        });
+    }
+
+    /// A line that, when missing, also stops the backend from running.
+    fn needed(&mut self, item: impl Into<String>, ok: bool, detail: impl Into<String>) {
+        let item = item.into();
+        if !ok {
+            self.blockers.push(item.clone());
+        }
+        let status = if ok { Status::Ok } else { Status::Missing };
+        self.line(item, status, detail);
+    }
+}
+
+/// Run `cordon doctor`.
+pub async fn doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let DoctorArgs { common } = args;
+    let backend = common.backend;
+    let mut selected_ready = false;
+    for &kind in BackendKind::value_variants() {
+        let name = backend_name(kind);
+        let report = check(kind, kind == backend, &common).await;
+        for Line {
+            item,
+            status,
+            detail,
+        } in &report.lines
+        {
+            if detail.is_empty() {
+                println!("{name}: {item}: {status}");
+            } else {
+                println!("{name}: {item}: {status} ({detail})");
+            }
+        }
+        let ready = report.blockers.is_empty();
+        let probed = kind == backend || kind == BackendKind::Local;
+        if !probed {
+            println!("{name}: not probed (select it with --backend {name})");
+        } else if ready {
+            println!("{name}: ready");
+        } else {
+            println!("{name}: cannot run ({})", report.blockers.join(", "));
+        }
+        if kind == backend {
+            selected_ready = ready;
+        }
+    }
+    Ok(if selected_ready {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn backend_name(kind: BackendKind) -> &'static str {
+    match kind {
+        BackendKind::Local => "local",
+        BackendKind::Docker => "docker",
+        BackendKind::Ssh => "ssh",
+    }
+}
+
+/// The checks of one backend. Only the selected remote backend is probed with a real session
+/// (it starts a container or opens a connection); the others get the cheap lines.
+async fn check(kind: BackendKind, selected: bool, common: &CommonArgs) -> Report {
+    match kind {
+        BackendKind::Local => check_local().await,
+        BackendKind::Docker => check_docker(selected, common).await,
+        BackendKind::Ssh => check_ssh(selected, common).await,
+    }
+}
+
+async fn check_docker(selected: bool, common: &CommonArgs) -> Report {
+    let mut report = Report::new();
+    let host =
+        std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_owned());
+    report.line("engine", Status::Info, format!("DOCKER_HOST={host}"));
+    report.line("image", Status::Info, common.image.clone());
+    if !selected {
+        report.line(
+            "session",
+            Status::Info,
+            "not probed; run `cordon doctor --backend docker`",
+        );
+        return report;
+    }
+    let workspace = match tempfile::tempdir() {
+        Ok(dir) => dir,
+        Err(error) => {
+            report.needed(
+                "session",
+                false,
+                format!("failed to create a workspace: {error}"),
+            );
+            return report;
+        }
+    };
+    let mut options = match common.session_options() {
+        Ok(options) => options,
+        Err(error) => {
+            report.needed("options", false, error.to_string());
+            return report;
+        }
+    };
+    options.root = workspace.path().to_path_buf();
+    options.policy = None;
+    let (ok, detail) = run_probe_session(options).await;
+    report.needed("sandboxed tools", ok, detail);
+    report
+}
+
+async fn check_ssh(selected: bool, common: &CommonArgs) -> Report {
+    let mut report = Report::new();
+    match std::env::var_os("SSH_AUTH_SOCK") {
+        Some(sock) if std::path::Path::new(&sock).exists() => {
+            report.line(
+                "ssh-agent",
+                Status::Ok,
+                format!("SSH_AUTH_SOCK={}", sock.to_string_lossy()),
+            );
+        }
+        Some(sock) => report.line(
+            "ssh-agent",
+            Status::Missing,
+            format!("SSH_AUTH_SOCK={} does not exist", sock.to_string_lossy()),
+        ),
+        None => report.line(
+            "ssh-agent",
+            Status::Missing,
+            "SSH_AUTH_SOCK is not set; keys come from --identity or the ssh config",
+        ),
+    }
+    let known_hosts = common.known_hosts.clone().or_else(|| {
+        std::env::var_os("HOME").map(|home| std::path::PathBuf::from(home).join(".ssh/known_hosts"))
+    });
+    match known_hosts
+        .as_deref()
+        .map(|path| (path, std::fs::read_to_string(path)))
+    {
+        Some((path, Ok(text))) => {
+            let entries = text
+                .lines()
+                .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+                .count();
+            report.line(
+                "known_hosts",
+                Status::Ok,
+                format!("{} ({entries} entries)", path.display()),
+            );
+        }
+        Some((path, Err(error))) => report.line(
+            "known_hosts",
+            Status::Missing,
+            format!(
+                "{}: {error}; unknown hosts are refused until trusted with ssh-keyscan",
+                path.display()
+            ),
+        ),
+        None => report.line(
+            "known_hosts",
+            Status::Missing,
+            "no HOME and no --known-hosts",
+        ),
+    }
+    if !selected {
+        report.line(
+            "session",
+            Status::Info,
+            "not probed; run `cordon doctor --backend ssh --host HOST --remote-root DIR`",
+        );
+        return report;
+    }
+    let options = match common.session_options() {
+        Ok(options) => options,
+        Err(error) => {
+            report.needed("options", false, error.to_string());
+            return report;
+        }
+    };
+    let (ok, detail) = run_probe_session(SessionOptions {
+        policy: None,
+        ..options
+    })
+    .await;
+    report.needed("sandboxed tools", ok, detail);
+    report
+}
+
+async fn check_local() -> Report {
+    let mut report = Report::new();
+    let support = cordon_backend_local::probe_host();
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|text| text.trim().to_owned())
+        .unwrap_or_else(|error| format!("unknown: {error}"));
+    report.line("kernel", Status::Info, format!("Linux {release}"));
+    let landlock_detail = match support.landlock_abi {
+        0 => "not available; needs Linux 6.2 or later with Landlock enabled".to_owned(),
+        abi @ 1..=2 => format!("ABI {abi}; ABI 3 or later (Linux 6.2) is needed"),
+        abi => format!("ABI {abi}"),
+    };
+    report.line(
+        "landlock",
+        ok_or_missing(support.landlock_abi >= 3),
+        landlock_detail,
+    );
+    report.line(
+        "seccomp",
+        ok_or_missing(support.seccomp),
+        "filter mode, CONFIG_SECCOMP_FILTER",
+    );
+    let user_detail = match (support.user_namespaces, support.root) {
+        (true, _) => "unprivileged user namespaces work",
+        (false, true) => "unavailable; not needed as root",
+        (false, false) => "unavailable; needed when not running as root",
+    };
+    report.line(
+        "user namespaces",
+        ok_or_missing(support.user_namespaces),
+        user_detail,
+    );
+    report.line(
+        "pid namespaces",
+        ok_or_missing(support.pid_namespaces),
+        "a PID namespace per command: nothing outlives it",
+    );
+    report.line(
+        "mount namespaces",
+        ok_or_missing(support.mount_namespaces),
+        "read-only system, protected and masked paths",
+    );
+
+    let env: EnvMap = std::env::vars().collect();
+    let spec = match CompiledPolicy::builtin_default(&env) {
+        Ok(policy) => policy.sandbox_spec(),
+        Err(error) => {
+            report.needed("default policy", false, error.to_string());
+            return report;
+        }
+    };
+    for LayerStatus {
+        layer,
+        requirement,
+        available,
+    } in sandbox_layers(&spec, &support)
+    {
+        let item = format!("layer {layer}");
+        match requirement {
+            Requirement::Required => {
+                report.needed(
+                    item,
+                    available,
+                    format!("required: {}", layer.requirement()),
+                );
+            }
+            Requirement::Optional => report.line(
+                item,
+                ok_or_missing(available),
+                format!("optional: {}", layer.requirement()),
+            ),
+        }
+    }
+    let workspace = match tempfile::tempdir() {
+        Ok(dir) => dir,
+        Err(error) => {
+            report.needed(
+                "sandboxed tools",
+                false,
+                format!("failed to create a workspace: {error}"),
+            );
+            return report;
+        }
+    };
+    let (ok, detail) = run_probe_session(SessionOptions::local(workspace.path())).await;
+    report.needed("sandboxed tools", ok, detail);
+    report
+}
+
+fn ok_or_missing(ok: bool) -> Status {
+    if ok { Status::Ok } else { Status::Missing }
+}
+
+/// Open a session with the default policy and run a command and a read through the whole
+/// pipeline: `(worked, what happened)`. The probe file is written into the workspace of
+/// `options` (a temporary directory for local and docker; the remote root for ssh).
+async fn run_probe_session(options: SessionOptions) -> (bool, String) {
+    let session = match Session::open(options).await {
+        Ok(session) => session,
+        Err(error) => return (false, format!("failed to open a session: {error}")),
+    };
+    let control = RunControl::new(CancellationToken::new(), Arc::new(|_: AgentEvent| {}));
+    let calls = [
+        (
+            "bash",
+            json!({"command": "echo cordon-doctor > .cordon-doctor-probe.txt", "timeout": 60}),
+        ),
+        ("read", json!({"path": ".cordon-doctor-probe.txt"})),
+        (
+            "bash",
+            json!({"command": "rm -f .cordon-doctor-probe.txt", "timeout": 60}),
+        ),
+    ];
+    let mut outcome = (
+        true,
+        "a command and a read ran under the default policy".to_owned(),
+    );
+    for (index, (tool, arguments)) in calls.into_iter().enumerate() {
+        let call = ToolCall {
+            id: format!("doctor-{index}"),
+            name: tool.to_owned(),
+            arguments,
+        };
+        let result = session.call(call, &control).await;
+        let text = result.text();
+        let worked = !result.is_error && (tool != "read" || text.contains("cordon-doctor"));
+        if !worked {
+            let first = text.lines().find(|line| !line.trim().is_empty());
+            outcome = (
+                false,
+                format!("the {tool} tool failed: {}", first.unwrap_or("no output")),
+            );
+            break;
+        }
+    }
+    session.shutdown().await;
+    outcome
+}

@@ -1,0 +1,111 @@
+//! `cordon doctor`: one line per item, exit 0 when the local backend can run; run inside the
+//! sandbox itself (where namespaces cannot be created) it names the missing layers and exits 1.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const CORDON: &str = env!("CARGO_BIN_EXE_cordon");
+
+fn run(binary: &Path, args: &[&str], cwd: &Path) -> Output {
+    Command::new(binary)
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("run cordon")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn doctor_reports_every_item_and_exits_zero_on_a_capable_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(Path::new(CORDON), &["doctor"], dir.path());
+    let text = stdout(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    for prefix in [
+        "local: kernel: info (Linux ",
+        "local: landlock: ok (ABI ",
+        "local: seccomp: ok",
+        "local: user namespaces: ",
+        "local: pid namespaces: ok",
+        "local: mount namespaces: ok",
+        "local: layer landlock-fs: ok (required: ",
+        "local: layer landlock-ioctl: ",
+        "local: layer landlock-net: ",
+        "local: layer landlock-scopes: ",
+        "local: layer seccomp: ok (required: ",
+        "local: layer pid-namespace: ok (required: ",
+        "local: layer mount-namespace: ok (required: ",
+        "local: layer process-limit: ok (required: ",
+        "local: sandboxed tools: ok (",
+    ] {
+        assert_eq!(
+            lines.iter().filter(|line| line.starts_with(prefix)).count(),
+            1,
+            "one line starting with {prefix:?} in:\n{text}"
+        );
+    }
+    assert_eq!(lines.last(), Some(&"local: ready"), "{text}");
+    let selected = run(
+        Path::new(CORDON),
+        &["doctor", "--backend", "local"],
+        dir.path(),
+    );
+    assert_eq!(selected.status.code(), Some(0));
+    assert_eq!(stdout(&selected).lines().count(), lines.len());
+}
+
+/// Inside the sandbox no namespace can be created: the doctor says which required layers
+/// are missing, that the tools cannot run, and exits 1.
+#[test]
+fn doctor_inside_the_sandbox_names_the_missing_layers_and_exits_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    // The binary must be inside the sandboxed workspace; a hard link costs no space.
+    let inner = ws.join("cordon");
+    if std::fs::hard_link(CORDON, &inner).is_err() {
+        std::fs::copy(CORDON, &inner).unwrap();
+    }
+    let args = r#"{"command": "./cordon doctor; echo \"doctor-exit=$?\""}"#;
+    let output = run(
+        Path::new(CORDON),
+        &["exec", "bash", args, "--root", ws.to_str().unwrap()],
+        dir.path(),
+    );
+    let text = stdout(&output);
+    assert!(text.contains("doctor-exit=1"), "{text}");
+    for line in [
+        "local: pid namespaces: missing",
+        "local: layer pid-namespace: missing (required: ",
+        "local: layer mount-namespace: missing (required: ",
+        "local: sandboxed tools: missing (the bash tool failed: ",
+        "local: cannot run (layer pid-namespace, layer mount-namespace",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(line)),
+            "a line starting with {line:?} in:\n{text}"
+        );
+    }
+    assert!(!text.contains("local: ready"), "{text}");
+}
+
+#[test]
+fn doctor_rejects_an_unknown_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(
+        Path::new(CORDON),
+        &["doctor", "--backend", "nowhere"],
+        dir.path(),
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("nowhere"));
+}

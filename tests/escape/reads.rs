@@ -1,0 +1,217 @@
+//! Reads of secrets: SSH keys in the host home, `/etc/shadow`, another user's home, other
+//! processes' memory and environment, secrets in the workspace (`.env`). None of the content
+//! reaches the model, through bash or through read/grep/ls/find, and nothing is modified.
+
+use serde_json::json;
+
+use crate::support::{Harness, HostProcess, Planted, host_home};
+
+/// A marker that must never appear in any output.
+const SECRET: &str = "CORDON-ESCAPE-SECRET-7f3a9c";
+
+fn assert_hidden(what: &str, text: &str) {
+    assert!(
+        !text.contains(SECRET),
+        "{what}: the secret reached the model:\n{text}"
+    );
+}
+
+#[tokio::test]
+async fn ssh_keys_in_the_host_home_are_unreachable() {
+    let h = Harness::new().await;
+    let name = format!("cordon-escape-key-{}", std::process::id());
+    let key = Planted::new(
+        &host_home().join(".ssh").join(&name),
+        &format!(
+            "-----BEGIN OPENSSH PRIVATE KEY-----\n{SECRET}\n-----END OPENSSH PRIVATE KEY-----\n"
+        ),
+    );
+    let path = key.path.display().to_string();
+    for (what, command) in [
+        ("cat the key", format!("cat {path}")),
+        ("cat via ~", format!("cat ~/.ssh/{name}")),
+        (
+            "list ~/.ssh",
+            format!("ls -la {}", key.path.parent().unwrap().display()),
+        ),
+        (
+            "grep the home",
+            format!("grep -r {SECRET} {}", host_home().display()),
+        ),
+        (
+            "copy it into the workspace",
+            format!("cp {path} stolen && cat stolen"),
+        ),
+        (
+            "python open()",
+            format!("python3 -c 'print(open(\"{path}\").read())'"),
+        ),
+    ] {
+        let text = h.bash_fails(what, &command).await;
+        assert_hidden(what, &text);
+    }
+    for (what, tool, arguments) in [
+        ("read the key", "read", json!({"path": path})),
+        (
+            "read via ~",
+            "read",
+            json!({"path": format!("~/.ssh/{name}")}),
+        ),
+        ("ls ~/.ssh", "ls", json!({"path": "~/.ssh"})),
+        (
+            "grep ~/.ssh",
+            "grep",
+            json!({"pattern": SECRET, "path": "~/.ssh"}),
+        ),
+        (
+            "find in ~/.ssh",
+            "find",
+            json!({"pattern": "*key*", "path": "~/.ssh"}),
+        ),
+    ] {
+        let text = h.tool_fails(what, tool, arguments).await;
+        assert_hidden(what, &text);
+    }
+    // A symlink planted in the workspace does not help either.
+    std::os::unix::fs::symlink(&key.path, h.at("innocent.txt")).unwrap();
+    let text = h
+        .tool_fails(
+            "read through a symlink",
+            "read",
+            json!({"path": "innocent.txt"}),
+        )
+        .await;
+    assert_hidden("read through a symlink", &text);
+    let text = h
+        .bash_fails("cat through a symlink", "cat innocent.txt")
+        .await;
+    assert_hidden("cat through a symlink", &text);
+    assert!(!h.at("stolen").exists(), "nothing was copied");
+}
+
+#[tokio::test]
+async fn etc_shadow_and_other_users_homes_are_unreachable() {
+    let h = Harness::new().await;
+    let other_home = format!("/home/cordon-escape-{}", std::process::id());
+    let other = Planted::new(
+        &std::path::Path::new(&other_home).join("secret.txt"),
+        &format!("{SECRET}\n"),
+    );
+    // Owned by another user, private, as a home directory is.
+    let other_dir = other.path.parent().unwrap();
+    std::os::unix::fs::chown(&other.path, Some(65534), Some(65534)).unwrap();
+    std::os::unix::fs::chown(other_dir, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(
+        &other.path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        other_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let other_path = other.path.display().to_string();
+    let shadow_before = std::fs::read("/etc/shadow").unwrap();
+    for (what, command) in [
+        ("cat /etc/shadow", "cat /etc/shadow".to_owned()),
+        ("head /etc/gshadow", "head -1 /etc/gshadow".to_owned()),
+        (
+            "write /etc/shadow",
+            "echo 'evil::0:0:::::' >> /etc/shadow".to_owned(),
+        ),
+        ("another user's file", format!("cat {other_path}")),
+        ("list the other home", format!("ls {other_home}")),
+        (
+            "su to another user",
+            "su -s /bin/sh nobody -c id".to_owned(),
+        ),
+    ] {
+        let text = h.bash_fails(what, &command).await;
+        assert_hidden(what, &text);
+        assert!(!text.contains("root:"), "{what}: shadow content leaked");
+    }
+    for (what, tool, arguments) in [
+        ("read /etc/shadow", "read", json!({"path": "/etc/shadow"})),
+        (
+            "grep /etc/shadow",
+            "grep",
+            json!({"pattern": "root", "path": "/etc/shadow"}),
+        ),
+        (
+            "read another user's file",
+            "read",
+            json!({"path": other_path}),
+        ),
+        ("ls another user's home", "ls", json!({"path": other_home})),
+    ] {
+        let text = h.tool_fails(what, tool, arguments).await;
+        assert_hidden(what, &text);
+        assert!(!text.contains("root:$"), "{what}: shadow content leaked");
+    }
+    assert_eq!(std::fs::read("/etc/shadow").unwrap(), shadow_before);
+    assert_eq!(
+        std::fs::read_to_string(&other.path).unwrap(),
+        format!("{SECRET}\n")
+    );
+}
+
+#[tokio::test]
+async fn workspace_secrets_are_masked_for_bash_and_tools() {
+    let h = Harness::new().await;
+    std::fs::create_dir_all(h.at("config")).unwrap();
+    std::fs::write(h.at(".env"), format!("API_KEY={SECRET}\n")).unwrap();
+    std::fs::write(h.at("config/server.pem"), format!("{SECRET}\n")).unwrap();
+    for (what, command) in [
+        ("cat .env", "cat .env"),
+        ("grep the workspace", "grep -r CORDON-ESCAPE ."),
+        ("cat a .pem", "cat config/server.pem"),
+        (
+            "move .env away and read it",
+            "mv .env plain.txt; cat plain.txt",
+        ),
+        ("source .env", "set -a; . ./.env; echo \"$API_KEY\"; false"),
+    ] {
+        let text = h.bash_fails(what, command).await;
+        assert_hidden(what, &text);
+    }
+    for (what, tool, arguments) in [
+        ("read .env", "read", json!({"path": ".env"})),
+        ("read a .pem", "read", json!({"path": "config/server.pem"})),
+    ] {
+        let text = h.tool_fails(what, tool, arguments).await;
+        assert_hidden(what, &text);
+    }
+    let grep = h.call("grep", json!({"pattern": "CORDON-ESCAPE"})).await;
+    assert_hidden("grep tool", &grep.text());
+    assert_eq!(
+        std::fs::read_to_string(h.at(".env")).unwrap(),
+        format!("API_KEY={SECRET}\n"),
+        ".env untouched"
+    );
+    assert!(!h.at("plain.txt").exists());
+}
+
+/// Another process's memory, environment and file descriptors are out of reach: the
+/// sandbox has its own PID namespace, and its init is not dumpable.
+#[tokio::test]
+async fn other_processes_memory_and_environment_are_unreachable() {
+    let h = Harness::new().await;
+    let host = HostProcess::start("victim-process", &h.ws);
+    let pid = host.pid();
+    for (what, command) in [
+        ("host process environ", format!("cat /proc/{pid}/environ")),
+        ("host process memory", format!("head -c 16 /proc/{pid}/mem")),
+        ("host process fds", format!("ls /proc/{pid}/fd")),
+        ("sandbox init environ", "cat /proc/1/environ".to_owned()),
+        ("sandbox init memory", "head -c 16 /proc/1/mem".to_owned()),
+        ("sandbox init root", "ls /proc/1/root/".to_owned()),
+    ] {
+        let text = h.bash_fails(what, &command).await;
+        assert!(
+            !text.contains("PATH="),
+            "{what}: an environment leaked: {text}"
+        );
+    }
+    assert!(host.alive_and_running());
+}

@@ -1,0 +1,213 @@
+//! Writes outside the workspace, through bash and through the file tools: every spelling
+//! fails and the victim next to the workspace keeps its content, and nothing appears there.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{Harness, HostProcess};
+
+#[tokio::test]
+async fn bash_redirection_cp_mv_and_dotdot_cannot_write_outside() {
+    let h = Harness::new().await;
+    let victim = h.victim.display().to_string();
+    let outside = h.outside.display().to_string();
+    std::fs::write(h.at("mine.txt"), "mine\n").unwrap();
+    let attempts = [
+        (
+            "relative redirection",
+            "echo pwned > ../outside/victim.txt".to_owned(),
+        ),
+        ("absolute redirection", format!("echo pwned > {victim}")),
+        ("append", format!("echo pwned >> {victim}")),
+        ("truncate", format!("truncate -s 0 {victim}")),
+        (
+            "new file outside",
+            format!("echo pwned > {outside}/new.txt"),
+        ),
+        ("cp onto the victim", format!("cp mine.txt {victim}")),
+        ("cp into the directory", format!("cp mine.txt {outside}/")),
+        (
+            "mv a workspace file out",
+            format!("mv mine.txt {outside}/moved.txt"),
+        ),
+        (
+            "cd .. then write",
+            "cd .. && echo pwned > outside/victim.txt".to_owned(),
+        ),
+        ("tee", format!("echo pwned | tee {victim}")),
+        (
+            "dd",
+            format!("dd if=/dev/zero of={victim} bs=1 count=1 conv=notrunc"),
+        ),
+        ("rm the victim", format!("rm -f {victim}")),
+        ("chmod the victim", format!("chmod 777 {victim}")),
+        ("touch the victim", format!("touch -d 2001-01-01 {victim}")),
+        ("mkdir outside", format!("mkdir {outside}/dir")),
+    ];
+    for (what, command) in attempts {
+        h.bash_fails(what, &command).await;
+        h.assert_victim_untouched(what);
+    }
+    assert_eq!(std::fs::read_to_string(h.at("mine.txt")).unwrap(), "mine\n");
+}
+
+#[tokio::test]
+async fn bash_links_and_proc_paths_cannot_write_outside() {
+    let h = Harness::new().await;
+    let victim = h.victim.display().to_string();
+    let attempts = [
+        (
+            "symlink then write",
+            format!("ln -s {victim} link && echo pwned > link"),
+        ),
+        (
+            "relative symlink then write",
+            "ln -s ../outside/victim.txt rel && echo pwned > rel".to_owned(),
+        ),
+        (
+            "symlinked directory then write",
+            "ln -s ../outside dir && echo pwned > dir/victim.txt".to_owned(),
+        ),
+        (
+            "hardlink then write",
+            format!("ln {victim} hard && echo pwned > hard"),
+        ),
+        (
+            "/proc/self/root",
+            format!("echo pwned > /proc/self/root{victim}"),
+        ),
+        (
+            "/proc/self/cwd/..",
+            "echo pwned > /proc/self/cwd/../outside/victim.txt".to_owned(),
+        ),
+    ];
+    for (what, command) in attempts {
+        h.bash_fails(what, &command).await;
+        h.assert_victim_untouched(what);
+    }
+    // A host process whose working directory is the outside directory: its /proc/<pid>/cwd
+    // is not reachable from the sandbox (own PID namespace, fresh /proc).
+    let host = HostProcess::start("cwd-holder", &h.outside);
+    let pid = host.pid();
+    h.bash_fails(
+        "/proc/<pid>/cwd of a host process",
+        &format!("echo pwned > /proc/{pid}/cwd/victim.txt"),
+    )
+    .await;
+    h.bash_fails(
+        "/proc/<pid>/root of a host process",
+        &format!("echo pwned > /proc/{pid}/root{victim}"),
+    )
+    .await;
+    h.assert_victim_untouched("/proc/<pid> of a host process");
+    assert!(host.alive_and_running());
+}
+
+#[tokio::test]
+async fn file_tools_cannot_write_outside() {
+    let h = Harness::new().await;
+    let victim = h.victim.display().to_string();
+    std::os::unix::fs::symlink(&h.victim, h.at("link")).unwrap();
+    std::os::unix::fs::symlink(&h.outside, h.at("dir-link")).unwrap();
+    let attempts = [
+        (
+            "write, absolute path",
+            "write",
+            json!({"path": victim, "content": "pwned"}),
+        ),
+        (
+            "write, .. path",
+            "write",
+            json!({"path": "../outside/victim.txt", "content": "pwned"}),
+        ),
+        (
+            "write through a symlink",
+            "write",
+            json!({"path": "link", "content": "pwned"}),
+        ),
+        (
+            "write through a symlinked directory",
+            "write",
+            json!({"path": "dir-link/new.txt", "content": "pwned"}),
+        ),
+        (
+            "write to the home directory",
+            "write",
+            json!({"path": "~/.bashrc-cordon-escape", "content": "pwned"}),
+        ),
+        (
+            "edit through a symlink",
+            "edit",
+            json!({"path": "link", "edits": [{"oldText": "untouched", "newText": "pwned"}]}),
+        ),
+        (
+            "edit, absolute path",
+            "edit",
+            json!({"path": victim, "edits": [{"oldText": "untouched", "newText": "pwned"}]}),
+        ),
+    ];
+    for (what, tool, arguments) in attempts {
+        h.tool_fails(what, tool, arguments).await;
+        h.assert_victim_untouched(what);
+    }
+    assert!(
+        !crate::support::host_home()
+            .join(".bashrc-cordon-escape")
+            .exists()
+    );
+}
+
+/// A bash loop keeps swapping `target` between a regular file and a symlink to the victim
+/// while write and edit calls hit `target`: every call lands in the workspace or fails; the
+/// victim never changes.
+#[tokio::test]
+async fn symlink_swap_races_cannot_redirect_writes() {
+    let h = Harness::new().await;
+    let swapper = {
+        let session = h.session.clone();
+        let script = "end=$((SECONDS + 4)); \
+                      while [ $SECONDS -lt $end ]; do \
+                        ln -sfn ../outside/victim.txt target.tmp && mv -T target.tmp target; \
+                        printf 'untouched victim\\n' > plain.tmp && mv -T plain.tmp target; \
+                      done; echo swapped";
+        tokio::spawn(async move {
+            let control = cordon_core::executor::RunControl::new(
+                tokio_util::sync::CancellationToken::new(),
+                std::sync::Arc::new(|_: cordon_core::event::AgentEvent| {}),
+            );
+            let call = cordon_core::protocol::ToolCall {
+                id: "swapper".into(),
+                name: "bash".into(),
+                arguments: json!({"command": script, "timeout": 60}),
+            };
+            session.call(call, &control).await
+        })
+    };
+    let mut landed = 0;
+    let mut refused = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while tokio::time::Instant::now() < deadline {
+        for arguments in [
+            json!({"path": "target", "content": "pwned by write\n"}),
+            json!({"path": "target", "edits": [{"oldText": "untouched victim", "newText": "pwned by edit"}]}),
+        ] {
+            let tool = if arguments.get("edits").is_some() {
+                "edit"
+            } else {
+                "write"
+            };
+            if h.call(tool, arguments).await.is_error {
+                refused += 1;
+            } else {
+                landed += 1;
+            }
+            h.assert_victim_untouched("write/edit during a symlink swap");
+        }
+    }
+    let swap = swapper.await.unwrap();
+    assert!(!swap.is_error, "{}", swap.text());
+    assert!(swap.text().contains("swapped"));
+    assert!(landed + refused > 0);
+    h.assert_victim_untouched("after the symlink swap race");
+}
