@@ -20,5 +20,5 @@ pub mod procs;
 pub mod remote;
 
 pub use harness::{Called, Harness, Replayed, SessionRequest, Workspace, WorkspaceOptions};
-pub use local::{LOCAL_ALLOW_DEGRADED_UNTIL_SANDBOX_MERGE, Local};
+pub use local::Local;
 pub use remote::{Docker, Ssh};

@@ -1,19 +1,10 @@
-//! The local backend's [`Harness`]: the workspace directory itself, under the local sandbox.
+//! The local backend's [`Harness`]: the workspace directory itself, under the full local
+//! sandbox (never degraded: a missing layer fails the tests).
 
 use async_trait::async_trait;
 use cordon_runtime::SessionOptions;
 
 use crate::harness::{Harness, SessionRequest};
-
-/// Bash on the local backend needs the OS sandbox (Landlock, seccomp, rlimits), which is being
-/// wired into `cordon-backend-local` on another branch; until then the backend refuses to run
-/// commands unless the operator accepts a degraded sandbox. While this is `true`, local
-/// sessions opened by the suites (conformance and CLI end-to-end) pass `allow_degraded`, and
-/// the harness checks that every result then names the missing layers.
-///
-/// Flip it to `false` once the sandbox is merged: the suites must then pass with the full
-/// sandbox in force.
-pub const LOCAL_ALLOW_DEGRADED_UNTIL_SANDBOX_MERGE: bool = true;
 
 /// The local backend's factory.
 #[derive(Clone, Copy, Debug, Default)]
@@ -34,7 +25,6 @@ impl Harness for Local {
         Ok(SessionOptions {
             policy,
             audit,
-            allow_degraded: LOCAL_ALLOW_DEGRADED_UNTIL_SANDBOX_MERGE,
             ..SessionOptions::local(host_root)
         })
     }

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cordon_tests::LOCAL_ALLOW_DEGRADED_UNTIL_SANDBOX_MERGE;
 use cordon_tests::fixtures::{ImageFormat, base64, image_bytes};
 use cordon_tests::procs::{assert_gone, sleep_marker, wait_for_processes};
 use serde_json::{Value, json};
@@ -21,16 +20,6 @@ fn repo_root() -> PathBuf {
         .join("../..")
         .canonicalize()
         .expect("repository root")
-}
-
-/// `--allow-degraded` while the local backend cannot confine commands yet (see
-/// `cordon_tests::LOCAL_ALLOW_DEGRADED_UNTIL_SANDBOX_MERGE`); nothing once it can.
-fn sandbox_flags() -> &'static [&'static str] {
-    if LOCAL_ALLOW_DEGRADED_UNTIL_SANDBOX_MERGE {
-        &["--allow-degraded"]
-    } else {
-        &[]
-    }
 }
 
 /// What a finished `cordon` run printed.
@@ -142,7 +131,6 @@ impl Ws {
     fn run_stdin(&self, args: &[&str], stdin: Option<&str>) -> Run {
         let mut all: Vec<&str> = args.to_vec();
         all.extend(["--root", &self.root]);
-        all.extend(sandbox_flags());
         cordon_in(self.dir.path(), &all, stdin)
     }
 }
@@ -152,10 +140,7 @@ impl Ws {
 fn strip_degraded(mut result: Value) -> Value {
     if let Some(details) = result.get_mut("details").and_then(Value::as_object_mut) {
         if let Some(note) = details.remove("sandbox") {
-            if !LOCAL_ALLOW_DEGRADED_UNTIL_SANDBOX_MERGE {
-                panic!("a complete sandbox was reported as degraded: {note}");
-            }
-            assert_eq!(note["degraded"], json!(true));
+            panic!("a complete sandbox was reported as degraded: {note}");
         }
         if details.is_empty() {
             result["details"] = Value::Null;
@@ -236,9 +221,7 @@ fn exec_prints_the_result_text_and_exits_0() {
     let bash = ws.run(&["exec", "bash", r#"{"command":"cat a.txt | wc -l"}"#]);
     assert_eq!((bash.code, bash.stdout.as_str()), (0, "2\n"));
     // Without --root the workspace is the current directory.
-    let mut args = vec!["exec", "ls", "{}"];
-    args.extend(sandbox_flags());
-    let ls = cordon_in(ws.dir.path(), &args, None);
+    let ls = cordon_in(ws.dir.path(), &["exec", "ls", "{}"], None);
     assert_eq!((ls.code, ls.stdout.as_str()), (0, "a.txt\n"));
 }
 
@@ -712,10 +695,9 @@ async fn ctrl_c_during_exec_bash_gives_an_error_result_and_kills_the_tree() {
     let marker = sleep_marker();
     let command =
         json!({"command": format!("echo started; sleep {marker} & sleep {marker}")}).to_string();
-    let mut args = vec!["exec", "bash", &command, "--json", "--root", &ws.root];
-    args.extend(sandbox_flags());
+    let args = ["exec", "bash", &command, "--json", "--root", &ws.root];
     let child = Command::new(BIN)
-        .args(&args)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -755,14 +737,9 @@ fn example_session_replays_cleanly() {
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let mut command_line =
-        r#"cordon replay examples/session.jsonl --root "$(mktemp -d)""#.to_owned();
-    for flag in sandbox_flags() {
-        command_line.push(' ');
-        command_line.push_str(flag);
-    }
+    let command_line = r#"cordon replay examples/session.jsonl --root "$(mktemp -d)""#;
     let output = Command::new("sh")
-        .args(["-c", &command_line])
+        .args(["-c", command_line])
         .current_dir(repo_root())
         .env("PATH", path)
         .env("TMPDIR", tmp.path())

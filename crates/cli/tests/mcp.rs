@@ -17,13 +17,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-/// Flags every `cordon mcp` in these tests gets so that bash runs on the local backend.
-///
-/// On this branch the local backend's OS sandbox is not wired in yet, so bash fails closed
-/// unless the operator accepts a degraded sandbox. Once the sandbox is on `main`, make this
-/// empty: every test must then pass unchanged.
-const SANDBOX_FLAGS: &[&str] = &["--allow-degraded"];
-
 /// Upper bound for anything the server must do; generous for a loaded 2-core machine.
 const PATIENCE: Duration = Duration::from_secs(120);
 
@@ -47,7 +40,6 @@ fn workspace() -> tempfile::TempDir {
 fn mcp_args(root: &Path, extra: &[&str]) -> Vec<String> {
     let mut args = vec!["mcp".to_owned(), "--root".to_owned()];
     args.push(root.display().to_string());
-    args.extend(SANDBOX_FLAGS.iter().map(|flag| (*flag).to_owned()));
     args.extend(extra.iter().map(|arg| (*arg).to_owned()));
     args
 }
@@ -148,7 +140,6 @@ fn session_definitions(
     runtime.block_on(async {
         let options = cordon_runtime::SessionOptions {
             policy,
-            allow_degraded: !SANDBOX_FLAGS.is_empty(),
             ..cordon_runtime::SessionOptions::local(root)
         };
         let session = cordon_runtime::Session::open(options)
@@ -836,9 +827,7 @@ fn ssh_backend_runs_calls_on_the_remote_host_and_exits_cleanly() {
     ];
     // The remote side cannot enforce the sandbox for commands in this phase, so the ssh
     // backend runs them only with an explicit downgrade (as the conformance suite does).
-    if !SANDBOX_FLAGS.contains(&"--allow-degraded") {
-        extra.push("--allow-degraded");
-    }
+    extra.push("--allow-degraded");
     let mut server = RawServer::start_with(dir.path(), &extra, &[]);
     server.initialize();
     let written = server.request(

@@ -19,12 +19,6 @@ use tokio::process::{Child, Command};
 
 const CORDON: &str = env!("CARGO_BIN_EXE_cordon");
 
-/// Flags a run that executes `bash` needs on this branch. bash on the local backend requires
-/// the OS sandbox, which is being wired into the local backend on another branch; until it
-/// is, bash fails closed unless the operator accepts a degraded sandbox. Empty this list once
-/// the sandbox is in: the tests must then pass fully confined.
-const BASH_SANDBOX_FLAGS: &[&str] = &["--allow-degraded"];
-
 /// Upper bound for anything a test waits for (a loaded 2-core machine is slow, never stuck).
 const PATIENCE: Duration = Duration::from_secs(120);
 
@@ -953,7 +947,6 @@ async fn ctrl_c_during_a_command_kills_it_records_the_result_and_aborts() {
     let server = TestServer::start(vec![stream("openai_bash_sleep.sse")]).await;
     let mut args = openai_run(&server, "Run the slow step.");
     args.push("--json".into());
-    args.extend(BASH_SANDBOX_FLAGS.iter().map(|flag| (*flag).to_owned()));
     let mut child = cordon(ws.path(), &refs(&args), &[])
         .spawn()
         .expect("spawn cordon");
