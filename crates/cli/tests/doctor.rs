@@ -53,7 +53,31 @@ fn doctor_reports_every_item_and_exits_zero_on_a_capable_host() {
             "one line starting with {prefix:?} in:\n{text}"
         );
     }
-    assert_eq!(lines.last(), Some(&"local: ready"), "{text}");
+    assert_eq!(
+        lines.iter().filter(|line| **line == "local: ready").count(),
+        1,
+        "{text}"
+    );
+    // The remote backends get their cheap lines; only a selected one is probed.
+    for line in [
+        "docker: session: info (not probed; run `cordon doctor --backend docker`)",
+        "docker: not probed (select it with --backend docker)",
+        "ssh: not probed (select it with --backend ssh)",
+    ] {
+        assert!(lines.contains(&line), "{line:?} missing in:\n{text}");
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.starts_with("ssh: known_hosts: ")),
+        "{text}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.starts_with("ssh: ssh-agent: ")),
+        "{text}"
+    );
     let selected = run(
         Path::new(CORDON),
         &["doctor", "--backend", "local"],
@@ -108,4 +132,85 @@ fn doctor_rejects_an_unknown_backend() {
     );
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("nowhere"));
+}
+
+/// `--backend docker` probes a real container session (engine and image from the shared test
+/// infrastructure; `CORDON_SKIP_DOCKER=1` opts out explicitly).
+#[test]
+fn doctor_probes_the_selected_docker_backend() {
+    if std::env::var("CORDON_SKIP_DOCKER").as_deref() == Ok("1") {
+        eprintln!("CORDON_SKIP_DOCKER=1: not testing doctor --backend docker");
+        return;
+    }
+    let host = cordon_tests::infra::docker_host().unwrap_or_else(|error| panic!("{error}"));
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(CORDON)
+        .args(["doctor", "--backend", "docker"])
+        .env("DOCKER_HOST", &host)
+        .current_dir(dir.path())
+        .output()
+        .expect("run cordon");
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(&format!("docker: engine: info (DOCKER_HOST={host})")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("docker: sandboxed tools: ok (")),
+        "{text}"
+    );
+    assert!(text.lines().any(|l| l == "docker: ready"), "{text}");
+}
+
+/// `--backend ssh` with a reachable host probes a real session; without `--host` it cannot run.
+#[test]
+fn doctor_probes_the_selected_ssh_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = run(
+        Path::new(CORDON),
+        &["doctor", "--backend", "ssh"],
+        dir.path(),
+    );
+    assert_eq!(missing.status.code(), Some(1), "{}", stdout(&missing));
+    assert!(
+        stdout(&missing).contains("ssh: options: missing (--backend ssh needs --host"),
+        "{}",
+        stdout(&missing)
+    );
+    if std::env::var("CORDON_SKIP_SSH").as_deref() == Ok("1") {
+        eprintln!("CORDON_SKIP_SSH=1: not testing doctor --backend ssh against a server");
+        return;
+    }
+    let sshd = cordon_tests::infra::sshd().unwrap_or_else(|error| panic!("{error}"));
+    let host = format!("root@127.0.0.1:{}", sshd.port);
+    let output = run(
+        Path::new(CORDON),
+        &[
+            "doctor",
+            "--backend",
+            "ssh",
+            "--host",
+            &host,
+            "--identity",
+            sshd.key.to_str().unwrap(),
+            "--known-hosts",
+            sshd.known_hosts.to_str().unwrap(),
+            "--ssh-config",
+            sshd.ssh_config.to_str().unwrap(),
+            "--remote-root",
+            dir.path().to_str().unwrap(),
+            "--allow-degraded",
+        ],
+        dir.path(),
+    );
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ssh: sandboxed tools: ok (")),
+        "{text}"
+    );
+    assert!(!dir.path().join(".cordon-doctor-probe.txt").exists());
 }

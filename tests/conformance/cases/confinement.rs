@@ -87,28 +87,37 @@ pub async fn dotdot_escape(h: Arc<dyn Harness>) {
 }
 
 pub async fn absolute_path_outside(h: Arc<dyn Harness>) {
+    // The workspace's sibling is outside every backend's roots; system paths such as
+    // `/etc/passwd` are not a portable choice (bash may read them locally, and the policy
+    // then judges the file tools' reads).
     let ws = Workspace::open(&h).await;
-    let read = ws.call("read", json!({"path": "/etc/passwd"})).await;
-    assert_outside(&read, "/etc/passwd");
-    assert!(read.text.contains("allowed roots: /etc/passwd "));
+    put_outside(&ws, "secret.txt", "outside-secret\n");
+    let secret = outside_backend(&ws, "secret.txt");
+    let read = ws.call("read", json!({ "path": secret })).await;
+    assert_outside(&read, &secret);
+    assert!(read.text.contains(&format!("allowed roots: {secret} ")));
+    let target = outside_backend(&ws, "new.txt");
     let write = ws
-        .call(
-            "write",
-            json!({"path": "/etc/cordon-conformance", "content": "x"}),
-        )
+        .call("write", json!({"path": target, "content": "x"}))
         .await;
-    assert_outside(&write, "/etc/cordon-conformance");
-    assert!(!Path::new("/etc/cordon-conformance").exists());
-    let ls = ws.call("ls", json!({"path": "/"})).await;
-    assert_outside(&ls, "/");
+    assert_outside(&write, &target);
+    assert!(!ws.outside("new.txt").exists());
+    let dir = outside_backend(&ws, "");
+    let dir = dir.trim_end_matches('/');
+    let ls = ws.call("ls", json!({ "path": dir })).await;
+    assert_outside(&ls, dir);
+    assert_eq!(
+        std::fs::read_to_string(ws.outside("secret.txt")).expect("read"),
+        "outside-secret\n"
+    );
 }
 
 pub async fn symlink_file_out(h: Arc<dyn Harness>) {
     let ws = Workspace::open(&h).await;
     put_outside(&ws, "secret.txt", "outside-secret\n");
-    ws.symlink("/etc/passwd", "passwd-link");
+    ws.symlink(ws.outside("secret.txt"), "absolute-link");
     ws.symlink("../outside/secret.txt", "secret-link");
-    for link in ["passwd-link", "secret-link"] {
+    for link in ["absolute-link", "secret-link"] {
         let read = ws.call("read", json!({ "path": link })).await;
         assert_outside(&read, link);
         let write = ws
@@ -139,13 +148,13 @@ pub async fn symlink_file_out(h: Arc<dyn Harness>) {
 pub async fn symlink_directory_out(h: Arc<dyn Harness>) {
     let ws = Workspace::open(&h).await;
     put_outside(&ws, "secret.txt", "outside-secret\n");
-    ws.symlink("/etc", "etc-link");
+    ws.symlink(ws.outside(""), "abs-out-link");
     ws.symlink("../outside", "out-link");
     for (tool, args, requested) in [
         (
             "read",
-            json!({"path": "etc-link/passwd"}),
-            "etc-link/passwd",
+            json!({"path": "abs-out-link/secret.txt"}),
+            "abs-out-link/secret.txt",
         ),
         (
             "read",
@@ -162,12 +171,12 @@ pub async fn symlink_directory_out(h: Arc<dyn Harness>) {
             json!({"path": "out-link/deeper/new.txt", "content": "x"}),
             "out-link/deeper/new.txt",
         ),
-        ("ls", json!({"path": "etc-link"}), "etc-link"),
+        ("ls", json!({"path": "abs-out-link"}), "abs-out-link"),
         ("ls", json!({"path": "out-link"}), "out-link"),
         (
             "grep",
-            json!({"pattern": "root", "path": "etc-link"}),
-            "etc-link",
+            json!({"pattern": "secret", "path": "abs-out-link"}),
+            "abs-out-link",
         ),
         (
             "find",
