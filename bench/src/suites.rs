@@ -233,34 +233,43 @@ fn bare_bash_true() {
     assert!(status.success());
 }
 
-/// `bash: true` through the whole pipeline with the full sandbox vs a bare spawn, interleaved.
+/// `bash: true` through the whole pipeline with the full sandbox vs a bare spawn, interleaved:
+/// in a git repository (the common case) and in a plain directory (where the protected `.git`
+/// does not exist yet and each command gets a fresh placeholder-guarded sandbox).
 pub async fn bash() -> BenchResult {
-    let ws = Workspace::new("bash")?;
-    let session = Session::open(SessionOptions::local(&ws.0)).await?;
-    let args = json!({"command": "true"});
-    for _ in 0..30 {
-        ensure_ok(&call(&session, "bash", args.clone()).await);
-        bare_bash_true();
+    for with_git in [true, false] {
+        let ws = Workspace::new(if with_git { "bash-git" } else { "bash-plain" })?;
+        if with_git {
+            let status = Command::new("git").args(["init", "-q"]).current_dir(&ws.0).status()?;
+            assert!(status.success(), "git init failed");
+        }
+        let session = Session::open(SessionOptions::local(&ws.0)).await?;
+        let args = json!({"command": "true"});
+        for _ in 0..30 {
+            ensure_ok(&call(&session, "bash", args.clone()).await);
+            bare_bash_true();
+        }
+        let (mut ours, mut bare) = (Vec::new(), Vec::new());
+        for _ in 0..400 {
+            let start = Instant::now();
+            ensure_ok(&call(&session, "bash", args.clone()).await);
+            ours.push(start.elapsed());
+            let start = Instant::now();
+            bare_bash_true();
+            bare.push(start.elapsed());
+        }
+        let (ours, bare) = (Samples::from_vec(ours), Samples::from_vec(bare));
+        let place = if with_git { "git repository" } else { "directory without .git" };
+        row(
+            &format!("`bash: true`, whole pipeline, full sandbox, {place}, vs bare `bash -c true`"),
+            &ms(ours.p50()),
+            &ms(bare.p50()),
+            &ratio(ours.p50(), bare.p50()),
+            "≤ 1.1× (tools), ≤ 1.3× (sandbox)",
+            "≈ 1.05× (no sandbox)",
+        );
+        session.shutdown().await;
     }
-    let (mut ours, mut bare) = (Vec::new(), Vec::new());
-    for _ in 0..400 {
-        let start = Instant::now();
-        ensure_ok(&call(&session, "bash", args.clone()).await);
-        ours.push(start.elapsed());
-        let start = Instant::now();
-        bare_bash_true();
-        bare.push(start.elapsed());
-    }
-    let (ours, bare) = (Samples::from_vec(ours), Samples::from_vec(bare));
-    row(
-        "`bash: true`, whole pipeline, full sandbox vs bare `bash -c true` spawn",
-        &ms(ours.p50()),
-        &ms(bare.p50()),
-        &ratio(ours.p50(), bare.p50()),
-        "≤ 1.1× (tools), ≤ 1.3× (sandbox)",
-        "≈ 1.05× (no sandbox)",
-    );
-    session.shutdown().await;
     Ok(())
 }
 
