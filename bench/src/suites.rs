@@ -240,7 +240,10 @@ pub async fn bash() -> BenchResult {
     for with_git in [true, false] {
         let ws = Workspace::new(if with_git { "bash-git" } else { "bash-plain" })?;
         if with_git {
-            let status = Command::new("git").args(["init", "-q"]).current_dir(&ws.0).status()?;
+            let status = Command::new("git")
+                .args(["init", "-q"])
+                .current_dir(&ws.0)
+                .status()?;
             assert!(status.success(), "git init failed");
         }
         let session = Session::open(SessionOptions::local(&ws.0)).await?;
@@ -259,7 +262,11 @@ pub async fn bash() -> BenchResult {
             bare.push(start.elapsed());
         }
         let (ours, bare) = (Samples::from_vec(ours), Samples::from_vec(bare));
-        let place = if with_git { "git repository" } else { "directory without .git" };
+        let place = if with_git {
+            "git repository"
+        } else {
+            "directory without .git"
+        };
         row(
             &format!("`bash: true`, whole pipeline, full sandbox, {place}, vs bare `bash -c true`"),
             &ms(ours.p50()),
@@ -360,8 +367,14 @@ pub async fn throughput() -> BenchResult {
     const GIB: u64 = 1 << 30;
     let ws = Workspace::new("throughput")?;
     let session = Session::open(SessionOptions::local(&ws.0)).await?;
-    let producer =
-        format!("yes 'a line of command output, about sixty bytes long ......' | head -c {GIB}");
+    // The producer must outrun the pipeline being measured: `cat` of a page-cached 64 MiB file
+    // of text lines, 16 times (`yes | head` alone tops out near 450 MB/s here).
+    let chunk = ws.0.join("chunk.txt");
+    let line = "a line of command output, about sixty bytes long ..........\n";
+    let mut text = line.repeat((64 << 20) / line.len() + 1);
+    text.truncate(64 << 20);
+    std::fs::write(&chunk, text)?;
+    let producer = format!("for i in $(seq 16); do cat {}; done", chunk.display());
     let baseline_start = Instant::now();
     let status = Command::new("bash")
         .args([
@@ -372,6 +385,8 @@ pub async fn throughput() -> BenchResult {
     assert!(status.success());
     let baseline = baseline_start.elapsed();
     std::fs::remove_file(ws.0.join("baseline.out"))?;
+    // Reset the peak (the producer file above raised it), then measure growth from here.
+    std::fs::write("/proc/self/clear_refs", "5")?;
     let rss_before = peak_rss();
     let start = Instant::now();
     let result = call(
