@@ -32,6 +32,10 @@ pub const WORKER_SCRIPT: &str = concat!(
     include_str!("sh/worker.sh")
 );
 
+/// The process helpers of the worker (`quick`, `scan`, `killtree`, …) alone, for tools and
+/// tests that exercise them directly.
+pub const PROCESS_HELPERS: &str = include_str!("sh/proc.sh");
+
 /// Starts the worker with bash when the host has it (job control gives each command its own
 /// process group without an extra exec, and `EPOCHREALTIME` a precise clock), else with `sh`.
 const BOOT_SCRIPT: &str =
@@ -255,11 +259,9 @@ mod tests {
             .expect("prefix")
             .trim_end_matches('\n');
         for shell in ["dash", "bash"] {
-            let script = format!(
-                "NL='\n'\nIFS= read -r l\neval \"set -- $l\"\nfor w; do printf '%s\\0' \"$w\"; done"
-            );
+            let script = "NL='\n'\nIFS= read -r l\neval \"set -- $l\"\nfor w; do printf '%s\\0' \"$w\"; done";
             let mut child = std::process::Command::new(shell)
-                .args(["-c", &script])
+                .args(["-c", script])
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped())
                 .spawn()

@@ -52,11 +52,18 @@ tagged() {
     return 1
 }
 
-# Whether process $1 holds the command's output ($out) on any descriptor.
+# Whether process $1 can write to the command's output ($out): a descriptor on the same pipe
+# opened for writing (the reader, sshd or the test harness, holds the same pipe read-only).
 holds_out() {
     [ -n "$out" ] || return 1
     for _f in /proc/"$1"/fd/*; do
-        [ "$_f" -ef "$out" ] && return 0
+        [ "$_f" -ef "$out" ] || continue
+        _fl=
+        while read -r _k _v; do
+            [ "$_k" = flags: ] && { _fl=$_v; break; }
+        done 2>/dev/null <"/proc/$1/fdinfo/${_f##*/}" || :
+        # O_WRONLY or O_RDWR in the octal flags' last digit.
+        case $_fl in *[123567]) return 0 ;; esac
     done
     return 1
 }
