@@ -163,7 +163,6 @@ impl BashOperations for Inner {
             .run_request(
                 &line,
                 DriveRequest {
-                    cwd,
                     timeout,
                     cancel,
                     output,
@@ -194,6 +193,9 @@ impl BashOperations for Inner {
         self.keep_a_spare();
         if !outcome.clean {
             self.kill_by_tag(&tag, outcome.pid, outcome.session).await;
+        }
+        if outcome.missing_cwd {
+            return Err(ExecError::MissingCwd { cwd });
         }
         if outcome.status.is_none() {
             if lost {

@@ -218,8 +218,6 @@ pub enum TransportEvent {
 /// Parameters of [`drive`].
 #[derive(Clone, Debug)]
 pub struct DriveRequest {
-    /// The command's working directory (for the `MissingCwd` error).
-    pub cwd: PathBuf,
     /// Hard timeout.
     pub timeout: Duration,
     /// Cancellation.
@@ -244,6 +242,9 @@ pub struct DriveOutcome {
     pub pid: Option<u32>,
     /// The command's session, when reported.
     pub session: Option<u32>,
+    /// The working directory did not exist: nothing ran (the caller reports
+    /// [`ExecError::MissingCwd`] once it has dealt with the worker).
+    pub missing_cwd: bool,
     /// The shell was OOM-killed.
     pub oom: bool,
     /// A kill request was sent to the worker.
@@ -274,7 +275,6 @@ where
     W: AsyncWrite + Unpin,
 {
     let DriveRequest {
-        cwd,
         timeout,
         cancel,
         output,
@@ -290,6 +290,7 @@ where
         termination: Termination::Exited,
         pid: None,
         session: None,
+        missing_cwd: false,
         oom: false,
         kill_sent: false,
         clean: false,
@@ -354,7 +355,7 @@ where
         };
     }
 
-    loop {
+    'run: loop {
         if done && marker.as_ref().is_some_and(EndMarker::found) {
             break;
         }
@@ -428,7 +429,13 @@ where
                         }
                         match record {
                             ExecRecord::Ready => {}
-                            ExecRecord::NoCwd => return Err(ExecError::MissingCwd { cwd }),
+                            ExecRecord::NoCwd => {
+                                outcome.missing_cwd = true;
+                                if request_id.is_none() {
+                                    // A one-shot exec ends right after.
+                                    break 'run;
+                                }
+                            }
                             ExecRecord::Pid(pid) => outcome.pid = Some(pid),
                             ExecRecord::Session(session) => outcome.session = session,
                             ExecRecord::Exit(code) => {
@@ -462,8 +469,9 @@ where
     let finished = done && marker.as_ref().is_some_and(EndMarker::found);
     // The worker only finishes a request (or closes its streams) after the shell exited and
     // either nothing was left or its watcher finished killing the rest.
+    let ended = streams_ended || finished || (outcome.missing_cwd && request_id.is_none());
     outcome.clean =
-        (streams_ended || finished) && exited && !stuck && outcome.transport_error.is_none();
+        ended && (exited || outcome.missing_cwd) && !stuck && outcome.transport_error.is_none();
     outcome.reusable = finished
         && outcome.clean
         && !marker.as_ref().is_some_and(EndMarker::trailing)

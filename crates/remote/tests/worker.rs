@@ -60,7 +60,6 @@ async fn request(
         &mut worker.events,
         &mut worker.stdin,
         DriveRequest {
-            cwd: cwd.to_path_buf(),
             timeout,
             cancel,
             output: tx,
@@ -147,10 +146,22 @@ async fn one_worker_serves_many_requests() {
         )
         .await;
         assert!(
-            matches!(ran.result, Err(ExecError::MissingCwd { .. })),
+            ran.result
+                .as_ref()
+                .is_ok_and(|o| o.missing_cwd && o.clean && o.reusable && o.status.is_none()),
             "{setup}: {:?}",
             ran.result
         );
+        let ran = request(
+            &mut worker,
+            "echo last",
+            tmp,
+            LONG,
+            CancellationToken::new(),
+        )
+        .await;
+        assert_eq!(ran.output, "last\n", "{setup}");
+        reusable(&ran, &setup);
         drop(worker.stdin);
         let status = tokio::time::timeout(Duration::from_secs(60), worker.child.wait())
             .await
