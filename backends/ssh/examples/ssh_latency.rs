@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Prints median and mean per-call latency of each path (`CORDON_SSH_BENCH_RUNS` calls each,
-//! default 200).
+//! default 200): connection setup, then — interleaved, call after call — a raw exec channel, the
+//! backend's bash, a worker round trip that starts no process (a missing working directory) and
+//! a 2 KiB SFTP read, then the OpenSSH CLI with ControlMaster.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use cordon_backend_ssh::known_hosts::KnownHosts;
 use cordon_backend_ssh::{AgentSource, SshBackend, SshConfig};
-use cordon_tools::ops::{Backend, ExecRequest};
+use cordon_tools::ops::{Backend, ExecError, ExecRequest};
 use russh::ChannelMsg;
 use russh::keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate};
 use tokio::sync::mpsc;
@@ -80,6 +82,8 @@ async fn main() {
     config.known_hosts = Some(known.clone());
     config.ssh_config = Some(PathBuf::from("/dev/null"));
     config.agent = AgentSource::Disabled;
+    // The benchmark runs commands on purpose.
+    config.spec.allow_degraded = true;
     let mut setups = Vec::new();
     for _ in 0..10 {
         let start = Instant::now();
@@ -123,8 +127,26 @@ async fn main() {
     let bash = backend.bash();
     let files = backend.files();
 
-    // Warm up every path once.
-    let mut raw = Vec::new();
+    // Interleaved so that load drifts on a shared machine hit every series alike; the first
+    // five rounds warm every path up and are not counted.
+    let small = root.canonicalize().expect("root").join("small.txt");
+    let (mut raw, mut ours, mut trip, mut reads) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let bash_call = |command: &str, cwd: PathBuf| {
+        let bash = bash.clone();
+        let command = command.to_owned();
+        async move {
+            let (tx, mut rx) = mpsc::channel(16);
+            let request = ExecRequest {
+                command,
+                cwd,
+                timeout: Duration::from_secs(60),
+                env: Vec::new(),
+            };
+            let exec = bash.exec(request, CancellationToken::new(), tx);
+            let drain = async { while rx.recv().await.is_some() {} };
+            tokio::join!(exec, drain).0
+        }
+    };
     for i in 0..runs + 5 {
         let start = Instant::now();
         let mut channel = handle.channel_open_session().await.expect("channel");
@@ -134,42 +156,36 @@ async fn main() {
                 break;
             }
         }
+        let raw_time = start.elapsed();
+
+        let start = Instant::now();
+        let outcome = bash_call("true", root.clone()).await.expect("exec");
+        let ours_time = start.elapsed();
+        assert_eq!(outcome.status.map(|s| s.code()), Some(0));
+
+        // A request that starts no process: the worker round trip alone.
+        let start = Instant::now();
+        let missing = bash_call("true", root.join("no-such-dir")).await;
+        let trip_time = start.elapsed();
+        assert!(
+            matches!(missing, Err(ExecError::MissingCwd { .. })),
+            "{missing:?}"
+        );
+
+        let start = Instant::now();
+        let data = files.read_file(&small).await.expect("read");
+        let read_time = start.elapsed();
+        assert_eq!(data.len(), 2048);
         if i >= 5 {
-            raw.push(start.elapsed());
+            raw.push(raw_time);
+            ours.push(ours_time);
+            trip.push(trip_time);
+            reads.push(read_time);
         }
     }
     let raw_median = report("raw russh exec channel `true`", raw);
-
-    let mut ours = Vec::new();
-    for i in 0..runs + 5 {
-        let (tx, mut rx) = mpsc::channel(16);
-        let request = ExecRequest {
-            command: "true".into(),
-            cwd: root.clone(),
-            timeout: Duration::from_secs(60),
-            env: Vec::new(),
-        };
-        let start = Instant::now();
-        let exec = bash.exec(request, CancellationToken::new(), tx);
-        let drain = async { while rx.recv().await.is_some() {} };
-        let (outcome, ()) = tokio::join!(exec, drain);
-        outcome.expect("exec");
-        if i >= 5 {
-            ours.push(start.elapsed());
-        }
-    }
     let ours_median = report("SshBackend BashOperations `true`", ours);
-
-    let mut reads = Vec::new();
-    let small = root.canonicalize().expect("root").join("small.txt");
-    for i in 0..runs + 5 {
-        let start = Instant::now();
-        let data = files.read_file(&small).await.expect("read");
-        assert_eq!(data.len(), 2048);
-        if i >= 5 {
-            reads.push(start.elapsed());
-        }
-    }
+    report("SshBackend worker round trip (no process)", trip);
     report("SshBackend read_file 2 KiB", reads);
 
     // OpenSSH with ControlMaster.

@@ -1,24 +1,34 @@
-//! [`BashOperations`] over an exec channel running the `cordon-remote` wrapper, driven by
-//! `cordon_remote::exec::drive`: streaming merged output, timeout and cancel killing the whole
-//! remote tree (SIGTERM, grace, SIGKILL; setsid/nohup escapees found by their tag), idle-grace
-//! drain, no survivors. A dropped connection fails the call with a clear error; the wrapper,
-//! seeing its stdin close, kills the tree on the remote side, and a tag sweep over a fresh
-//! connection makes sure of it.
+//! [`BashOperations`] over the connection's workers (module `workers`): each command is one
+//! request to a `cordon-remote` worker, driven by `cordon_remote::exec::drive`: streaming merged
+//! output, timeout and cancel killing the whole remote tree (SIGTERM, grace, SIGKILL;
+//! setsid/nohup escapees found by their tag or by the output they hold), idle-grace drain, no
+//! survivors. A dropped connection fails the call with a clear error; the worker, seeing its
+//! stdin close, kills the tree on the remote side, and a sweep over a fresh connection makes
+//! sure of it.
+//!
+//! Fail closed: the remote host cannot enforce the policy's sandbox for commands in this phase
+//! (no network cut, no limits, no filesystem confinement), so commands are refused unless the
+//! operator accepted that with `allow_degraded` (`--allow-degraded`).
 
 use async_trait::async_trait;
 use cordon_remote::exec::{
-    DriveRequest, KILL_GRACE, TransportEvent, WrapperRequest, drive, kill_argv, new_tag,
-    wrapper_argv,
+    DriveOutcome, DriveRequest, ExecJob, KILL_GRACE, TransportEvent, drive, kill_argv, new_tag,
 };
+use cordon_remote::worker::{WorkerRequest, new_request_id};
 use cordon_tools::ops::{
     BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, Termination,
 };
 use futures::Stream;
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::Inner;
-use crate::remote::{RemoteExec, run_collect};
+use crate::remote::{RemoteExec, StdinEnd, run_collect};
+use crate::workers::Lease;
+
+/// The sandbox layer the SSH backend cannot provide for commands.
+pub(crate) const REMOTE_SANDBOX_LAYER: &str = "remote-sandbox";
 
 fn event_stream(
     exec: &mut RemoteExec,
@@ -43,10 +53,69 @@ impl Inner {
         env
     }
 
-    /// Last resort when the wrapper could not confirm the kill: sweep by tag.
-    async fn kill_by_tag(&self, tag: &str, pid: Option<u32>) {
-        let argv = kill_argv(tag, pid, KILL_GRACE);
-        let _ = tokio::time::timeout(KILL_GRACE * 20, run_collect(&self.pool, &argv, None)).await;
+    /// Last resort when the worker could not confirm the kill: sweep by tag and session.
+    async fn kill_by_tag(&self, tag: &str, pid: Option<u32>, session: Option<u32>) {
+        let argv = kill_argv(tag, pid, session, KILL_GRACE);
+        let sweep = run_collect(&self.pool, &argv, None, StdinEnd::AfterInput);
+        let _ = tokio::time::timeout(KILL_GRACE * 20, sweep).await;
+    }
+
+    /// Start a spare worker in the background when none is idle (off the calls' path).
+    pub(crate) fn keep_a_spare(&self) {
+        if self.workers.wants_spare() {
+            let inner = self.this();
+            tokio::spawn(async move { inner.workers.warm(&inner.pool).await });
+        }
+    }
+
+    /// Why commands are refused without `allow_degraded`.
+    fn refusal(&self) -> ExecError {
+        ExecError::Sandbox {
+            layer: REMOTE_SANDBOX_LAYER,
+            reason: format!(
+                "the SSH backend cannot confine commands on {}: the remote host enforces none \
+                 of the policy's command sandbox in this phase (network off, resource limits, \
+                 filesystem confinement); pass --allow-degraded (allow_degraded in the sandbox \
+                 spec) to run commands there with the remote account's own rights. File tools \
+                 stay confined to the remote roots either way",
+                self.pool.label()
+            ),
+        }
+    }
+
+    /// Send `line` to a worker and drive the request. A pooled worker that died while idle
+    /// (it never answered) is replaced by a fresh one once.
+    async fn run_request(
+        &self,
+        line: &[u8],
+        request: DriveRequest,
+    ) -> Result<(DriveOutcome, Lease), ExecError> {
+        let mut retried = false;
+        loop {
+            let mut lease = self
+                .workers
+                .take(&self.pool)
+                .await
+                .map_err(|reason| ExecError::Backend { reason })?;
+            let mut control = lease.exec.stdin();
+            let sent = control.write_all(line).await;
+            if sent.is_err() && lease.pooled && !retried {
+                retried = true;
+                continue;
+            }
+            let outcome = drive(event_stream(&mut lease.exec), control, request.clone()).await?;
+            let stale = lease.pooled
+                && !outcome.answered
+                && outcome.status.is_none()
+                && !outcome.kill_sent
+                && !retried;
+            if stale {
+                // The idle worker was gone before it read the request: nothing ran.
+                retried = true;
+                continue;
+            }
+            return Ok((outcome, lease));
+        }
     }
 }
 
@@ -68,6 +137,9 @@ impl BashOperations for Inner {
             timeout,
             env,
         } = request;
+        if !self.spec.allow_degraded {
+            return Err(self.refusal());
+        }
         if cancel.is_cancelled() {
             return Ok(ExecOutcome {
                 status: None,
@@ -75,39 +147,55 @@ impl BashOperations for Inner {
             });
         }
         let tag = new_tag();
-        let env = self.command_env(env);
-        let argv = wrapper_argv(&WrapperRequest {
-            tag: &tag,
-            cwd: &cwd,
-            command: &command,
-            env: &env,
-            kill_grace: KILL_GRACE,
+        let id = new_request_id();
+        let line = WorkerRequest::Exec(ExecJob {
+            tag: tag.clone(),
+            cwd: cwd.clone(),
+            command,
+            env: self.command_env(env),
+            kill_grace_ms: KILL_GRACE.as_millis() as u64,
         })
+        .line(&id)
         .map_err(|e| ExecError::Spawn {
             source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
         })?;
-        let mut exec = RemoteExec::start(&self.pool, &argv)
-            .await
-            .map_err(|reason| ExecError::Backend { reason })?;
-        let control = exec.stdin();
-        let outcome = drive(
-            event_stream(&mut exec),
-            control,
-            DriveRequest {
-                cwd,
-                timeout,
-                cancel,
-                output,
-                kill_grace: KILL_GRACE,
-            },
-        )
-        .await?;
+        let result = self
+            .run_request(
+                &line,
+                DriveRequest {
+                    timeout,
+                    cancel,
+                    output,
+                    kill_grace: KILL_GRACE,
+                    request_id: Some(id),
+                },
+            )
+            .await;
+        let (outcome, lease) = match result {
+            Ok(done) => done,
+            Err(e) => {
+                self.keep_a_spare();
+                return Err(e);
+            }
+        };
+        let Lease { exec, .. } = lease;
         let lost = outcome.transport_error.is_some() || exec.live.is_closed();
         if lost {
             self.pool.invalidate(&exec.live).await;
         }
+        let not_started = (!exec.started()).then(|| exec.not_started_reason());
+        if outcome.reusable && !lost {
+            self.workers.give_back(exec);
+        } else {
+            // Closing the channel tells the worker to kill whatever is left.
+            drop(exec);
+        }
+        self.keep_a_spare();
         if !outcome.clean {
-            self.kill_by_tag(&tag, outcome.pid).await;
+            self.kill_by_tag(&tag, outcome.pid, outcome.session).await;
+        }
+        if outcome.missing_cwd {
+            return Err(ExecError::MissingCwd { cwd });
         }
         if outcome.status.is_none() {
             if lost {
@@ -124,10 +212,8 @@ impl BashOperations for Inner {
                     ),
                 });
             }
-            if !exec.started() {
-                return Err(ExecError::Backend {
-                    reason: exec.not_started_reason(),
-                });
+            if let Some(reason) = not_started {
+                return Err(ExecError::Backend { reason });
             }
         }
         Ok(ExecOutcome {

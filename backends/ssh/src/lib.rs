@@ -10,20 +10,25 @@
 //!   `TCP_NODELAY`, keepalives, reconnection on the next call after a drop.
 //! - **files** over SFTP (canonical paths from `realpath`, confinement to the remote root,
 //!   atomic writes with `posix-rename@openssh.com`, modes kept).
-//! - **commands** over exec channels running the `cordon-remote` wrapper (own session, the
-//!   whole tree killed on timeout/cancel, setsid escapees included), with an explicit
-//!   environment (`env -i`) so the login shell's rc files never corrupt results.
+//! - **commands** through the connection's workers (module `workers`): exec channels running the
+//!   `cordon-remote` worker, started once (with an explicit environment, `env -i`, so the
+//!   login shell's rc files never corrupt results) and reused for one command after another;
+//!   each command runs in its own process group and session, the whole tree is killed on
+//!   timeout/cancel (setsid escapees included) and nothing outlives the call. Commands are
+//!   refused unless the sandbox spec allows a degraded sandbox (see below).
 //! - **search** with `rg --json` on the host, or a POSIX fallback, giving the local backend's
 //!   data.
 //!
-//! What this backend does not enforce on the remote host (phase 1): commands run with the
-//! remote account's rights, with its network and without resource limits; these layers are
-//! reported by [`Backend::missing_layers`] in every result. The file tools are confined.
+//! What this backend does not enforce on the remote host (phase 1): commands would run with the
+//! remote account's rights, with its network and without resource limits. So it fails closed:
+//! `exec` refuses with `ExecError::Sandbox { layer: "remote-sandbox", .. }` unless
+//! `spec.allow_degraded` is set (`--allow-degraded`); then these layers are reported by
+//! [`Backend::missing_layers`] in every result. The file tools are confined either way.
 //!
-//! Latency: sshd runs every command through the account's login shell, which reads its rc
-//! files (`.bashrc` for bash) before Cordon's command line starts. Their output is discarded,
-//! but their run time is added to every bash, grep and find call (e.g. `pyenv init` ≈ 250 ms).
-//! File operations use SFTP and are not affected.
+//! Latency: sshd runs every exec channel through the account's login shell, which reads its rc
+//! files (`.bashrc` for bash) before Cordon's command line starts. Their output is discarded;
+//! their run time is paid once per worker (not per command) and once per grep/find call
+//! (e.g. `pyenv init` ≈ 250 ms). File operations use SFTP and are not affected.
 #![warn(missing_docs)]
 
 pub mod config;
@@ -35,6 +40,7 @@ mod bash;
 mod files;
 mod remote;
 mod search;
+mod workers;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
@@ -131,6 +137,7 @@ pub(crate) struct Inner {
     pub spec: SandboxSpec,
     pub identity: RemoteIdentity,
     pub force_fallback: bool,
+    pub workers: workers::Workers,
     this: Weak<Inner>,
 }
 
@@ -263,7 +270,7 @@ impl SshBackend {
             "cordon-probe",
             [hash16(&root_text), SPILL_MAX_AGE_MINUTES.to_string()],
         );
-        let out = remote::run_collect(&pool, &argv, None)
+        let out = remote::run_collect(&pool, &argv, None, remote::StdinEnd::AfterInput)
             .await
             .map_err(probe_error)?;
         let pairs = parse_probe(&out.stdout);
@@ -346,8 +353,13 @@ impl SshBackend {
             spec,
             identity,
             force_fallback: force_search_fallback,
+            workers: workers::Workers::default(),
             this: this.clone(),
         });
+        if inner.spec.allow_degraded {
+            // The first command then finds a worker ready.
+            inner.keep_a_spare();
+        }
         Ok(SshBackend { inner })
     }
 
@@ -381,6 +393,10 @@ impl Backend for SshBackend {
     }
 
     fn missing_layers(&self) -> Vec<String> {
+        if !self.inner.spec.allow_degraded {
+            // Commands are refused; the file tools are confined.
+            return Vec::new();
+        }
         let mut layers = vec![
             "ssh: commands run with the remote account's full rights (no remote Landlock/seccomp; \
              file tools are confined to the remote roots)"
@@ -398,6 +414,7 @@ impl Backend for SshBackend {
     }
 
     async fn shutdown(&self) {
+        self.inner.workers.clear();
         self.inner.pool.shutdown().await;
     }
 }

@@ -169,6 +169,34 @@ impl RemoteExec {
         }
     }
 
+    /// Whether an idle worker's channel is open and quiet. Anything it sent while idle (output,
+    /// EOF, an exit) means it no longer waits for a request; window adjustments and the like
+    /// are skipped.
+    pub fn idle_alive(&mut self) -> bool {
+        use futures::FutureExt;
+        if self.finished || self.live.is_closed() {
+            return false;
+        }
+        loop {
+            match self.read.wait().now_or_never() {
+                None => return true,
+                Some(None) => {
+                    self.finished = true;
+                    return false;
+                }
+                Some(Some(
+                    ChannelMsg::Data { .. }
+                    | ChannelMsg::ExtendedData { .. }
+                    | ChannelMsg::Eof
+                    | ChannelMsg::Close
+                    | ChannelMsg::ExitStatus { .. }
+                    | ChannelMsg::ExitSignal { .. },
+                )) => return false,
+                Some(Some(_)) => {}
+            }
+        }
+    }
+
     /// Whether the command line got past the login shell (markers seen on both streams).
     pub fn started(&self) -> bool {
         self.stdout.done() && self.stderr.done()
@@ -238,30 +266,52 @@ pub(crate) struct Collected {
     pub exit_status: Option<u32>,
 }
 
-/// Run `argv` with `stdin` (then EOF) and collect everything.
+/// When a collected command's stdin ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StdinEnd {
+    /// Right after the input (the command reads to EOF).
+    AfterInput,
+    /// Once the command's output ended: scripts whose stdin is also their control input treat
+    /// EOF as "the client went away" and stop.
+    AfterOutput,
+}
+
+/// Run `argv` with `stdin` and collect everything.
 pub(crate) async fn run_collect(
     pool: &Pool,
     argv: &[String],
     stdin: Option<&[u8]>,
+    end: StdinEnd,
 ) -> Result<Collected, String> {
     let mut exec = RemoteExec::start(pool, argv).await?;
     let mut writer = exec.stdin();
     let input = stdin.map(<[u8]>::to_vec).unwrap_or_default();
+    let (finished_tx, finished_rx) = tokio::sync::oneshot::channel::<()>();
     // Write and read at once: the remote side may answer before it has read all its input.
     let write = async move {
         use tokio::io::AsyncWriteExt;
-        let _ = writer.write_all(&input).await;
+        if !input.is_empty() {
+            let _ = writer.write_all(&input).await;
+        }
+        if end == StdinEnd::AfterOutput {
+            let _ = finished_rx.await;
+        }
         let _ = writer.shutdown().await;
     };
     let read = async {
         let mut out = Collected::default();
-        while let Some(event) = exec.next().await {
-            match event? {
-                TransportEvent::Stdout(b) => out.stdout.extend_from_slice(&b),
-                TransportEvent::Stderr(b) => out.stderr.extend_from_slice(&b),
+        let result = async {
+            while let Some(event) = exec.next().await {
+                match event? {
+                    TransportEvent::Stdout(b) => out.stdout.extend_from_slice(&b),
+                    TransportEvent::Stderr(b) => out.stderr.extend_from_slice(&b),
+                }
             }
+            Ok::<(), String>(())
         }
-        Ok::<Collected, String>(out)
+        .await;
+        let _ = finished_tx.send(());
+        result.map(|()| out)
     };
     let ((), out) = tokio::join!(write, read);
     let mut out = out?;

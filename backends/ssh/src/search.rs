@@ -10,7 +10,8 @@ use cordon_remote::exec::TransportEvent;
 use cordon_remote::search::fallback::search_tar;
 use cordon_remote::search::ignore_rules::walk;
 use cordon_remote::search::listing::{
-    Listing, fetch_argv, list_argv, parse_find_errors, parse_listing,
+    Listing, fetch_argv, fetch_input, list_argv, parse_fetch_errors, parse_find_errors,
+    parse_listing,
 };
 use cordon_remote::search::rg::{Flow, RgCollector, rg_argv};
 use cordon_remote::search::{compile_glob, compile_pattern};
@@ -20,7 +21,7 @@ use cordon_tools::ops::{
 use tokio_util::sync::CancellationToken;
 
 use crate::Inner;
-use crate::remote::{Collected, RemoteExec, run_collect};
+use crate::remote::{Collected, RemoteExec, StdinEnd, run_collect};
 
 fn backend(e: impl std::fmt::Display) -> SearchError {
     SearchError::Backend {
@@ -61,11 +62,12 @@ impl Inner {
         &self,
         argv: &[String],
         stdin: Option<&[u8]>,
+        end: StdinEnd,
         cancel: &CancellationToken,
     ) -> Result<Collected, SearchError> {
         tokio::select! {
             _ = cancel.cancelled() => Err(SearchError::Cancelled),
-            result = run_collect(&self.pool, argv, stdin) => result.map_err(backend),
+            result = run_collect(&self.pool, argv, stdin, end) => result.map_err(backend),
         }
     }
 
@@ -150,7 +152,9 @@ impl Inner {
         cancel: &CancellationToken,
     ) -> Result<(Listing, Vec<String>), SearchError> {
         let argv = list_argv(base).map_err(backend)?;
-        let out = self.collect_cancellable(&argv, None, cancel).await?;
+        let out = self
+            .collect_cancellable(&argv, None, StdinEnd::AfterInput, cancel)
+            .await?;
         let listing = parse_listing(&out.stdout).map_err(backend)?;
         Ok((
             listing,
@@ -179,15 +183,16 @@ impl Inner {
                 errors,
             });
         }
-        let mut stdin = Vec::new();
-        for f in &files {
-            use std::os::unix::ffi::OsStrExt;
-            stdin.extend_from_slice(f.as_os_str().as_bytes());
-            stdin.push(0);
-        }
+        let stdin = fetch_input(&files);
         let literal = (request.literal && !request.ignore_case).then_some(request.pattern.as_str());
         let out = self
-            .collect_cancellable(&fetch_argv(literal), Some(&stdin), cancel)
+            // The fetch reads its file list, then takes EOF as "stop": keep stdin open.
+            .collect_cancellable(
+                &fetch_argv(literal),
+                Some(&stdin),
+                StdinEnd::AfterOutput,
+                cancel,
+            )
             .await?;
         let mut found = search_tar(
             &out.stdout,
@@ -197,6 +202,9 @@ impl Inner {
             request.max_matches,
         );
         found.errors = errors;
+        found
+            .errors
+            .extend(parse_fetch_errors(&String::from_utf8_lossy(&out.stderr)));
         Ok(found)
     }
 }

@@ -1,5 +1,5 @@
-//! File operations over a remote shell: the helper script ([`FILES_SCRIPT`]), the argv for each
-//! operation ([`files_argv`]), the parsing of its records ([`parse_fs_record`]) into the same
+//! File operations over a remote shell: the file helper of the worker ([`crate::worker`]), the
+//! argv running one operation alone ([`files_argv`]), the parsing of its records ([`parse_fs_record`]) into the same
 //! [`FsError`]s the local backend returns ([`fs_error`]), and the spec's path rules judged on
 //! canonical paths ([`PathRules`]).
 //!
@@ -18,10 +18,8 @@ use cordon_tools::ops::{DirEntry, FileKind, FsError};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 use crate::records::{Record, RecordParser};
-use crate::{RemoteError, path_arg, sh_argv};
-
-/// The file helper (POSIX sh).
-pub const FILES_SCRIPT: &str = include_str!("sh/files.sh");
+use crate::worker::WorkerRequest;
+use crate::{RemoteError, path_arg};
 
 /// One file operation for the helper: a plain request (serialisable, so a resident agent can
 /// later take the same requests over a wire instead of a shell script).
@@ -80,8 +78,18 @@ pub fn go_line(len: usize) -> Vec<u8> {
 /// The answer that aborts an interactive operation before anything is touched.
 pub const STOP_LINE: &[u8] = b"stop\n";
 
-/// The argv for `op`, confined to `roots` (canonical paths).
+/// The argv running `op` alone (one exec per operation), confined to `roots` (canonical
+/// paths). A waiting worker takes the same operation as [`WorkerRequest::Fs`].
 pub fn files_argv(roots: &[PathBuf], op: &FileOp) -> Result<Vec<String>, RemoteError> {
+    WorkerRequest::Fs {
+        roots: roots.to_vec(),
+        op: op.clone(),
+    }
+    .argv()
+}
+
+/// The file helper's arguments for `op`: `OP NROOTS ROOT... ARG...`.
+pub(crate) fn op_words(roots: &[PathBuf], op: &FileOp) -> Result<Vec<String>, RemoteError> {
     let (name, mut rest): (&str, Vec<String>) = match op {
         FileOp::Canon(path) => ("canon", vec![path_arg(path)?]),
         FileOp::Read { path, max } => (
@@ -105,12 +113,12 @@ pub fn files_argv(roots: &[PathBuf], op: &FileOp) -> Result<Vec<String>, RemoteE
             ("run", rest)
         }
     };
-    let mut args = vec![name.to_owned(), roots.len().to_string()];
+    let mut words = vec![name.to_owned(), roots.len().to_string()];
     for root in roots {
-        args.push(path_arg(root)?);
+        words.push(path_arg(root)?);
     }
-    args.append(&mut rest);
-    Ok(sh_argv(FILES_SCRIPT, "cordon-fs", args))
+    words.append(&mut rest);
+    Ok(words)
 }
 
 /// The prelude of a [`FileOp::Run`] exec's stderr.
@@ -222,12 +230,16 @@ pub enum FsRecord {
     Stat(StatRecord),
     /// A directory entry.
     Ent(DirEntry),
+    /// The worker is up and reads requests.
+    Ready,
+    /// The worker finished the request with this id.
+    Done(String),
 }
 
 fn fs_arity(tag: &str) -> Option<usize> {
     Some(match tag {
-        "ok" => 0,
-        "canon" => 1,
+        "ok" | "ready" => 0,
+        "canon" | "done" => 1,
         "err" | "ent" => 3,
         "stat" => 5,
         _ => return None,
@@ -255,6 +267,8 @@ pub fn parse_fs_record(record: &Record) -> Result<FsRecord, RemoteError> {
     };
     Ok(match record.tag.as_str() {
         "ok" => FsRecord::Ok,
+        "ready" => FsRecord::Ready,
+        "done" => FsRecord::Done(record.text(0)),
         "canon" => FsRecord::Canon(record.path(0)),
         "err" => FsRecord::Err {
             code: record.text(0),
@@ -521,8 +535,9 @@ mod tests {
             vec![
                 "sh".to_owned(),
                 "-c".to_owned(),
-                FILES_SCRIPT.to_owned(),
-                "cordon-fs".to_owned(),
+                crate::worker::WORKER_SCRIPT.to_owned(),
+                "cordon-worker".to_owned(),
+                "fs".to_owned(),
                 "read".to_owned(),
                 "2".to_owned(),
                 "/workspace".to_owned(),

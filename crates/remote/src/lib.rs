@@ -1,12 +1,16 @@
 //! `cordon-remote`: what every "POSIX shell over a remote exec" backend shares (docker today,
 //! ssh next), independent of the transport.
 //!
-//! - [`exec`]: the exec wrapper script (own session, PID report, descendant tagging, kill on
-//!   request or client loss) and [`exec::drive`], the transport-agnostic state machine that turns
-//!   a running wrapper into an [`ExecOutcome`](cordon_tools::ops::ExecOutcome): streaming output,
-//!   timeout, cancel, idle-grace drain, no survivors.
-//! - [`files`]: the file helper script (canonical paths, confinement, atomic writes, listings,
-//!   spill files) and the parsing of its answers into [`FsError`](cordon_tools::ops::FsError)s
+//! - [`worker`]: the worker script, one shell per remote exec that serves requests one after
+//!   another (a call writes a line instead of paying for a new exec), the plain serialisable
+//!   [`WorkerRequest`](worker::WorkerRequest)s it takes and the end marker of each request.
+//! - [`exec`]: the command request (own process group and session, PID report, descendant
+//!   tagging, a fast leftover check, kill on request or client loss) and [`exec::drive`], the
+//!   transport-agnostic state machine that turns a running request into an
+//!   [`ExecOutcome`](cordon_tools::ops::ExecOutcome): streaming output, timeout, cancel,
+//!   idle-grace drain, no survivors, and whether the worker may serve the next call.
+//! - [`files`]: the file requests (canonical paths, confinement, atomic writes, listings,
+//!   spill files) and the parsing of their answers into [`FsError`](cordon_tools::ops::FsError)s
 //!   identical to the local backend's.
 //! - [`search`]: `rg --json` parsing into [`GrepOutput`](cordon_tools::ops::GrepOutput), a
 //!   listing script plus a gitignore engine for find and for images without `rg`, and the
@@ -20,8 +24,9 @@
 //!
 //! What the remote side needs: Linux (`/proc`), a POSIX `sh`, and GNU coreutils/findutils or
 //! busybox (`stat -c`, `head -c`, `readlink`, `mktemp`, `find -print0`, `xargs -0 -r`,
-//! `grep -z`, `tar`); `setsid` (util-linux or busybox) for the command's own session; `rg` ≥ 11
-//! for the fast grep (a POSIX fallback is used without it).
+//! `grep -z`, `tar`); bash (job control) or `setsid` (util-linux or busybox) for the command's
+//! own process group and session; `rg` ≥ 11 for the fast grep (a POSIX fallback is used
+//! without it).
 #![warn(missing_docs)]
 
 pub mod exec;
@@ -29,6 +34,7 @@ pub mod files;
 pub mod quote;
 pub mod records;
 pub mod search;
+pub mod worker;
 
 /// Why a request could not be turned into a remote script, or an answer could not be read.
 #[derive(Debug, thiserror::Error)]

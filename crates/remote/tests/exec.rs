@@ -1,13 +1,13 @@
-//! The exec wrapper driven by `drive` over a local process: merged output, exit codes and
-//! signals, timeout/cancel killing the tree with setsid and nohup escapees, idle grace after
-//! exit, missing cwd, environment, and a vanished client killing the tree.
+//! Exec requests driven by `drive` over a local process, one request per process (argument
+//! mode) with every shell here: merged output, exit codes and signals, timeout/cancel killing
+//! the tree with setsid and nohup escapees, idle grace after exit, missing cwd, environment,
+//! and a vanished client killing the tree.
 
 use std::path::Path;
 use std::time::Duration;
 
-use cordon_remote::exec::{
-    DriveOutcome, DriveRequest, KILL_GRACE, WrapperRequest, drive, new_tag, wrapper_argv,
-};
+use cordon_remote::exec::{DriveOutcome, DriveRequest, ExecJob, KILL_GRACE, drive, new_tag};
+use cordon_remote::worker::WorkerRequest;
 use cordon_tools::ops::{ExecError, ExitStatus, Termination};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::support::{shells, spawn, transport};
 
 /// Processes still carrying `tag` in their environment.
-fn tagged(tag: &str) -> usize {
+pub fn tagged(tag: &str) -> usize {
     let needle = format!("CORDON_EXEC_ID={tag}");
     std::fs::read_dir("/proc")
         .expect("proc")
@@ -39,6 +39,19 @@ fn tagged(tag: &str) -> usize {
         .count()
 }
 
+/// The one-shot argv of an exec request.
+pub fn job_argv(tag: &str, cwd: &Path, command: &str, env: &[(String, String)]) -> Vec<String> {
+    WorkerRequest::Exec(ExecJob {
+        tag: tag.to_owned(),
+        cwd: cwd.to_path_buf(),
+        command: command.to_owned(),
+        env: env.to_vec(),
+        kill_grace_ms: KILL_GRACE.as_millis() as u64,
+    })
+    .argv()
+    .expect("argv")
+}
+
 struct Ran {
     output: String,
     result: Result<DriveOutcome, ExecError>,
@@ -54,14 +67,7 @@ async fn run_in(
     env: &[(String, String)],
 ) -> Ran {
     let tag = new_tag();
-    let argv = wrapper_argv(&WrapperRequest {
-        tag: &tag,
-        cwd,
-        command,
-        env,
-        kill_grace: KILL_GRACE,
-    })
-    .expect("argv");
+    let argv = job_argv(&tag, cwd, command, env);
     let mut child = spawn(shell, &argv, Path::new("/"));
     let (events, input) = transport(&mut child);
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(8);
@@ -76,11 +82,11 @@ async fn run_in(
         events,
         input,
         DriveRequest {
-            cwd: cwd.to_path_buf(),
             timeout,
             cancel,
             output: tx,
             kill_grace: KILL_GRACE,
+            request_id: None,
         },
     )
     .await;
@@ -215,7 +221,7 @@ async fn missing_cwd_and_environment() {
         )
         .await;
         assert!(
-            matches!(ran.result, Err(ExecError::MissingCwd { .. })),
+            ran.result.as_ref().is_ok_and(|o| o.missing_cwd && o.clean),
             "{shell:?}"
         );
         let env = vec![("GREETING".to_owned(), "hi 'there' $x".to_owned())];
@@ -237,14 +243,12 @@ async fn a_vanished_client_kills_the_tree() {
     use tokio::io::AsyncReadExt;
     let shell = &shells()[0];
     let tag = new_tag();
-    let argv = wrapper_argv(&WrapperRequest {
-        tag: &tag,
-        cwd: Path::new("/tmp"),
-        command: "setsid sleep 307 & echo up; sleep 308",
-        env: &[],
-        kill_grace: KILL_GRACE,
-    })
-    .expect("argv");
+    let argv = job_argv(
+        &tag,
+        Path::new("/tmp"),
+        "setsid sleep 307 & echo up; sleep 308",
+        &[],
+    );
     let mut child = spawn(shell, &argv, Path::new("/"));
     let mut stdout = child.stdout.take().expect("stdout");
     let mut buf = [0u8; 3];
@@ -280,8 +284,12 @@ async fn the_kill_script_sweeps_a_tree_by_tag_and_session() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert!(tagged(&tag) >= 3, "{shell:?}: tree did not start");
-        let (_, stderr) =
-            crate::support::run(&shell, &kill_argv(&tag, Some(root.id()), KILL_GRACE), b"").await;
+        let (_, stderr) = crate::support::run(
+            &shell,
+            &kill_argv(&tag, Some(root.id()), Some(root.id()), KILL_GRACE),
+            b"",
+        )
+        .await;
         assert_eq!(stderr, b"killed\0", "{shell:?}");
         let _ = root.wait();
         assert_eq!(tagged(&tag), 0, "{shell:?}");

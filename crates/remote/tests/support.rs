@@ -50,7 +50,7 @@ pub fn spawn(shell: &[String], argv: &[String], cwd: &Path) -> Child {
 pub fn transport(
     child: &mut Child,
 ) -> (
-    impl Stream<Item = Result<TransportEvent, String>> + Unpin,
+    impl Stream<Item = Result<TransportEvent, String>> + Unpin + use<>,
     ChildStdin,
 ) {
     let stdout = ReaderStream::new(child.stdout.take().expect("stdout"))
@@ -94,4 +94,46 @@ pub async fn run_holding_stdin(
     drop(input);
     child.wait().await.expect("wait");
     (out, err)
+}
+
+/// A worker process reading requests from stdin, as a transport would start it: optionally as
+/// the leader of its own session (sshd and docker exec start commands that way).
+pub struct LocalWorker {
+    pub child: Child,
+    pub events: std::pin::Pin<Box<dyn Stream<Item = Result<TransportEvent, String>> + Send>>,
+    pub stdin: ChildStdin,
+}
+
+/// Start `shell` running the worker script; `leader`: in a session of its own (via setsid).
+pub fn start_worker(shell: &[String], leader: bool) -> LocalWorker {
+    let mut cmd = if leader {
+        let mut cmd = Command::new("setsid");
+        cmd.args(shell);
+        cmd
+    } else {
+        let mut cmd = Command::new(&shell[0]);
+        cmd.args(&shell[1..]);
+        cmd
+    };
+    cmd.args(["-c", cordon_remote::worker::WORKER_SCRIPT, "cordon-worker"])
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("spawn worker");
+    let (events, stdin) = transport(&mut child);
+    LocalWorker {
+        child,
+        events: Box::pin(events),
+        stdin,
+    }
+}
+
+/// Every shell with and without a session of its own.
+pub fn worker_setups() -> Vec<(Vec<String>, bool)> {
+    shells()
+        .into_iter()
+        .flat_map(|shell| [(shell.clone(), true), (shell, false)])
+        .collect()
 }

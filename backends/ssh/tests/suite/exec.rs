@@ -1,9 +1,12 @@
-//! Commands: merged output, exit codes and signals, environment, missing cwd, timeout and
-//! cancel killing the whole remote tree (setsid escapees included), concurrency.
+//! Commands: refused without `allow_degraded` (fail closed), merged output, exit codes and
+//! signals, environment, missing cwd, timeout and cancel killing the whole remote tree (setsid
+//! escapees included), concurrency, one worker serving command after command (also after
+//! leftovers and timeouts), and an idle worker that died being replaced transparently.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use cordon_backend_ssh::SshBackend;
 use cordon_tools::ops::{Backend, ExecError, ExecOutcome, ExecRequest, ExitStatus, Termination};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -231,4 +234,118 @@ async fn many_concurrent_commands_share_one_connection() {
         1,
         "one connection expected, sshd log:\n{log}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_are_refused_without_allow_degraded() {
+    let Some(server) = server() else { return };
+    let backend = SshBackend::connect(server.strict_config())
+        .await
+        .expect("connect");
+    let (result, output) = run(
+        &backend,
+        "touch should-not-exist",
+        &server.workspace,
+        LONG,
+        CancellationToken::new(),
+    )
+    .await;
+    match result {
+        Err(ExecError::Sandbox { layer, reason }) => {
+            assert_eq!(layer, "remote-sandbox");
+            assert!(reason.contains("--allow-degraded"), "{reason}");
+            assert!(reason.contains("root@127.0.0.1"), "{reason}");
+        }
+        other => panic!("expected a sandbox refusal, got {other:?}"),
+    }
+    assert_eq!(output, "");
+    assert!(!server.workspace.join("should-not-exist").exists());
+    assert!(
+        backend.missing_layers().is_empty(),
+        "nothing runs degraded: {:?}",
+        backend.missing_layers()
+    );
+    // File tools stay available (and confined).
+    let file = server.workspace.join("f.txt");
+    backend
+        .files()
+        .write_file(&file, b"x")
+        .await
+        .expect("write");
+    assert_eq!(backend.files().read_file(&file).await.expect("read"), b"x");
+    assert!(matches!(
+        backend
+            .files()
+            .read_file(std::path::Path::new("/etc/hostname"))
+            .await,
+        Err(cordon_tools::ops::FsError::OutsideRoot { .. })
+    ));
+
+    // With the operator's consent every result names what is missing.
+    let degraded = server.connect().await;
+    let layers = degraded.missing_layers();
+    assert!(
+        layers
+            .iter()
+            .any(|l| l.contains("remote account's full rights")),
+        "{layers:?}"
+    );
+    assert!(layers.iter().any(|l| l.contains("network")), "{layers:?}");
+}
+
+/// The pid of the process that started the command's shell: the worker serving it.
+async fn worker_pid(backend: &dyn Backend, ws: &Path) -> u32 {
+    let (result, output) = run(backend, "echo $PPID", ws, LONG, CancellationToken::new()).await;
+    assert_eq!(result.expect("exec").status, Some(ExitStatus::Code(0)));
+    output.trim().parse().expect("a pid")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_serves_command_after_command() {
+    let Some(server) = server() else { return };
+    let backend = server.connect().await;
+    let ws = server.workspace.clone();
+    let first = worker_pid(&backend, &ws).await;
+    assert_eq!(worker_pid(&backend, &ws).await, first);
+
+    // Leftovers killed after the idle grace, a timeout and a failing command: all cleanly
+    // handled inside the worker, which serves the next command.
+    let pids = ws.join("pids");
+    let script = format!(
+        "setsid sleep 311 & echo $! > {}; (while :; do echo tick; sleep 0.05; done) & echo done",
+        pids.display()
+    );
+    let (result, output) = run(&backend, &script, &ws, LONG, CancellationToken::new()).await;
+    assert_eq!(result.expect("exec").status, Some(ExitStatus::Code(0)));
+    assert!(
+        output.starts_with("done\n") || output.contains("done\n"),
+        "{output}"
+    );
+    assert_all_dead(&pids_in(&wait_for_file(&pids)));
+    let (result, _) = run(
+        &backend,
+        "sleep 312",
+        &ws,
+        Duration::from_millis(500),
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(result.expect("exec").termination, Termination::TimedOut);
+    let (result, _) = run(&backend, "exit 4", &ws, LONG, CancellationToken::new()).await;
+    assert_eq!(result.expect("exec").status, Some(ExitStatus::Code(4)));
+    assert_eq!(worker_pid(&backend, &ws).await, first);
+
+    // A worker killed while idle is replaced without the caller noticing.
+    assert!(alive(first));
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &first.to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while alive(first) {
+        assert!(Instant::now() < deadline, "the worker did not die");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let second = worker_pid(&backend, &ws).await;
+    assert_ne!(second, first);
+    assert_eq!(worker_pid(&backend, &ws).await, second);
 }

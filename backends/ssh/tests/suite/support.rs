@@ -215,8 +215,16 @@ impl Server {
         self.launch();
     }
 
-    /// A config for this server with the client key and known_hosts.
+    /// A config for this server with the client key and known_hosts. Commands are allowed
+    /// (`allow_degraded`): the tests run them on purpose; [`Server::strict_config`] does not.
     pub fn config(&self) -> SshConfig {
+        let mut config = self.strict_config();
+        config.spec.allow_degraded = true;
+        config
+    }
+
+    /// [`Server::config`] without `allow_degraded`: commands are refused.
+    pub fn strict_config(&self) -> SshConfig {
         let mut config = SshConfig::new(format!("root@127.0.0.1:{}", self.port), &self.workspace);
         config.identity = Some(self.client_key.clone());
         config.known_hosts = Some(self.known_hosts.clone());

@@ -1,14 +1,124 @@
-# Process-tree helpers shared by the exec wrapper and the kill script (POSIX sh, /proc).
-# Expects: $tag (the CORDON_EXEC_ID value marking a command's processes), $sess (the session id
-# of the command's shell, or empty), $main (the shell's pid, or empty), $start (the shell's
-# start time, or 0) and $ticks (the grace period in 50 ms ticks).
+# Process-tree helpers shared by the worker's exec requests and the kill script (POSIX sh, /proc).
+# Expects:
+#   $tag     the CORDON_EXEC_ID value marking the command's processes (setsid/nohup escapees keep
+#            their environment)
+#   $sess    the session that belongs to the command: the command shell's own (setsid), or the
+#            worker's when commands run as job-control groups inside it; empty: none
+#   $own     1 when $sess is this script's own session: its direct children (watcher, helpers)
+#            are then not the command's
+#   $main    the command shell's pid, or empty
+#   $start   clock ticks since boot no later than the command's start (0: unknown)
+#   $ticks   the SIGTERM -> SIGKILL grace in 50 ms ticks
+#   $out     a path naming the output the command inherited (/proc/<worker>/fd/1), or empty: a
+#            process holding it got it from the command, even with a scrubbed environment
+#   $window  the largest time span (us) in which the PID counter cannot wrap, or empty
+#   $t0      the time (us, see now_us) taken just before the command's shell was forked
 
-# Set PIDS to every live process of the command: the shell, its session/group, and processes
-# tagged in their environment (setsid/nohup escapees keep their environment). Environments
-# are only read for processes that could be escapees: started no earlier than the shell
+# NOW = a time in microseconds: bash's EPOCHREALTIME, else /proc/uptime (10 ms steps; RES says
+# by how much a span measured with it may fall short).
+now_us() {
+    if [ -n "${EPOCHREALTIME:-}" ]; then
+        _e=$EPOCHREALTIME
+        NOW=${_e%[.,]*}${_e#*[.,]}
+        RES=0
+    else
+        _u=
+        { read -r _u _x </proc/uptime; } 2>/dev/null
+        case $_u in
+            *.??) NOW=$(((${_u%.*} * 100 + 1${_u#*.} - 100) * 10000)) ;;
+            *) NOW= ;;
+        esac
+        RES=10000
+    fi
+}
+
+# UPTICKS = clock ticks (1/100 s) since boot, rounded down, minus one for safety.
+up_ticks() {
+    UPTICKS=0
+    _u=
+    { read -r _u _x </proc/uptime; } 2>/dev/null
+    case $_u in
+        *.??) UPTICKS=$((${_u%.*} * 100 + 1${_u#*.} - 100 - 1)) ;;
+    esac
+}
+
+# Whether process $1 is tagged in its environment.
+tagged() {
+    _l=
+    while IFS= read -r _l || [ -n "$_l" ]; do
+        case $_l in *"CORDON_EXEC_ID=$tag"*) return 0 ;; esac
+        _l=
+    done 2>/dev/null <"/proc/$1/environ" || :
+    return 1
+}
+
+# Whether process $1 can write to the command's output ($out): a descriptor on the same pipe
+# opened for writing (the reader, sshd or the test harness, holds the same pipe read-only).
+holds_out() {
+    [ -n "$out" ] || return 1
+    for _f in /proc/"$1"/fd/*; do
+        [ "$_f" -ef "$out" ] || continue
+        _fl=
+        while read -r _k _v; do
+            [ "$_k" = flags: ] && { _fl=$_v; break; }
+        done 2>/dev/null <"/proc/$1/fdinfo/${_f##*/}" || :
+        # O_WRONLY or O_RDWR in the octal flags' last digit.
+        case $_fl in *[123567]) return 0 ;; esac
+    done
+    return 1
+}
+
+# Whether process $1 is the command's: its shell, a member of its session or group (not this
+# script's own helpers), or tagged, or holding its output. Zombies and vanished processes are not.
+member() {
+    _line=
+    { read -r _line <"/proc/$1/stat"; } 2>/dev/null || return 1
+    [ -n "$_line" ] || return 1
+    _m=$1
+    set -- ${_line##*) }
+    [ "$1" = Z ] && return 1
+    [ "$_m" = "$main" ] && return 0
+    if [ -n "$sess" ] && { [ "$3" = "$sess" ] || [ "$4" = "$sess" ]; }; then
+        [ "$own" = 1 ] && [ "$2" = "$$" ] && return 1
+        return 0
+    fi
+    [ "$2" = "$$" ] && return 1
+    tagged "$_m" && return 0
+    holds_out "$_m"
+}
+
+# The fast check once the command's shell was reaped: only the PIDs handed out since the shell's
+# can belong to the command, so those few are examined instead of all of /proc. That is exact
+# as long as the PID counter did not wrap meanwhile, so it is only trusted when the last PID
+# handed out (/proc/loadavg) is at most 256 past the shell's and less time has passed than the
+# kernel needs to hand out half of pid_max PIDs at one per microsecond ($window). Sets PIDS;
+# returns 1 when the full scan is needed instead.
+quick() {
+    PIDS=
+    [ -n "$main" ] && [ -n "$window" ] && [ -n "$t0" ] || return 1
+    _last=
+    { read -r _x _x _x _x _last _x </proc/loadavg; } 2>/dev/null || return 1
+    case $_last in '' | *[!0-9]*) return 1 ;; esac
+    [ "$_last" -ge "$main" ] && [ $((_last - main)) -le 256 ] || return 1
+    now_us
+    [ -n "$NOW" ] || return 1
+    _span=$((NOW - t0 + RES))
+    [ "$_span" -ge 0 ] && [ "$_span" -le "$window" ] || return 1
+    _n=$((main + 1))
+    while [ "$_n" -le "$_last" ]; do
+        if [ "$_n" != "$watcher" ] && [ -e "/proc/$_n" ] && member "$_n"; then
+            PIDS="$PIDS $_n"
+        fi
+        _n=$((_n + 1))
+    done
+    return 0
+}
+
+# The full scan: set PIDS to every live process of the command. Environments and descriptors are
+# only examined for processes that could be escapees: started no earlier than the command
 # ($start, clock ticks), not children of this script, and — inside a PID namespace (exec'd
-# processes have PPID 0) — orphans (parent PID 1), since a tagged process with a living parent
-# is found once that parent is killed. A few are read with shell builtins, more with one grep.
+# processes have PPID 0) — orphans (parent PID 1), since such a process with a living parent is
+# found once that parent is killed. A few are read with shell builtins, more with one grep.
 scan() {
     PIDS=
     _cand=
@@ -21,7 +131,10 @@ scan() {
         [ -n "$_line" ] || continue
         set -- ${_line##*) }
         [ "$1" = Z ] && continue
-        if [ "$_p" = "$main" ] || { [ -n "$sess" ] && { [ "$3" = "$sess" ] || [ "$4" = "$sess" ]; }; }; then
+        if [ "$_p" = "$main" ]; then
+            PIDS="$PIDS $_p"
+        elif [ -n "$sess" ] && { [ "$3" = "$sess" ] || [ "$4" = "$sess" ]; }; then
+            [ "$own" = 1 ] && [ "$2" = "$$" ] && continue
             PIDS="$PIDS $_p"
         elif [ "$2" != "$$" ] && [ "${20}" -ge "${start:-0}" ] && { [ "$PPID" != 0 ] || [ "$2" = 1 ]; }; then
             _cand="$_cand $_p"
@@ -29,13 +142,10 @@ scan() {
         fi
     done
     [ "$_ncand" = 0 ] && return 0
+    _rest=
     if [ "$_ncand" -le 3 ]; then
         for _p in $_cand; do
-            _l=
-            while IFS= read -r _l || [ -n "$_l" ]; do
-                case $_l in *"CORDON_EXEC_ID=$tag"*) PIDS="$PIDS $_p"; break ;; esac
-                _l=
-            done 2>/dev/null <"/proc/$_p/environ" || :
+            if tagged "$_p"; then PIDS="$PIDS $_p"; else _rest="$_rest $_p"; fi
         done
     else
         _files=
@@ -44,20 +154,19 @@ scan() {
         for _p in $_cand; do
             case "
 $_hits
-" in *"
+" in
+                *"
 $_p/environ
-"*) PIDS="$PIDS $_p" ;; esac
+"*) PIDS="$PIDS $_p" ;;
+                *) _rest="$_rest $_p" ;;
+            esac
         done
     fi
-}
-
-# The start time (clock ticks since boot) of process $1, in START (0 when unknown).
-start_of() {
-    START=0
-    _line=
-    { read -r _line <"/proc/$1/stat"; } 2>/dev/null || return 0
-    set -- ${_line##*) }
-    START=${20:-0}
+    [ -n "$out" ] || return 0
+    for _p in $_rest; do
+        holds_out "$_p" && PIDS="$PIDS $_p"
+    done
+    return 0
 }
 
 # SIGTERM everything (again each tick during the grace, for processes found late), then
