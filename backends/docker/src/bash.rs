@@ -1,19 +1,24 @@
-//! [`BashOperations`] over `docker exec` of the `cordon-remote` wrapper, driven by
+//! [`BashOperations`] over the session's workers (module `workers`): each command is one
+//! request to a `cordon-remote` worker in the container, driven by
 //! `cordon_remote::exec::drive`: streaming output, timeout and cancel killing the whole tree
-//! inside the container (tagged descendants included), idle-grace drain, no survivors. An OOM
-//! kill (the container's memory limit) is reported with a clear line in the output.
+//! inside the container (tagged descendants and output holders included), idle-grace drain, no
+//! survivors. An OOM kill (the container's memory limit) is reported with a clear line in the
+//! output.
 
 use async_trait::async_trait;
 use cordon_remote::exec::{
-    DriveRequest, KILL_GRACE, WrapperRequest, drive, kill_argv, new_tag, shell_status, wrapper_argv,
+    DriveOutcome, DriveRequest, ExecJob, KILL_GRACE, drive, kill_argv, new_tag, shell_status,
 };
+use cordon_remote::worker::{WorkerRequest, new_request_id};
 use cordon_tools::ops::{BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::Inner;
 use crate::client;
 use crate::files::collect;
+use crate::workers::Lease;
 
 fn human_bytes(bytes: u64) -> String {
     const MIB: u64 = 1 << 20;
@@ -25,11 +30,59 @@ fn human_bytes(bytes: u64) -> String {
 }
 
 impl Inner {
-    /// Last resort when the wrapper could not confirm the kill: sweep by tag.
-    async fn kill_by_tag(&self, tag: &str, pid: Option<u32>) {
-        let argv = kill_argv(tag, pid, KILL_GRACE);
+    /// Start a spare worker in the background when none is idle, so the next call finds one.
+    pub(crate) fn keep_a_spare(&self) {
+        if self.workers.wants_spare() {
+            let workers = self.workers.clone();
+            let docker = self.docker.clone();
+            let container = self.container.clone();
+            tokio::spawn(async move { workers.warm(&docker, &container).await });
+        }
+    }
+
+    /// Last resort when the worker could not confirm the kill: sweep by tag and session.
+    async fn kill_by_tag(&self, tag: &str, pid: Option<u32>, session: Option<u32>) {
+        let argv = kill_argv(tag, pid, session, KILL_GRACE);
         if let Ok(exec) = client::start_exec(&self.docker, &self.container, argv, None).await {
             let _ = tokio::time::timeout(KILL_GRACE * 20, collect(exec.output)).await;
+        }
+    }
+
+    /// Send `line` to a worker and drive the request. A pooled worker that died while idle
+    /// (it never answered) is replaced by a fresh one once.
+    async fn run_request(
+        &self,
+        line: &[u8],
+        request: DriveRequest,
+    ) -> Result<(DriveOutcome, Lease), ExecError> {
+        let mut retried = false;
+        loop {
+            let mut lease = self
+                .workers
+                .take(&self.docker, &self.container)
+                .await
+                .map_err(|reason| ExecError::Backend { reason })?;
+            let sent = lease.exec.input.write_all(line).await;
+            if sent.is_err() && lease.pooled && !retried {
+                retried = true;
+                continue;
+            }
+            let outcome = drive(
+                client::events_mut(&mut lease.exec.output),
+                &mut lease.exec.input,
+                request.clone(),
+            )
+            .await?;
+            let stale = lease.pooled
+                && !outcome.answered
+                && outcome.status.is_none()
+                && !outcome.kill_sent
+                && !retried;
+            if stale {
+                retried = true;
+                continue;
+            }
+            return Ok((outcome, lease));
         }
     }
 }
@@ -59,36 +112,50 @@ impl BashOperations for Inner {
             });
         }
         let tag = new_tag();
-        let argv = wrapper_argv(&WrapperRequest {
-            tag: &tag,
-            cwd: &cwd,
-            command: &command,
-            env: &env,
-            kill_grace: KILL_GRACE,
+        let id = new_request_id();
+        let line = WorkerRequest::Exec(ExecJob {
+            tag: tag.clone(),
+            cwd: cwd.clone(),
+            command,
+            env,
+            kill_grace_ms: KILL_GRACE.as_millis() as u64,
         })
+        .line(&id)
         .map_err(|e| ExecError::Spawn {
             source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
         })?;
-        let exec = client::start_exec(&self.docker, &self.container, argv, None)
-            .await
-            .map_err(|e| ExecError::Backend {
-                reason: format!("failed to start exec in container {}: {e}", self.container),
-            })?;
-        let exec_id = exec.id.clone();
-        let outcome = drive(
-            client::events(exec.output),
-            exec.input,
-            DriveRequest {
-                cwd,
-                timeout,
-                cancel,
-                output: output.clone(),
-                kill_grace: KILL_GRACE,
-            },
-        )
-        .await?;
+        let result = self
+            .run_request(
+                &line,
+                DriveRequest {
+                    timeout,
+                    cancel,
+                    output: output.clone(),
+                    kill_grace: KILL_GRACE,
+                    request_id: Some(id),
+                },
+            )
+            .await;
+        let (outcome, lease) = match result {
+            Ok(done) => done,
+            Err(e) => {
+                self.keep_a_spare();
+                return Err(e);
+            }
+        };
+        let exec_id = lease.exec.id.clone();
+        if outcome.reusable {
+            self.workers.give_back(lease.exec);
+        } else {
+            // Closing stdin tells the worker to kill whatever is left.
+            drop(lease);
+        }
+        self.keep_a_spare();
         if !outcome.clean {
-            self.kill_by_tag(&tag, outcome.pid).await;
+            self.kill_by_tag(&tag, outcome.pid, outcome.session).await;
+        }
+        if outcome.missing_cwd {
+            return Err(ExecError::MissingCwd { cwd });
         }
         let mut status = outcome.status;
         if status.is_none()
@@ -96,6 +163,7 @@ impl BashOperations for Inner {
             && inspect.running == Some(false)
             && let Some(code) = inspect.exit_code
         {
+            // The worker itself ended (e.g. killed by the OOM killer) before reporting.
             status = Some(shell_status(code as i32));
         }
         if outcome.oom {

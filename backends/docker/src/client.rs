@@ -134,18 +134,30 @@ pub async fn start_exec(
     }
 }
 
-/// The exec's frames as transport events (stdout = command output, stderr = records).
-pub fn events(output: ExecOutput) -> impl Stream<Item = Result<TransportEvent, String>> + Unpin {
-    output.filter_map(|frame| {
-        futures::future::ready(match frame {
-            Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
-                Some(Ok(TransportEvent::Stdout(message)))
-            }
-            Ok(LogOutput::StdErr { message }) => Some(Ok(TransportEvent::Stderr(message))),
-            Ok(LogOutput::StdIn { .. }) => None,
-            Err(e) => Some(Err(e.to_string())),
-        })
+/// One frame of an exec as a transport event (stdout = output, stderr = records).
+fn event(
+    frame: Result<LogOutput, bollard::errors::Error>,
+) -> futures::future::Ready<Option<Result<TransportEvent, String>>> {
+    futures::future::ready(match frame {
+        Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+            Some(Ok(TransportEvent::Stdout(message)))
+        }
+        Ok(LogOutput::StdErr { message }) => Some(Ok(TransportEvent::Stderr(message))),
+        Ok(LogOutput::StdIn { .. }) => None,
+        Err(e) => Some(Err(e.to_string())),
     })
+}
+
+/// The exec's frames as transport events.
+pub fn events(output: ExecOutput) -> impl Stream<Item = Result<TransportEvent, String>> + Unpin {
+    output.filter_map(event)
+}
+
+/// The exec's frames as transport events, borrowed (a worker's streams outlive one request).
+pub fn events_mut(
+    output: &mut ExecOutput,
+) -> impl Stream<Item = Result<TransportEvent, String>> + Unpin + '_ {
+    output.filter_map(event)
 }
 
 /// Who owns a session: enough to tell later whether that process is still alive.

@@ -8,7 +8,8 @@
 //! owner labels) with the workspace bind-mounted at `/workspace` (or copied into a volume, for
 //! remote daemons) and protected paths mounted read-only on top, and a per-root spill volume at
 //! `/cordon-spill` so bash's full-output files outlive the session. Every operation is a
-//! plain request executed through `docker exec` with the POSIX helpers of `cordon-remote`;
+//! plain request served by one of the session's workers (`cordon-remote` worker processes kept
+//! running in the container between calls, so a call costs no `docker exec`);
 //! [`Backend::shutdown`] (or dropping the backend) removes the container.
 //!
 //! It does not know any tool; it does not install signal handlers (a CLI that wants Ctrl-C
@@ -23,6 +24,7 @@ mod files;
 mod mask;
 pub mod plan;
 mod search;
+mod workers;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -123,6 +125,7 @@ pub(crate) struct Inner {
     missing: Vec<String>,
     closed: tokio::sync::Mutex<bool>,
     closed_flag: std::sync::atomic::AtomicBool,
+    workers: Arc<workers::Workers>,
 }
 
 /// One Docker session: a container and the operations running in it.
@@ -504,6 +507,7 @@ impl DockerBackend {
             missing,
             closed: tokio::sync::Mutex::new(false),
             closed_flag: std::sync::atomic::AtomicBool::new(false),
+            workers: Arc::new(workers::Workers::default()),
         };
         match inner.probe().await {
             Ok(has_rg) => inner.has_rg = has_rg,
@@ -512,6 +516,8 @@ impl DockerBackend {
                 return Err(e);
             }
         }
+        // The first call then finds a worker ready.
+        inner.keep_a_spare();
         let inner = Arc::new(inner);
         Ok(DockerBackend {
             _guard: Arc::new(DropGuard {
@@ -562,6 +568,7 @@ impl DockerBackend {
             return Ok(());
         }
         let synced = self.sync_out().await;
+        self.inner.workers.clear();
         let volumes = self
             .inner
             .copy
