@@ -42,7 +42,7 @@ pub(crate) struct Lease {
 /// Whether an idle worker's exec is still attached and quiet: anything it sent while idle
 /// (output, the end of its streams) means it no longer waits for a request.
 fn idle_alive(exec: &mut Exec) -> bool {
-    matches!(exec.output.next().now_or_never(), None)
+    exec.output.next().now_or_never().is_none()
 }
 
 impl Workers {
