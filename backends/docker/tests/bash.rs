@@ -188,3 +188,99 @@ async fn concurrent_commands_are_killed_independently() {
     assert_eq!(run(&backend, LEFTOVERS).await.output, "0\n");
     backend.shutdown().await;
 }
+
+/// The pid (inside the container) of the worker serving a command: its shell's parent.
+async fn worker_pid(backend: &cordon_backend_docker::DockerBackend) -> u32 {
+    let ran = run(backend, "echo $PPID").await;
+    assert_eq!(
+        ran.outcome.status,
+        Some(ExitStatus::Code(0)),
+        "{}",
+        ran.output
+    );
+    ran.output.trim().parse().expect("a pid")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_serves_command_after_command_and_a_dead_one_is_replaced() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let backend = session(&host, ws.path()).await;
+    let first = worker_pid(&backend).await;
+    assert_eq!(worker_pid(&backend).await, first, "the worker is reused");
+
+    // Leftovers, a timeout and a failing command are all handled inside the worker, which
+    // then serves the next command.
+    let ran = run(&backend, "(sleep 308; echo late) & echo done").await;
+    assert_eq!(ran.output, "done\n");
+    let ran = run_with(
+        &backend,
+        "sleep 309",
+        Duration::from_millis(500),
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(ran.outcome.termination, Termination::TimedOut);
+    assert_eq!(
+        run(&backend, "exit 4").await.outcome.status,
+        Some(ExitStatus::Code(4))
+    );
+    assert_eq!(worker_pid(&backend).await, first);
+    assert_eq!(run(&backend, LEFTOVERS).await.output, "0\n");
+
+    // An idle worker killed from outside is replaced without the caller noticing.
+    let killed = std::process::Command::new("docker")
+        .args([
+            "exec",
+            backend.container(),
+            "kill",
+            "-KILL",
+            &first.to_string(),
+        ])
+        .env("DOCKER_HOST", &host)
+        .status()
+        .expect("docker exec kill");
+    assert!(killed.success());
+    let second = worker_pid(&backend).await;
+    assert_ne!(second, first);
+    assert_eq!(worker_pid(&backend).await, second);
+    backend.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_killing_its_own_worker_is_an_error_and_the_next_command_runs() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let backend = session(&host, ws.path()).await;
+    let first = worker_pid(&backend).await;
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
+    let result = backend
+        .bash()
+        .exec(
+            ExecRequest {
+                command: "echo before; kill -KILL $PPID; sleep 1; echo after".to_owned(),
+                cwd: PathBuf::from("/workspace"),
+                timeout: Duration::from_secs(60),
+                env: vec![],
+            },
+            CancellationToken::new(),
+            tx,
+        )
+        .await;
+    let mut output = Vec::new();
+    while let Some(chunk) = rx.recv().await {
+        output.extend_from_slice(&chunk);
+    }
+    // The command cannot finish normally without its worker: either a clear backend error or
+    // the worker's own death status, never a success.
+    match &result {
+        Err(ExecError::Backend { reason }) => assert!(!reason.is_empty()),
+        Ok(outcome) => assert_ne!(outcome.status, Some(ExitStatus::Code(0)), "{outcome:?}"),
+        Err(other) => panic!("unexpected error {other:?}"),
+    }
+    assert!(String::from_utf8_lossy(&output).starts_with("before\n"));
+    let second = worker_pid(&backend).await;
+    assert_ne!(second, first);
+    assert_eq!(run(&backend, LEFTOVERS).await.output, "0\n");
+    backend.shutdown().await;
+}
