@@ -39,6 +39,9 @@ use crate::roots::{
 /// Reads up to this size run inline on the async worker: a few syscalls on the page cache
 /// cost less than the hand-off to the blocking pool. Larger reads go to `spawn_blocking`.
 const INLINE_READ_LIMIT: u64 = 256 * 1024;
+/// Writes up to this size run on the caller's thread (a page-cache write and a rename cost
+/// less than the hop to a blocking thread); larger ones go to the blocking pool.
+const INLINE_WRITE_LIMIT: usize = 256 * 1024;
 
 /// [`FileOperations`] over the backend's confined roots.
 #[derive(Debug)]
@@ -347,6 +350,10 @@ impl Shared {
                 })?;
         let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
         let strict = ResolveFlag::RESOLVE_NO_SYMLINKS;
+        // The common case: the directory exists already.
+        if open_beneath(root.fd.as_fd(), rel, dir_flags, strict).is_ok() {
+            return Ok(());
+        }
         let mut parent = open_beneath(root.fd.as_fd(), Path::new(""), dir_flags, strict)
             .map_err(|e| fs_error("open", &root.path, e))?;
         let mut prefix = PathBuf::new();
@@ -652,6 +659,9 @@ impl FileOperations for LocalFiles {
 
     async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), FsError> {
         let path = self.shared.absolute(path);
+        if data.len() <= INLINE_WRITE_LIMIT {
+            return self.shared.write_file_sync(&path, data);
+        }
         let data = data.to_vec();
         let for_task = path.clone();
         self.blocking("write", &path, move |shared| {
@@ -661,12 +671,8 @@ impl FileOperations for LocalFiles {
     }
 
     async fn create_dir_all(&self, path: &Path) -> Result<(), FsError> {
-        let path = self.shared.absolute(path);
-        let for_task = path.clone();
-        self.blocking("create directory", &path, move |shared| {
-            shared.create_dir_all_sync(&for_task)
-        })
-        .await
+        // A handful of metadata syscalls (none at all when the directory exists): inline.
+        self.shared.create_dir_all_sync(&self.shared.absolute(path))
     }
 
     async fn metadata(&self, path: &Path) -> Result<FileMeta, FsError> {

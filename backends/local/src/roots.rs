@@ -150,14 +150,15 @@ impl Roots {
     pub fn select<'p>(&self, path: &'p Path) -> Option<(&Root, &'p Path)> {
         // Prefer canonical spellings over aliases: an alias may be a symlink into a
         // different, more specific root.
+        let plain = is_plain(path);
         for root in &self.roots {
-            if let Ok(rel) = path.strip_prefix(&root.path) {
+            if let Some(rel) = strip_root(path, &root.path, plain) {
                 return Some((root, rel));
             }
         }
         for root in &self.roots {
             if let Some(alias) = &root.alias
-                && let Ok(rel) = path.strip_prefix(alias)
+                && let Some(rel) = strip_root(path, alias, plain)
             {
                 return Some((root, rel));
             }
@@ -167,9 +168,10 @@ impl Roots {
 
     /// The most specific root containing a canonical path (aliases not considered).
     pub fn select_canonical<'p>(&self, path: &'p Path) -> Option<(&Root, &'p Path)> {
+        let plain = is_plain(path);
         self.roots
             .iter()
-            .find_map(|root| path.strip_prefix(&root.path).ok().map(|rel| (root, rel)))
+            .find_map(|root| strip_root(path, &root.path, plain).map(|rel| (root, rel)))
     }
 
     /// Open `path` (absolute) beneath the root that contains it, following symlinks that stay
@@ -665,8 +667,82 @@ pub(crate) fn name_bytes(name: &OsStr) -> &[u8] {
     name.as_bytes()
 }
 
+/// Whether `path` is absolute and spelled without `//`, `.` components or a trailing `/`:
+/// then a root (always a plain, canonical spelling) contains it exactly when its bytes start
+/// with the root's followed by `/` or the end, and [`strip_root`] may compare bytes.
+fn is_plain(path: &Path) -> bool {
+    let bytes = path.as_os_str().as_bytes();
+    bytes.first() == Some(&b'/')
+        && !bytes.windows(2).any(|w| w == b"//")
+        && !bytes.windows(3).any(|w| w == b"/./")
+        && !bytes.ends_with(b"/.")
+        && (bytes.len() == 1 || !bytes.ends_with(b"/"))
+}
+
+/// `path.strip_prefix(root)`, by bytes when `path` is plain (see [`is_plain`]); the root
+/// list is walked on every file operation and component-wise comparison dominated it.
+fn strip_root<'p>(path: &'p Path, root: &Path, plain: bool) -> Option<&'p Path> {
+    if !plain {
+        return path.strip_prefix(root).ok();
+    }
+    let bytes = path.as_os_str().as_bytes();
+    let prefix = root.as_os_str().as_bytes();
+    if prefix == b"/" {
+        return Some(Path::new(OsStr::from_bytes(&bytes[1..])));
+    }
+    let rest = bytes.strip_prefix(prefix)?;
+    match rest.split_first() {
+        None => Some(Path::new("")),
+        Some((b'/', tail)) => Some(Path::new(OsStr::from_bytes(tail))),
+        Some(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn byte_wise_root_stripping_agrees_with_path_strip_prefix() {
+        let roots = ["/", "/ws", "/ws/sub", "/usr/lib", "/w"];
+        let paths = [
+            "/",
+            "/ws",
+            "/ws/",
+            "/ws/a",
+            "/ws/a/b",
+            "/wsx",
+            "/wsx/a",
+            "/ws//a",
+            "/ws/./a",
+            "/ws/a/.",
+            "/ws/..",
+            "/ws/../etc",
+            "/ws/sub/x",
+            "/usr/lib64/x",
+            "/usr/lib/x",
+            "/w",
+            "/w/",
+            "relative/ws",
+            "",
+        ];
+        for root in roots {
+            for path in paths {
+                let path = Path::new(path);
+                let expected = path.strip_prefix(root).ok();
+                let got = strip_root(path, Path::new(root), is_plain(path));
+                assert_eq!(
+                    got.map(|p| p.components().collect::<Vec<_>>()),
+                    expected.map(|p| p.components().collect::<Vec<_>>()),
+                    "root {root} path {}",
+                    path.display()
+                );
+            }
+        }
+        assert!(is_plain(Path::new("/ws/a")));
+        assert!(!is_plain(Path::new("/ws//a")));
+        assert!(!is_plain(Path::new("ws/a")));
+    }
+
     use super::*;
 
     fn rules(protected: &[&str], denied: &[&str]) -> PathRules {

@@ -7,8 +7,9 @@
 //! rest anywhere (`~/.ssh/**` → `**/.ssh/**`, stricter) and allow globs match nothing.
 
 use std::path::{Component, Path};
+use std::sync::OnceLock;
 
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
 use crate::error::{PolicyError, SourceMap};
 
@@ -47,17 +48,48 @@ pub(crate) struct PathGlob {
     anywhere: Option<GlobMatcher>,
 }
 
-/// A compiled glob. A one-glob `GlobSet` rather than a `GlobMatcher`: the set picks a literal,
-/// extension, prefix or suffix strategy where one applies and builds a regex only for the
-/// rest, which keeps policy loading (paid by every `cordon exec`) cheap.
-type GlobMatcher = GlobSet;
+/// A parsed glob, compiled on first use. Parsing (at load) finds every syntax error; the
+/// matcher itself — a one-glob `GlobSet`, which picks a literal, extension, prefix or suffix
+/// strategy where one applies and builds a regex only for the rest — is built the first time
+/// the glob is consulted, so loading a policy (paid by every `cordon exec`) compiles only the
+/// globs a call actually needs.
+#[derive(Clone, Debug)]
+struct GlobMatcher {
+    glob: Glob,
+    compiled: OnceLock<Compiled>,
+}
+
+#[derive(Clone, Debug)]
+enum Compiled {
+    Set(GlobSet),
+    /// Never expected: globset could not build a set for a glob it parsed.
+    Single(globset::GlobMatcher),
+}
+
+impl GlobMatcher {
+    fn is_match(&self, text: &str) -> bool {
+        let compiled = self.compiled.get_or_init(|| {
+            match GlobSetBuilder::new().add(self.glob.clone()).build() {
+                Ok(set) => Compiled::Set(set),
+                Err(_) => Compiled::Single(self.glob.compile_matcher()),
+            }
+        });
+        match compiled {
+            Compiled::Set(set) => set.is_match(text),
+            Compiled::Single(matcher) => matcher.is_match(text),
+        }
+    }
+}
 
 fn build(pattern: &str) -> Result<GlobMatcher, globset::Error> {
     let glob = GlobBuilder::new(pattern)
         .literal_separator(true)
         .backslash_escape(true)
         .build()?;
-    GlobSetBuilder::new().add(glob).build()
+    Ok(GlobMatcher {
+        glob,
+        compiled: OnceLock::new(),
+    })
 }
 
 impl PathGlob {

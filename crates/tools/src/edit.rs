@@ -21,7 +21,7 @@ use crate::edit_diff::{EditDiff, EditFailure, Replacement, apply_edits, edit_dif
 use crate::file_tool::{ABORTED, decode_args, fs_error_text};
 use crate::ops::{FileKind, FileOperations, FsError};
 use crate::paths::resolve_to_cwd;
-use crate::queue::with_mutation_queue_owned;
+use crate::queue::{finish_on_drop, with_mutation_queue_owned};
 
 const DESCRIPTION: &str = "Edit a single file using exact text replacement. Every \
 edits[].oldText must match a unique, non-overlapping region of the original file. If two \
@@ -405,10 +405,10 @@ impl AgentTool for EditTool {
             cancel,
             path: path.clone(),
         });
-        // Spawned so that the queue stays held until the write has settled even if the caller
-        // stops waiting; the queue place is taken here, in call order.
+        // Finished in the background if the caller stops waiting, so that the queue stays held
+        // until the write has settled; the queue place is taken here, in call order.
         let queued = with_mutation_queue_owned(self.files.clone(), absolute, job);
-        let done = match tokio::spawn(queued).await {
+        let done = match finish_on_drop(queued).await {
             Ok(Ok(outcome)) => outcome?,
             Ok(Err(source)) => return Err(EditError::Access { path, source }.into()),
             Err(_) => return Err(EditError::Interrupted { path }.into()),

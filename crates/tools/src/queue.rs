@@ -183,6 +183,56 @@ where
     async move { run_registered(&*files, &path, registration, operation).await }
 }
 
+/// Run `future` on the caller's task (no hand-off to another thread), and if the caller stops
+/// waiting before it has finished, let the rest run as a spawned task: a mutation that holds
+/// its queue place keeps it until the operation has settled, as if it had been spawned from the
+/// start. Resolves to `Err(())` when the operation panicked.
+pub fn finish_on_drop<F>(future: F) -> FinishOnDrop<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    use futures::FutureExt;
+    FinishOnDrop {
+        inner: Some(std::panic::AssertUnwindSafe(future).catch_unwind().boxed()),
+    }
+}
+
+/// See [`finish_on_drop`].
+pub struct FinishOnDrop<T: Send + 'static> {
+    inner: Option<futures::future::BoxFuture<'static, std::thread::Result<T>>>,
+}
+
+impl<T: Send + 'static> Future for FinishOnDrop<T> {
+    type Output = Result<T, ()>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let Some(inner) = self.inner.as_mut() else {
+            return std::task::Poll::Ready(Err(()));
+        };
+        match inner.as_mut().poll(cx) {
+            std::task::Poll::Ready(result) => {
+                self.inner = None;
+                std::task::Poll::Ready(result.map_err(|_| ()))
+            }
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for FinishOnDrop<T> {
+    fn drop(&mut self) {
+        if let Some(rest) = self.inner.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(rest);
+        }
+    }
+}
+
 async fn run_registered<F>(
     files: &dyn FileOperations,
     path: &Path,
@@ -424,6 +474,30 @@ mod tests {
     use super::probe::{Op, ProbeFiles, wait_for};
     use super::*;
     use crate::testing::StdFiles;
+
+    #[tokio::test]
+    async fn finish_on_drop_runs_inline_reports_panics_and_finishes_when_dropped() {
+        let caller = std::thread::current().id();
+        let ran_on = finish_on_drop(async { std::thread::current().id() }).await;
+        assert_eq!(ran_on, Ok(caller), "runs on the caller's task");
+
+        let panicked = finish_on_drop(async {
+            panic!("boom");
+        })
+        .await;
+        assert_eq!(panicked, Err::<(), ()>(()));
+
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut pending = Box::pin(finish_on_drop(async move {
+            let _ = go_rx.await;
+            let _ = tx.send("finished");
+        }));
+        assert!(futures::poll!(pending.as_mut()).is_pending());
+        drop(pending);
+        go_tx.send(()).expect("the rest still runs");
+        assert_eq!(rx.await, Ok("finished"));
+    }
 
     /// Records "name:start" / "name:end" around an operation that waits for `gate` (if any).
     async fn traced(

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::file_tool::{ABORTED, decode_args, fs_error_text};
 use crate::ops::{FileOperations, FsError};
 use crate::paths::resolve_to_cwd;
-use crate::queue::with_mutation_queue_owned;
+use crate::queue::{finish_on_drop, with_mutation_queue_owned};
 
 const DESCRIPTION: &str = "Write content to a file. Creates the file if it doesn't exist, \
 overwrites if it does. Automatically creates parent directories.";
@@ -141,10 +141,10 @@ impl AgentTool for WriteTool {
             cancel,
             path: path.clone(),
         });
-        // Spawned so that the queue stays held until the write has settled even if the caller
-        // stops waiting; the queue place is taken here, in call order.
+        // Finished in the background if the caller stops waiting, so that the queue stays held
+        // until the write has settled; the queue place is taken here, in call order.
         let queued = with_mutation_queue_owned(self.files.clone(), absolute, work);
-        match tokio::spawn(queued).await {
+        match finish_on_drop(queued).await {
             Ok(Ok(Ok(()))) => Ok(AgentToolResult::text(format!(
                 "Successfully wrote {written} bytes to {path}"
             ))),

@@ -79,7 +79,8 @@ fn stub_dir(dir: &Path, log: &Path) {
     for name in STUBS {
         let path = dir.join(name);
         let script = format!(
-            "#!/bin/sh\n{{ printf '%s' \"{name}\"; for a in \"$@\"; do printf ' %s' \"$a\"; done; echo; }} >> '{}'\n",
+            // One write per line: stubs of a pipeline run at the same time.
+            "#!/bin/sh\nline=\"{name}\"; for a in \"$@\"; do line=\"$line $a\"; done; printf '%s\\n' \"$line\" >> '{}'\n",
             log.display()
         );
         std::fs::write(&path, script).unwrap();
