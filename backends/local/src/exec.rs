@@ -50,12 +50,27 @@ pub(crate) const DRAIN_IDLE: Duration = Duration::from_millis(100);
 /// After the main process exited: stop waiting for output after this long in any case.
 pub(crate) const DRAIN_CAP: Duration = Duration::from_secs(2);
 /// Read size from the output pipe.
-const CHUNK: usize = 64 * 1024;
+const CHUNK: usize = 256 * 1024;
+/// Capacity asked for the output pipe (the default 64 KiB makes a chatty command and the
+/// reader switch every 64 KiB); the kernel caps it at `/proc/sys/fs/pipe-max-size`, and a
+/// refusal keeps the default.
+const PIPE_CAPACITY: i32 = 1 << 20;
 /// A protected/denied expansion that looked at no more entries than this last time (one
 /// `lstat` per cached directory) runs on the async worker, like small file reads do.
 const INLINE_EXPANSION_ENTRIES: usize = 512;
 /// `PATH` used to find the shell when the host has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The output pipe of a command (read end, write end), enlarged to [`PIPE_CAPACITY`] when
+/// the kernel allows it.
+fn output_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    let _ = nix::fcntl::fcntl(
+        &write_end,
+        nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_CAPACITY),
+    );
+    Ok((read_end, write_end))
+}
 
 /// The command sandbox of a backend: prepared once, or the reason it could not be.
 #[derive(Debug)]
@@ -335,10 +350,7 @@ impl BashOperations for LocalBash {
             });
         }
         let cwd = self.resolve_cwd(&cwd)?;
-        let (read_end, write_end) =
-            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Spawn {
-                source: io::Error::from(e),
-            })?;
+        let (read_end, write_end) = output_pipe().map_err(|source| ExecError::Spawn { source })?;
         let reader = pipe::Receiver::from_owned_fd(read_end)
             .map_err(|source| ExecError::Spawn { source })?;
         let job = Launch {
@@ -493,6 +505,18 @@ fn libc_sigterm() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_output_pipe_is_enlarged_up_to_the_kernel_limit() {
+        let (_read, write) = output_pipe().unwrap();
+        let size = nix::fcntl::fcntl(&write, nix::fcntl::FcntlArg::F_GETPIPE_SZ).unwrap();
+        let max: i32 = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(size, PIPE_CAPACITY.min(max).max(64 * 1024));
+    }
 
     #[test]
     fn missing_layers_name_the_first_one() {
