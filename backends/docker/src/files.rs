@@ -1,7 +1,8 @@
-//! [`FileOperations`] over `docker exec` of the `cordon-remote` file helper: one exec per
-//! operation (no separate inspect: the helper's records say how it went). Paths are confined and
-//! canonicalised inside the container; protected/denied rules are judged here on the canonical
-//! path before anything is written (writes and mkdir wait for our `go`).
+//! [`FileOperations`] through the session's workers: each operation is one request to a
+//! `cordon-remote` worker (no exec, no inspect: the helper's records say how it went); spill
+//! files, which keep their exec open while bash writes, use a one-shot exec. Paths are confined
+//! and canonicalised inside the container; protected/denied rules are judged here on the
+//! canonical path before anything is written (writes and mkdir wait for our `go`).
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -13,12 +14,14 @@ use cordon_remote::files::{
     is_read_only_fs, parse_fs_record, spill_file_name,
 };
 use cordon_remote::records::RecordParser;
+use cordon_remote::worker::{EndMarker, WorkerRequest, new_request_id};
 use cordon_tools::ops::{BackendId, DirEntry, FileMeta, FileOperations, FsError, SpillWriter};
 use futures::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::Inner;
 use crate::client::{self, ExecInput, ExecOutput};
+use crate::workers::Lease;
 
 /// Drain an exec's output: (stdout, stderr).
 pub(crate) async fn collect(mut output: ExecOutput) -> Result<(Vec<u8>, Vec<u8>), String> {
@@ -37,7 +40,9 @@ pub(crate) async fn collect(mut output: ExecOutput) -> Result<(Vec<u8>, Vec<u8>)
     Ok((stdout, stderr))
 }
 
-/// A running file-helper exec: its records arrive one by one; stdout is collected.
+/// A file request in flight: on a worker (ends with its marker and `done` record, after which
+/// the worker can serve the next call) or on a one-shot exec (ends with its streams). Records
+/// arrive one by one; stdout is collected.
 struct HelperExec {
     output: ExecOutput,
     input: ExecInput,
@@ -46,6 +51,12 @@ struct HelperExec {
     stdout: Vec<u8>,
     op: &'static str,
     path: PathBuf,
+    /// The worker's request: its id, end marker and whether `done` came.
+    request: Option<(String, EndMarker, bool)>,
+    /// The exec's id (a worker's, to give it back).
+    id: String,
+    /// Anything arrived for this request.
+    answered: bool,
 }
 
 impl HelperExec {
@@ -57,11 +68,19 @@ impl HelperExec {
         }
     }
 
-    /// The next record, or `None` at the end of the stream.
+    /// Whether the worker finished the request (marker and `done` seen).
+    fn finished(&self) -> bool {
+        matches!(&self.request, Some((_, marker, true)) if marker.found())
+    }
+
+    /// The next record, or `None` at the end of the request.
     async fn next(&mut self) -> Result<Option<FsRecord>, FsError> {
         loop {
             if let Some(record) = self.queue.pop_front() {
                 return Ok(Some(record));
+            }
+            if self.finished() {
+                return Ok(None);
             }
             let Some(frame) = self.output.next().await else {
                 return Ok(None);
@@ -69,7 +88,12 @@ impl HelperExec {
             match frame.map_err(|e| self.backend_err(e.to_string()))? {
                 bollard::container::LogOutput::StdOut { message }
                 | bollard::container::LogOutput::Console { message } => {
-                    self.stdout.extend_from_slice(&message)
+                    let data = match self.request.as_mut() {
+                        Some((_, marker, _)) => marker.feed(&message).data,
+                        None => message.to_vec(),
+                    };
+                    self.answered |= !data.is_empty();
+                    self.stdout.extend_from_slice(&data);
                 }
                 bollard::container::LogOutput::StdErr { message } => {
                     let records = self
@@ -79,7 +103,21 @@ impl HelperExec {
                     for record in records {
                         let parsed = parse_fs_record(&record)
                             .map_err(|e| self.backend_err(e.to_string()))?;
-                        self.queue.push_back(parsed);
+                        match parsed {
+                            FsRecord::Ready => {}
+                            FsRecord::Done(id) => match self.request.as_mut() {
+                                Some((want, _, done)) if *want == id => *done = true,
+                                _ => {
+                                    return Err(self.backend_err(format!(
+                                        "the worker finished request `{id}` instead of this one"
+                                    )));
+                                }
+                            },
+                            other => {
+                                self.answered = true;
+                                self.queue.push_back(other);
+                            }
+                        }
                     }
                 }
                 bollard::container::LogOutput::StdIn { .. } => {}
@@ -124,25 +162,110 @@ impl HelperExec {
     }
 }
 
+/// How long finishing a request may take before the worker is given up.
+const FINISH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl Inner {
+    /// Start `file_op` on a worker and wait for its first record (every operation starts with
+    /// `canon` or `err`). A pooled worker that died while idle is replaced by a fresh one once.
     async fn helper(
         &self,
         op: &'static str,
         path: &Path,
         file_op: FileOp,
     ) -> Result<HelperExec, FsError> {
-        let argv = files_argv(&self.roots, &file_op).map_err(|e| FsError::Backend {
+        let backend_err = |reason: String| FsError::Backend {
             op,
             path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        let exec = client::start_exec(&self.docker, &self.container, argv, None)
-            .await
-            .map_err(|e| FsError::Backend {
+            reason,
+        };
+        let id = new_request_id();
+        let line = WorkerRequest::Fs {
+            roots: self.roots.clone(),
+            op: file_op,
+        }
+        .line(&id)
+        .map_err(|e| backend_err(e.to_string()))?;
+        let mut retried = false;
+        loop {
+            let Lease { exec, pooled } = self
+                .workers
+                .take(&self.docker, &self.container)
+                .await
+                .map_err(&backend_err)?;
+            let mut helper = HelperExec {
+                output: exec.output,
+                input: exec.input,
+                parser: files_record_parser(),
+                queue: Default::default(),
+                stdout: Vec::new(),
                 op,
                 path: path.to_path_buf(),
-                reason: e.to_string(),
-            })?;
+                request: Some((id.clone(), EndMarker::new(&id), false)),
+                id: exec.id,
+                answered: false,
+            };
+            let sent = helper.send(&line).await;
+            let first = match sent {
+                Ok(()) => helper.next().await,
+                Err(e) => Err(e),
+            };
+            match first {
+                Ok(Some(record)) => {
+                    helper.queue.push_front(record);
+                    return Ok(helper);
+                }
+                _ if pooled && !retried && !helper.answered => {
+                    retried = true;
+                    continue;
+                }
+                Ok(None) => {
+                    return Err(backend_err(
+                        "the file helper ended without an answer".into(),
+                    ));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The request finished on the helper's side (successfully or with an `err` record): read
+    /// to its end and keep the worker for the next call.
+    async fn release(&self, mut helper: HelperExec) {
+        let drained = tokio::time::timeout(FINISH_TIMEOUT, async {
+            while let Ok(Some(_)) = helper.next().await {}
+        })
+        .await;
+        let clean = drained.is_ok()
+            && helper.finished()
+            && !helper.parser.is_mid_record()
+            && !matches!(&helper.request, Some((_, marker, _)) if marker.trailing());
+        if clean {
+            self.workers.give_back(crate::client::Exec {
+                id: helper.id,
+                output: helper.output,
+                input: helper.input,
+            });
+        }
+        self.keep_a_spare();
+    }
+
+    /// A one-shot exec of `file_op` (for operations that keep their exec: spill files).
+    async fn oneshot_helper(
+        &self,
+        op: &'static str,
+        path: &Path,
+        file_op: FileOp,
+    ) -> Result<HelperExec, FsError> {
+        let backend_err = |reason: String| FsError::Backend {
+            op,
+            path: path.to_path_buf(),
+            reason,
+        };
+        let argv = files_argv(&self.roots, &file_op).map_err(|e| backend_err(e.to_string()))?;
+        let exec = client::start_exec(&self.docker, &self.container, argv, None)
+            .await
+            .map_err(|e| backend_err(e.to_string()))?;
         Ok(HelperExec {
             output: exec.output,
             input: exec.input,
@@ -151,6 +274,9 @@ impl Inner {
             stdout: Vec::new(),
             op,
             path: path.to_path_buf(),
+            request: None,
+            id: exec.id,
+            answered: false,
         })
     }
 
@@ -165,12 +291,22 @@ impl Inner {
                 },
             )
             .await?;
-        let canon = exec.expect_canon().await?;
-        // Denied content is dropped with the exec, never returned.
+        let canon = match exec.expect_canon().await {
+            Ok(canon) => canon,
+            Err(e) => {
+                self.release(exec).await;
+                return Err(e);
+            }
+        };
+        // Denied content is dropped with the worker, never returned.
         self.rules.check_read(path, &canon)?;
-        exec.expect_ok().await?;
-        while exec.next().await?.is_some() {}
-        Ok(std::mem::take(&mut exec.stdout))
+        let result = exec.expect_ok().await;
+        if result.is_ok() {
+            while exec.next().await?.is_some() {}
+        }
+        let data = std::mem::take(&mut exec.stdout);
+        self.release(exec).await;
+        result.map(|()| data)
     }
 
     fn protected_or(&self, path: &Path, canon: &Path, err: FsError) -> FsError {
@@ -260,94 +396,128 @@ impl FileOperations for Inner {
         let mut exec = self
             .helper("write", path, FileOp::Write(path.to_path_buf()))
             .await?;
-        let canon = exec.expect_canon().await?;
-        if let Err(e) = self.rules.check_write(path, &canon) {
-            let _ = exec.send(STOP_LINE).await;
-            return Err(e);
-        }
-        // The helper checks the file system after our answer and may refuse without reading
-        // the data; its records, not a failed send, say what happened.
-        let mut sent = exec.send(&go_line(data.len())).await;
-        for chunk in data.chunks(1 << 20) {
-            if sent.is_err() {
-                break;
+        let result = async {
+            let canon = exec.expect_canon().await?;
+            if let Err(e) = self.rules.check_write(path, &canon) {
+                let _ = exec.send(STOP_LINE).await;
+                return Err(e);
             }
-            sent = exec.send(chunk).await;
+            // The helper checks the file system after our answer and may refuse without
+            // reading the data; its records, not a failed send, say what happened.
+            let mut sent = exec.send(&go_line(data.len())).await;
+            for chunk in data.chunks(1 << 20) {
+                if sent.is_err() {
+                    break;
+                }
+                sent = exec.send(chunk).await;
+            }
+            match exec.expect_ok().await {
+                Ok(()) => sent,
+                Err(e) => Err(self.protected_or(path, &canon, e)),
+            }
         }
-        match exec.expect_ok().await {
-            Ok(()) => sent,
-            Err(e) => Err(self.protected_or(path, &canon, e)),
+        .await;
+        if result.is_ok() {
+            self.release(exec).await;
+        } else {
+            // The helper may have refused before reading the data, which would then sit in
+            // the worker's input: this worker serves no further request.
+            drop(exec);
+            self.keep_a_spare();
         }
+        result
     }
 
     async fn create_dir_all(&self, path: &Path) -> Result<(), FsError> {
         let mut exec = self
             .helper("mkdir", path, FileOp::Mkdir(path.to_path_buf()))
             .await?;
-        let canon = exec.expect_canon().await?;
-        if let Err(e) = self.rules.check_write(path, &canon) {
-            let _ = exec.send(STOP_LINE).await;
-            return Err(e);
+        let result = async {
+            let canon = exec.expect_canon().await?;
+            if let Err(e) = self.rules.check_write(path, &canon) {
+                let _ = exec.send(STOP_LINE).await;
+                return Err(e);
+            }
+            let sent = exec.send(GO_LINE).await;
+            match exec.expect_ok().await.and(sent) {
+                Ok(()) => Ok(()),
+                Err(e) => Err(self.protected_or(path, &canon, e)),
+            }
         }
-        let sent = exec.send(GO_LINE).await;
-        match exec.expect_ok().await.and(sent) {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.protected_or(path, &canon, e)),
-        }
+        .await;
+        self.release(exec).await;
+        result
     }
 
     async fn metadata(&self, path: &Path) -> Result<FileMeta, FsError> {
         let mut exec = self
             .helper("stat", path, FileOp::Stat(path.to_path_buf()))
             .await?;
-        let canon = exec.expect_canon().await?;
-        self.rules.check_read(path, &canon)?;
-        let stat = match exec.expect().await? {
-            FsRecord::Stat(stat) => stat,
-            other => return Err(exec.backend_err(format!("unexpected answer {other:?}"))),
-        };
-        Ok(FileMeta {
-            kind: stat.kind,
-            size: stat.size,
-            mode: stat.mode,
-            writable: stat.unprivileged_writable(self.uid, &[self.gid])
-                && self.rules.allows_write(&canon),
-        })
+        let result = async {
+            let canon = exec.expect_canon().await?;
+            self.rules.check_read(path, &canon)?;
+            let stat = match exec.expect().await? {
+                FsRecord::Stat(stat) => stat,
+                other => return Err(exec.backend_err(format!("unexpected answer {other:?}"))),
+            };
+            Ok(FileMeta {
+                kind: stat.kind,
+                size: stat.size,
+                mode: stat.mode,
+                writable: stat.unprivileged_writable(self.uid, &[self.gid])
+                    && self.rules.allows_write(&canon),
+            })
+        }
+        .await;
+        self.release(exec).await;
+        result
     }
 
     async fn read_dir(&self, path: &Path) -> Result<Vec<DirEntry>, FsError> {
         let mut exec = self
             .helper("list", path, FileOp::List(path.to_path_buf()))
             .await?;
-        let canon = exec.expect_canon().await?;
-        self.rules.check_read(path, &canon)?;
-        let mut entries = Vec::new();
-        loop {
-            match exec.expect().await? {
-                FsRecord::Ent(entry) => entries.push(entry),
-                FsRecord::Ok => return Ok(entries),
-                other => return Err(exec.backend_err(format!("unexpected answer {other:?}"))),
+        let result = async {
+            let canon = exec.expect_canon().await?;
+            self.rules.check_read(path, &canon)?;
+            let mut entries = Vec::new();
+            loop {
+                match exec.expect().await? {
+                    FsRecord::Ent(entry) => entries.push(entry),
+                    FsRecord::Ok => return Ok(entries),
+                    other => {
+                        return Err(exec.backend_err(format!("unexpected answer {other:?}")));
+                    }
+                }
             }
         }
+        .await;
+        self.release(exec).await;
+        result
     }
 
     async fn canonicalize(&self, path: &Path) -> Result<PathBuf, FsError> {
         let mut exec = self
             .helper("resolve", path, FileOp::Canon(path.to_path_buf()))
             .await?;
-        let canon = exec.expect_canon().await?;
-        exec.expect_ok().await?;
-        if self.rules.is_denied(&canon) {
-            return Err(FsError::Denied { path: canon });
+        let result = async {
+            let canon = exec.expect_canon().await?;
+            exec.expect_ok().await?;
+            if self.rules.is_denied(&canon) {
+                return Err(FsError::Denied { path: canon });
+            }
+            Ok(canon)
         }
-        Ok(canon)
+        .await;
+        self.release(exec).await;
+        result
     }
 
     async fn create_spill_file(&self) -> Result<(PathBuf, SpillWriter), FsError> {
         let name = spill_file_name();
         let path = self.spill_dir.join(&name);
         let mut exec = self
-            .helper(
+            .oneshot_helper(
                 "create",
                 &path,
                 FileOp::Spill {

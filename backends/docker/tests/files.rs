@@ -445,3 +445,34 @@ async fn denied_paths_are_hidden_from_commands_too() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_after_a_refused_write_are_unaffected() {
+    // A write the helper refuses before reading its data (missing parent, a directory)
+    // must not leave that data in front of the next request to the same worker.
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::write(ws.path().join("a.txt"), "alpha").expect("write");
+    let backend = session(&host, ws.path()).await;
+    let files = backend.files();
+    let in_time = std::time::Duration::from_secs(30);
+    for (target, payload) in [
+        ("/workspace/missing/x", b"x".repeat(3)),
+        ("/workspace", b"y".repeat(200_000)),
+    ] {
+        let refused = tokio::time::timeout(in_time, files.write_file(&p(target), &payload))
+            .await
+            .expect("the refused write returns");
+        assert!(refused.is_err(), "{target}");
+        let read = tokio::time::timeout(in_time, files.read_file(&p("/workspace/a.txt")))
+            .await
+            .expect("the next operation is served");
+        assert_eq!(read.expect("read"), b"alpha");
+        tokio::time::timeout(in_time, files.write_file(&p("/workspace/b.txt"), b"beta"))
+            .await
+            .expect("the next write is served")
+            .expect("write");
+        assert_eq!(std::fs::read(ws.path().join("b.txt")).expect("b"), b"beta");
+    }
+    backend.shutdown().await;
+}
