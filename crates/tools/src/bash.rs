@@ -1477,6 +1477,46 @@ mod tests {
         assert_eq!(text(&result), "ready\n\n\nCommand aborted");
     }
 
+    /// Per-call overhead of the tool itself (no sandbox: a plain process backend) against a
+    /// bare `bash -c true` spawn, interleaved; run with
+    /// `cargo test -p cordon-tools --release bash::tests::tool_overhead -- --ignored --nocapture`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "benchmark: run explicitly in release mode"]
+    async fn tool_overhead() {
+        let harness = Harness::new(ProcessBash::new());
+        let bare = || {
+            let status = std::process::Command::new("bash")
+                .args(["-c", "true"])
+                .stdin(std::process::Stdio::null())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        };
+        let (mut tool, mut spawn) = (Vec::new(), Vec::new());
+        for round in 0..430 {
+            let start = std::time::Instant::now();
+            let result = harness.call(json!({"command": "true"})).await;
+            let took = start.elapsed();
+            assert!(!result.is_error);
+            let start = std::time::Instant::now();
+            bare();
+            let bare_took = start.elapsed();
+            if round >= 30 {
+                tool.push(took);
+                spawn.push(bare_took);
+            }
+        }
+        tool.sort();
+        spawn.sort();
+        let (tool, spawn) = (tool[tool.len() / 2], spawn[spawn.len() / 2]);
+        println!(
+            "bash tool `true` (no sandbox) p50 {:.3} ms; bare `bash -c true` p50 {:.3} ms; ratio {:.2}x",
+            tool.as_secs_f64() * 1e3,
+            spawn.as_secs_f64() * 1e3,
+            tool.as_secs_f64() / spawn.as_secs_f64()
+        );
+    }
+
     /// Throughput of the whole tool on real processes; run with
     /// `cargo test -p cordon-tools --release bash::tests::throughput -- --ignored --nocapture`.
     /// Prints a baseline (the same producer writing straight to a file) next to the tool with
