@@ -31,6 +31,7 @@
 
 pub mod exec;
 pub mod files;
+pub mod pool;
 pub mod quote;
 pub mod records;
 pub mod search;
