@@ -73,11 +73,7 @@ impl Inner {
                 request.clone(),
             )
             .await?;
-            let stale = lease.pooled
-                && !outcome.answered
-                && outcome.status.is_none()
-                && !outcome.kill_sent
-                && !retried;
+            let stale = lease.pooled && outcome.unanswered() && !retried;
             if stale {
                 retried = true;
                 continue;

@@ -104,11 +104,7 @@ impl Inner {
                 continue;
             }
             let outcome = drive(event_stream(&mut lease.exec), control, request.clone()).await?;
-            let stale = lease.pooled
-                && !outcome.answered
-                && outcome.status.is_none()
-                && !outcome.kill_sent
-                && !retried;
+            let stale = lease.pooled && outcome.unanswered() && !retried;
             if stale {
                 // The idle worker was gone before it read the request: nothing ran.
                 retried = true;

@@ -263,6 +263,14 @@ pub struct DriveOutcome {
     pub transport_error: Option<String>,
 }
 
+impl DriveOutcome {
+    /// The worker never answered and nothing was killed: it was gone before it read the
+    /// request, so nothing ran and the request may go to a fresh worker.
+    pub fn unanswered(&self) -> bool {
+        !self.answered && self.status.is_none() && !self.kill_sent
+    }
+}
+
 /// Drive a started job to completion; see the module docs. `events` are the worker's streams
 /// (ending when they close); `control` is its stdin.
 pub async fn drive<S, W>(
