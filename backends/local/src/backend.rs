@@ -45,12 +45,38 @@ pub(crate) struct Shared {
     pub spec: SandboxSpec,
     /// The shell commands run with (`bash`, else `sh`).
     pub shell: PathBuf,
-    /// The command sandbox (or why commands cannot run).
-    pub sandbox: CommandSandbox,
+    /// The command sandbox (or why commands cannot run), prepared when the first command
+    /// runs: a session that only reads and edits files never builds it.
+    sandbox: std::sync::OnceLock<CommandSandbox>,
+    /// What the command sandbox is prepared from.
+    sandbox_config: cordon_sandbox::SandboxConfig,
+    /// The host's sandbox support (or the subset a test simulates).
+    host_support: cordon_sandbox::HostSupport,
+    /// The layers commands run without (decided from the configuration and the host
+    /// support alone, exactly as preparing the sandbox decides it).
+    missing_layers: Vec<String>,
+    /// The commands' private `TMPDIR` (created with the backend, so file operations can use
+    /// it before the sandbox exists).
+    command_tmp: PathBuf,
     /// Expands the protected/denied patterns before each command.
     pub expander: std::sync::Mutex<Expander>,
     /// What both layers grant.
     pub layout: Layout,
+}
+
+impl Shared {
+    /// The command sandbox, prepared on first use (a failure is kept: every command then
+    /// fails with it, fail closed).
+    pub(crate) fn sandbox(&self) -> &CommandSandbox {
+        self.sandbox.get_or_init(|| {
+            CommandSandbox::prepare(self.sandbox_config.clone(), Some(self.host_support))
+        })
+    }
+
+    /// Whether the command sandbox has been prepared yet.
+    pub(crate) fn sandbox_prepared(&self) -> bool {
+        self.sandbox.get().is_some()
+    }
 }
 
 /// Cordon's local backend: confined file operations, in-process search and commands on this
@@ -131,15 +157,31 @@ impl LocalBackend {
             spill: &state.spill_path,
             defaults,
         })?;
-        let sandbox =
-            CommandSandbox::prepare(layout.sandbox_config(&spec, state.tmp.path()), support);
-        let session_dirs: Vec<PathBuf> = match &sandbox {
-            CommandSandbox::Ready(sandbox) => vec![
-                sandbox.tmp_dir().to_path_buf(),
-                sandbox.home_dir().to_path_buf(),
-            ],
-            CommandSandbox::Unavailable { .. } => Vec::new(),
-        };
+        // The session directory's TMPDIR and HOME exist from the start (file operations may
+        // use them); the sandbox itself is prepared by the first command.
+        let session_dir = state.tmp.path().join("sandbox");
+        let command_tmp = session_dir.join("tmp");
+        let command_home = session_dir.join("home");
+        for dir in [&session_dir, &command_tmp, &command_home] {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir)
+                .map_err(|source| LocalError::StateDir {
+                    op: "create",
+                    path: dir.clone(),
+                    source,
+                })?;
+        }
+        let mut sandbox_config = layout.sandbox_config(&spec, state.tmp.path());
+        sandbox_config.session_dir = Some(session_dir);
+        let host_support = support.unwrap_or_else(cordon_sandbox::probe);
+        // A sandbox that cannot run at all runs nothing, so nothing is degraded.
+        let missing_layers = sandbox_config
+            .missing_layers(&host_support)
+            .map(|layers| layers.iter().map(|l| l.name().to_owned()).collect())
+            .unwrap_or_default();
+        let session_dirs = vec![command_tmp.clone(), command_home];
         let mut roots = Vec::new();
         for spec_root in layout.file_roots(&session_dirs) {
             if let Some(root) = open_root(spec_root)? {
@@ -166,7 +208,11 @@ impl LocalBackend {
             state,
             spec,
             shell,
-            sandbox,
+            sandbox: std::sync::OnceLock::new(),
+            sandbox_config,
+            host_support,
+            missing_layers,
+            command_tmp,
             expander: std::sync::Mutex::new(expander),
             layout,
         });
@@ -183,6 +229,12 @@ impl LocalBackend {
         &self.shared.root
     }
 
+    /// Whether the command sandbox has been built yet: the first command builds it, so a
+    /// session that only uses file tools never pays for it.
+    pub fn command_sandbox_prepared(&self) -> bool {
+        self.shared.sandbox_prepared()
+    }
+
     /// The spec this backend enforces.
     pub fn spec(&self) -> &SandboxSpec {
         &self.shared.spec
@@ -193,14 +245,10 @@ impl LocalBackend {
         &self.shared.state.spill_path
     }
 
-    /// The private temp directory given to commands as `TMPDIR` (0700, removed on shutdown),
-    /// writable by file operations too. Inside the backend's private state directory when the
-    /// command sandbox is unavailable.
+    /// The private temp directory given to commands as `TMPDIR` (0700, inside the backend's
+    /// private state directory, removed on shutdown), writable by file operations too.
     pub fn command_tmp_dir(&self) -> &Path {
-        match &self.shared.sandbox {
-            CommandSandbox::Ready(sandbox) => sandbox.tmp_dir(),
-            CommandSandbox::Unavailable { .. } => self.shared.state.tmp.path(),
-        }
+        &self.shared.command_tmp
     }
 
     /// The allowed roots of the file operations as `(canonical path, writable)`, most
@@ -251,7 +299,7 @@ impl Backend for LocalBackend {
     }
 
     fn missing_layers(&self) -> Vec<String> {
-        self.shared.sandbox.missing_layers()
+        self.shared.missing_layers.clone()
     }
 
     async fn shutdown(&self) {

@@ -105,19 +105,6 @@ impl CommandSandbox {
             },
         }
     }
-
-    /// The layers not in force: non-empty only for a degraded sandbox the spec allowed
-    /// (a sandbox that cannot run at all runs nothing, so nothing is degraded).
-    pub(crate) fn missing_layers(&self) -> Vec<String> {
-        match self {
-            CommandSandbox::Ready(sandbox) => sandbox
-                .missing_layers()
-                .iter()
-                .map(|layer| layer.name().to_owned())
-                .collect(),
-            CommandSandbox::Unavailable { .. } => Vec::new(),
-        }
-    }
 }
 
 /// The sandbox layer an error is about, for [`ExecError::Sandbox`].
@@ -333,7 +320,7 @@ impl BashOperations for LocalBash {
             timeout,
             env,
         } = request;
-        let sandbox = match &self.shared.sandbox {
+        let sandbox = match self.shared.sandbox() {
             CommandSandbox::Ready(sandbox) => Arc::clone(sandbox),
             CommandSandbox::Unavailable { layer, reason } => {
                 // Fail closed: no command runs outside the sandbox the spec asks for.

@@ -204,6 +204,7 @@ impl Layout {
             },
             env,
             session_parent: Some(session_parent.to_path_buf()),
+            session_dir: None,
             allow_degraded: spec.allow_degraded,
         }
     }

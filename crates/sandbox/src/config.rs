@@ -43,6 +43,11 @@ pub struct SandboxConfig {
     /// Directory in which the per-session directory (TMPDIR, HOME, masks) is created.
     /// `None` means the system temporary directory.
     pub session_parent: Option<PathBuf>,
+    /// Use exactly this directory as the session directory instead of a new one in
+    /// `session_parent`. The caller may have created it and its `tmp` and `home`
+    /// subdirectories already (mode 0700, real directories), e.g. to hand them out before the
+    /// sandbox is prepared; the rest is created at prepare time. Removed with the sandbox.
+    pub session_dir: Option<PathBuf>,
     /// Accept a weaker sandbox when the kernel lacks a required layer. When `false` (the
     /// default) a missing layer is an error naming it.
     pub allow_degraded: bool,
@@ -329,6 +334,32 @@ impl SandboxConfig {
                 requirement.map(|requirement| (layer, requirement))
             })
             .collect()
+    }
+
+    /// The layers a sandbox prepared from this configuration on a host like `support` runs
+    /// without: `Err` with the required ones when it cannot run at all (a required layer is
+    /// missing and `allow_degraded` is off), else the missing layers, sorted (empty: the
+    /// full sandbox). [`crate::PreparedSandbox`] decides with exactly this.
+    pub fn missing_layers(&self, support: &HostSupport) -> Result<Vec<Layer>, Vec<Layer>> {
+        let requirements = self.layer_requirements(support);
+        let missing_required: Vec<Layer> = requirements
+            .iter()
+            .filter(|(layer, requirement)| {
+                *requirement == Requirement::Required && !support.supports(*layer)
+            })
+            .map(|(layer, _)| *layer)
+            .collect();
+        if !missing_required.is_empty() && !self.allow_degraded {
+            return Err(missing_required);
+        }
+        let mut missing: Vec<Layer> = requirements
+            .iter()
+            .map(|(layer, _)| *layer)
+            .filter(|layer| !support.supports(*layer))
+            .collect();
+        missing.sort();
+        missing.dedup();
+        Ok(missing)
     }
 
     /// A configuration with the host defaults filled in (see [`HostDefaults`]); add the

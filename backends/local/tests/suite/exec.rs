@@ -544,3 +544,49 @@ fn cordon_sandbox_probe() -> HostSupport {
     );
     probe
 }
+
+/// The command sandbox is built by the first command, not with the backend: file tools work
+/// (the commands' TMPDIR included) before it exists, and what they put in TMPDIR is what the
+/// first command finds there.
+#[tokio::test]
+async fn the_command_sandbox_is_built_by_the_first_command() {
+    let fx = Fixture::new();
+    assert!(!fx.backend.command_sandbox_prepared());
+    let tmp = fx.backend.command_tmp_dir().to_path_buf();
+    let session = tmp.parent().unwrap().to_path_buf();
+    assert!(tmp.is_dir() && session.join("home").is_dir());
+    assert!(
+        !session.join("mask").exists(),
+        "nothing of the sandbox is built yet"
+    );
+    fx.files()
+        .write_file(&tmp.join("note.txt"), b"from the write tool")
+        .await
+        .expect("TMPDIR is writable by file tools before any command");
+    fx.put("a.txt", "alpha");
+    assert_eq!(
+        fx.files().read_file(&fx.at("a.txt")).await.unwrap(),
+        b"alpha"
+    );
+    assert!(!fx.backend.command_sandbox_prepared());
+    let (output, outcome) = run(
+        &*fx.bash(),
+        ExecRequest {
+            command: "cat \"$TMPDIR/note.txt\"; echo; [ \"$TMPDIR\" = \"$EXPECTED\" ] && echo same"
+                .into(),
+            cwd: fx.ws.clone(),
+            timeout: Duration::from_secs(30),
+            env: vec![("EXPECTED".into(), tmp.display().to_string())],
+        },
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(
+        outcome.unwrap().status,
+        Some(ExitStatus::Code(0)),
+        "{output}"
+    );
+    assert_eq!(output, "from the write tool\nsame\n");
+    assert!(fx.backend.command_sandbox_prepared());
+    assert!(session.join("mask").exists());
+}

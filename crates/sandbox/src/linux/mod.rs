@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 pub use defaults::{host_defaults, host_defaults_for_home};
 pub use probe::probe;
 
-use crate::config::{ExitStatus, HostSupport, Layer, Requirement, SandboxConfig, SpawnRequest};
+use crate::config::{ExitStatus, HostSupport, Layer, SandboxConfig, SpawnRequest};
 use crate::error::{SandboxError, SetupStep};
 use child::{ChildMount, CommandPlan, InitPlan};
 use landlock::{Access, PathRule};
@@ -130,6 +130,44 @@ impl Drop for SessionDir {
 static SESSION_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl SessionDir {
+    /// The session directory at `root`, which may exist already with `tmp` and `home` (real
+    /// directories, not symlinks, accessible to us only); everything else is created new.
+    fn create_at(root: PathBuf) -> Result<SessionDir, SandboxError> {
+        let reuse = |path: &Path| -> Result<bool, SandboxError> {
+            match std::fs::symlink_metadata(path) {
+                Ok(meta) if meta.is_dir() && meta.permissions().mode() & 0o077 == 0 => Ok(true),
+                Ok(_) => Err(SandboxError::SessionDir {
+                    path: path.to_owned(),
+                    source: io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        "exists and is not a private directory",
+                    ),
+                }),
+                Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+                Err(source) => Err(SandboxError::SessionDir {
+                    path: path.to_owned(),
+                    source,
+                }),
+            }
+        };
+        let make = |path: &Path| -> Result<(), SandboxError> {
+            if reuse(path)? {
+                return Ok(());
+            }
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(path)
+                .map_err(|source| SandboxError::SessionDir {
+                    path: path.to_owned(),
+                    source,
+                })
+        };
+        make(&root)?;
+        make(&root.join("tmp"))?;
+        make(&root.join("home"))?;
+        SessionDir::fill(root)
+    }
+
     fn create(parent: &Path) -> Result<SessionDir, SandboxError> {
         let pid = std::process::id();
         let mut attempt = 0;
@@ -161,12 +199,26 @@ impl SessionDir {
                     source,
                 })
         };
+        make(&root.join("tmp"), 0o700)?;
+        make(&root.join("home"), 0o700)?;
+        SessionDir::fill(root)
+    }
+
+    /// Create the parts after `tmp` and `home` (private `/dev/shm`, masks) in `root`.
+    fn fill(root: PathBuf) -> Result<SessionDir, SandboxError> {
+        let make = |path: &Path, mode: u32| {
+            std::fs::DirBuilder::new()
+                .mode(mode)
+                .create(path)
+                .map_err(|source| SandboxError::SessionDir {
+                    path: path.to_owned(),
+                    source,
+                })
+        };
         let tmp = root.join("tmp");
         let home = root.join("home");
         let shm = root.join("shm");
         let mask = root.join("mask");
-        make(&tmp, 0o700)?;
-        make(&home, 0o700)?;
         make(&shm, 0o700)?;
         make(&mask, 0o700)?;
         make(&mask.join("dir"), 0o000)?;
@@ -296,34 +348,18 @@ impl PreparedSandbox {
             limits,
             env,
             session_parent,
+            session_dir,
             allow_degraded,
         } = config;
 
-        let requirements = SandboxConfig {
+        let missing = SandboxConfig {
             network,
             limits,
+            allow_degraded,
             ..SandboxConfig::default()
         }
-        .layer_requirements(&support);
-        let missing_required: Vec<Layer> = requirements
-            .iter()
-            .filter(|(layer, requirement)| {
-                *requirement == Requirement::Required && !support.supports(*layer)
-            })
-            .map(|(layer, _)| *layer)
-            .collect();
-        if !missing_required.is_empty() && !allow_degraded {
-            return Err(SandboxError::MissingLayers {
-                layers: missing_required,
-            });
-        }
-        let mut missing: Vec<Layer> = requirements
-            .iter()
-            .map(|(layer, _)| *layer)
-            .filter(|layer| !support.supports(*layer))
-            .collect();
-        missing.sort();
-        missing.dedup();
+        .missing_layers(&support)
+        .map_err(|layers| SandboxError::MissingLayers { layers })?;
 
         // A read root that does not exist (any more) grants nothing: skipping it is safe, and
         // host defaults list files that come and go (e.g. SQLite journals under ~/.cargo).
@@ -347,7 +383,10 @@ impl PreparedSandbox {
             Some(parent) => canonical_existing(&parent)?,
             None => canonical_existing(&std::env::temp_dir())?,
         };
-        let session = SessionDir::create(&session_parent)?;
+        let session = match session_dir {
+            Some(dir) => SessionDir::create_at(canonical_lenient(&dir)?)?,
+            None => SessionDir::create(&session_parent)?,
+        };
         let shm_path = PathBuf::from(OsStr::from_bytes(session.shm.as_bytes()));
 
         let namespaces = support.namespaces();

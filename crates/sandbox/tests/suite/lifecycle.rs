@@ -218,3 +218,48 @@ fn environment_secrets_of_the_parent_never_reach_the_command() {
         "the parent's arguments are visible: {all}"
     );
 }
+
+#[tokio::test]
+async fn a_given_session_directory_is_used_and_only_private_directories_are_reused() {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let fx = Fixture::new();
+    let session = fx.out.join("session");
+    for dir in [session.clone(), session.join("tmp"), session.join("home")] {
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+    }
+    std::fs::write(session.join("tmp/early.txt"), "placed before prepare\n").unwrap();
+    let mut config = fx.config();
+    config.session_dir = Some(session.clone());
+    let sandbox = cordon_sandbox::PreparedSandbox::prepare(config).expect("prepare");
+    assert_eq!(sandbox.tmp_dir(), session.join("tmp"));
+    assert_eq!(sandbox.home_dir(), session.join("home"));
+    let output = run_in(&sandbox, &fx.ws, "cat \"$TMPDIR/early.txt\"").await;
+    assert_eq!(output.stdout, "placed before prepare\n", "{}", output.all());
+    drop(sandbox);
+    assert!(!session.exists(), "removed with the sandbox");
+
+    // An existing TMPDIR others can enter, or a symlink, is refused.
+    for bad in ["shared", "link"] {
+        let session = fx.out.join(format!("session-{bad}"));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&session)
+            .unwrap();
+        if bad == "shared" {
+            std::fs::create_dir(session.join("tmp")).unwrap();
+            std::fs::set_permissions(session.join("tmp"), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+        } else {
+            std::os::unix::fs::symlink(&fx.out, session.join("tmp")).unwrap();
+        }
+        let mut config = fx.config();
+        config.session_dir = Some(session.clone());
+        match cordon_sandbox::PreparedSandbox::prepare(config) {
+            Err(cordon_sandbox::SandboxError::SessionDir { path, .. }) => {
+                assert_eq!(path, session.join("tmp"), "{bad}")
+            }
+            Err(other) => panic!("{bad}: unexpected error {other}"),
+            Ok(_) => panic!("{bad}: a non-private TMPDIR was accepted"),
+        }
+    }
+}
