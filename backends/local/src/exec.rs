@@ -407,7 +407,8 @@ async fn supervise(run: Supervised<'_>) -> ExecOutcome {
         cancel,
         output,
     } = run;
-    let mut buf = vec![0u8; CHUNK];
+    // Reserved, not zeroed: a command that prints little touches only the pages it fills.
+    let mut buf: Vec<u8> = Vec::with_capacity(CHUNK);
     let mut termination = Termination::Exited;
     // None: still running; Some(status): exited (status None if it could not be learned).
     let mut exited: Option<Option<ExitStatus>> = None;
@@ -449,7 +450,7 @@ async fn supervise(run: Supervised<'_>) -> ExecOutcome {
                 exited_at = Some(now);
                 idle_until = now + DRAIN_IDLE;
             }
-            read = reader.read(&mut buf), if pipe_open && pending.is_none() => {
+            read = reader.read_buf(&mut buf), if pipe_open && pending.is_none() => {
                 match read {
                     Ok(0) => pipe_open = false,
                     Ok(n) => {
@@ -459,6 +460,7 @@ async fn supervise(run: Supervised<'_>) -> ExecOutcome {
                         if listener {
                             pending = Some(buf[..n].to_vec());
                         }
+                        buf.clear();
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(_) => pipe_open = false,
