@@ -44,6 +44,13 @@ pub fn validate_tool_arguments(
     GLOBAL_CACHE.validate(tool_name, schema, args)
 }
 
+/// Build what every first schema compilation needs (the JSON Schema meta-schema's own
+/// validator) ahead of time: a CLI that runs one call does this on another thread while it
+/// opens its session. Safe to call at any time, any number of times.
+pub fn warm_up() {
+    let _ = jsonschema::validator_for(&serde_json::json!({"type": "object"}));
+}
+
 /// A cache of compiled validators, keyed by tool name and checked against the schema so a
 /// tool whose schema changes is recompiled rather than validated against a stale schema.
 #[derive(Default)]

@@ -40,6 +40,8 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     if !arguments.is_object() {
         bail!("invalid ARGS_JSON {args_json:?}: expected a JSON object");
     }
+    // The schema validator's one-time set-up overlaps opening the session.
+    std::thread::spawn(cordon_core::validate::warm_up);
     let session = common.open_session().await?;
     let control = RunControl::new(cancel_on_ctrl_c(), Arc::new(|_event: AgentEvent| {}));
     let call = ToolCall {
