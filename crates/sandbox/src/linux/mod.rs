@@ -129,6 +129,17 @@ impl Drop for SessionDir {
 
 static SESSION_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// `mkdir` with `mode` (it must not exist), as a session-directory error.
+fn make_session_dir(path: &Path, mode: u32) -> Result<(), SandboxError> {
+    std::fs::DirBuilder::new()
+        .mode(mode)
+        .create(path)
+        .map_err(|source| SandboxError::SessionDir {
+            path: path.to_owned(),
+            source,
+        })
+}
+
 impl SessionDir {
     /// The session directory at `root`, which may exist already with `tmp` and `home` (real
     /// directories, not symlinks, accessible to us only); everything else is created new.
@@ -154,13 +165,7 @@ impl SessionDir {
             if reuse(path)? {
                 return Ok(());
             }
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(path)
-                .map_err(|source| SandboxError::SessionDir {
-                    path: path.to_owned(),
-                    source,
-                })
+            make_session_dir(path, 0o700)
         };
         make(&root)?;
         make(&root.join("tmp"))?;
@@ -190,31 +195,14 @@ impl SessionDir {
                 }
             }
         };
-        let make = |path: &Path, mode: u32| {
-            std::fs::DirBuilder::new()
-                .mode(mode)
-                .create(path)
-                .map_err(|source| SandboxError::SessionDir {
-                    path: path.to_owned(),
-                    source,
-                })
-        };
-        make(&root.join("tmp"), 0o700)?;
-        make(&root.join("home"), 0o700)?;
+        make_session_dir(&root.join("tmp"), 0o700)?;
+        make_session_dir(&root.join("home"), 0o700)?;
         SessionDir::fill(root)
     }
 
     /// Create the parts after `tmp` and `home` (private `/dev/shm`, masks) in `root`.
     fn fill(root: PathBuf) -> Result<SessionDir, SandboxError> {
-        let make = |path: &Path, mode: u32| {
-            std::fs::DirBuilder::new()
-                .mode(mode)
-                .create(path)
-                .map_err(|source| SandboxError::SessionDir {
-                    path: path.to_owned(),
-                    source,
-                })
-        };
+        let make = make_session_dir;
         let tmp = root.join("tmp");
         let home = root.join("home");
         let shm = root.join("shm");
