@@ -6,10 +6,8 @@
 //! output.
 
 use async_trait::async_trait;
-use cordon_remote::exec::{
-    DriveOutcome, DriveRequest, ExecJob, KILL_GRACE, drive, kill_argv, new_tag, shell_status,
-};
-use cordon_remote::worker::{WorkerRequest, new_request_id};
+use cordon_remote::exec::{DriveOutcome, DriveRequest, KILL_GRACE, drive, kill_argv, shell_status};
+use cordon_remote::worker::ExecLine;
 use cordon_tools::ops::{BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
@@ -107,19 +105,10 @@ impl BashOperations for Inner {
                 termination: cordon_tools::ops::Termination::Cancelled,
             });
         }
-        let tag = new_tag();
-        let id = new_request_id();
-        let line = WorkerRequest::Exec(ExecJob {
-            tag: tag.clone(),
-            cwd: cwd.clone(),
-            command,
-            env,
-            kill_grace_ms: KILL_GRACE.as_millis() as u64,
-        })
-        .line(&id)
-        .map_err(|e| ExecError::Spawn {
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
-        })?;
+        let ExecLine { tag, id, line } =
+            ExecLine::new(command, cwd.clone(), env).map_err(|e| ExecError::Spawn {
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+            })?;
         let result = self
             .run_request(
                 &line,

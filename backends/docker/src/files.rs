@@ -309,6 +309,39 @@ impl Inner {
         result.map(|()| data)
     }
 
+    /// Run `file_op` on a worker and let `work` read its answer, then finish the request and
+    /// keep the worker for the next call, unless `work` failed and `reuse_after_error` is
+    /// off.
+    async fn on_worker<T>(
+        &self,
+        op: &'static str,
+        path: &Path,
+        file_op: FileOp,
+        reuse_after_error: bool,
+        work: impl AsyncFnOnce(&mut HelperExec) -> Result<T, FsError>,
+    ) -> Result<T, FsError> {
+        let mut exec = self.helper(op, path, file_op).await?;
+        let result = work(&mut exec).await;
+        if result.is_ok() || reuse_after_error {
+            self.release(exec).await;
+        } else {
+            drop(exec);
+            self.keep_a_spare();
+        }
+        result
+    }
+
+    /// The first step of a mutation: the canonical path, judged by the write rules; a
+    /// refusal is sent to the helper (`stop`) before it touches anything.
+    async fn approve_write(&self, exec: &mut HelperExec, path: &Path) -> Result<PathBuf, FsError> {
+        let canon = exec.expect_canon().await?;
+        if let Err(e) = self.rules.check_write(path, &canon) {
+            let _ = exec.send(STOP_LINE).await;
+            return Err(e);
+        }
+        Ok(canon)
+    }
+
     fn protected_or(&self, path: &Path, canon: &Path, err: FsError) -> FsError {
         if is_read_only_fs(&err) && self.rules.is_protected(canon) {
             FsError::Protected {
@@ -393,15 +426,11 @@ impl FileOperations for Inner {
     }
 
     async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), FsError> {
-        let mut exec = self
-            .helper("write", path, FileOp::Write(path.to_path_buf()))
-            .await?;
-        let result = async {
-            let canon = exec.expect_canon().await?;
-            if let Err(e) = self.rules.check_write(path, &canon) {
-                let _ = exec.send(STOP_LINE).await;
-                return Err(e);
-            }
+        // The helper may refuse before reading the data, which would then sit in the worker's
+        // input: after a failed write the worker serves no further request.
+        let op = FileOp::Write(path.to_path_buf());
+        self.on_worker("write", path, op, false, async |exec: &mut HelperExec| {
+            let canon = self.approve_write(exec, path).await?;
             // The helper checks the file system after our answer and may refuse without
             // reading the data; its records, not a failed send, say what happened.
             let mut sent = exec.send(&go_line(data.len())).await;
@@ -415,45 +444,26 @@ impl FileOperations for Inner {
                 Ok(()) => sent,
                 Err(e) => Err(self.protected_or(path, &canon, e)),
             }
-        }
-        .await;
-        if result.is_ok() {
-            self.release(exec).await;
-        } else {
-            // The helper may have refused before reading the data, which would then sit in
-            // the worker's input: this worker serves no further request.
-            drop(exec);
-            self.keep_a_spare();
-        }
-        result
+        })
+        .await
     }
 
     async fn create_dir_all(&self, path: &Path) -> Result<(), FsError> {
-        let mut exec = self
-            .helper("mkdir", path, FileOp::Mkdir(path.to_path_buf()))
-            .await?;
-        let result = async {
-            let canon = exec.expect_canon().await?;
-            if let Err(e) = self.rules.check_write(path, &canon) {
-                let _ = exec.send(STOP_LINE).await;
-                return Err(e);
-            }
+        let op = FileOp::Mkdir(path.to_path_buf());
+        self.on_worker("mkdir", path, op, true, async |exec: &mut HelperExec| {
+            let canon = self.approve_write(exec, path).await?;
             let sent = exec.send(GO_LINE).await;
             match exec.expect_ok().await.and(sent) {
                 Ok(()) => Ok(()),
                 Err(e) => Err(self.protected_or(path, &canon, e)),
             }
-        }
-        .await;
-        self.release(exec).await;
-        result
+        })
+        .await
     }
 
     async fn metadata(&self, path: &Path) -> Result<FileMeta, FsError> {
-        let mut exec = self
-            .helper("stat", path, FileOp::Stat(path.to_path_buf()))
-            .await?;
-        let result = async {
+        let op = FileOp::Stat(path.to_path_buf());
+        self.on_worker("stat", path, op, true, async |exec: &mut HelperExec| {
             let canon = exec.expect_canon().await?;
             self.rules.check_read(path, &canon)?;
             let stat = match exec.expect().await? {
@@ -467,17 +477,13 @@ impl FileOperations for Inner {
                 writable: stat.unprivileged_writable(self.uid, &[self.gid])
                     && self.rules.allows_write(&canon),
             })
-        }
-        .await;
-        self.release(exec).await;
-        result
+        })
+        .await
     }
 
     async fn read_dir(&self, path: &Path) -> Result<Vec<DirEntry>, FsError> {
-        let mut exec = self
-            .helper("list", path, FileOp::List(path.to_path_buf()))
-            .await?;
-        let result = async {
+        let op = FileOp::List(path.to_path_buf());
+        self.on_worker("list", path, op, true, async |exec: &mut HelperExec| {
             let canon = exec.expect_canon().await?;
             self.rules.check_read(path, &canon)?;
             let mut entries = Vec::new();
@@ -490,27 +496,21 @@ impl FileOperations for Inner {
                     }
                 }
             }
-        }
-        .await;
-        self.release(exec).await;
-        result
+        })
+        .await
     }
 
     async fn canonicalize(&self, path: &Path) -> Result<PathBuf, FsError> {
-        let mut exec = self
-            .helper("resolve", path, FileOp::Canon(path.to_path_buf()))
-            .await?;
-        let result = async {
+        let op = FileOp::Canon(path.to_path_buf());
+        self.on_worker("resolve", path, op, true, async |exec: &mut HelperExec| {
             let canon = exec.expect_canon().await?;
             exec.expect_ok().await?;
             if self.rules.is_denied(&canon) {
                 return Err(FsError::Denied { path: canon });
             }
             Ok(canon)
-        }
-        .await;
-        self.release(exec).await;
-        result
+        })
+        .await
     }
 
     async fn create_spill_file(&self) -> Result<(PathBuf, SpillWriter), FsError> {

@@ -12,9 +12,9 @@
 
 use async_trait::async_trait;
 use cordon_remote::exec::{
-    DriveOutcome, DriveRequest, ExecJob, KILL_GRACE, TransportEvent, drive, kill_argv, new_tag,
+    DriveOutcome, DriveRequest, KILL_GRACE, TransportEvent, drive, kill_argv,
 };
-use cordon_remote::worker::{WorkerRequest, new_request_id};
+use cordon_remote::worker::ExecLine;
 use cordon_tools::ops::{
     BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, Termination,
 };
@@ -142,19 +142,10 @@ impl BashOperations for Inner {
                 termination: Termination::Cancelled,
             });
         }
-        let tag = new_tag();
-        let id = new_request_id();
-        let line = WorkerRequest::Exec(ExecJob {
-            tag: tag.clone(),
-            cwd: cwd.clone(),
-            command,
-            env: self.command_env(env),
-            kill_grace_ms: KILL_GRACE.as_millis() as u64,
-        })
-        .line(&id)
-        .map_err(|e| ExecError::Spawn {
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
-        })?;
+        let ExecLine { tag, id, line } = ExecLine::new(command, cwd.clone(), self.command_env(env))
+            .map_err(|e| ExecError::Spawn {
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+            })?;
         let result = self
             .run_request(
                 &line,

@@ -118,6 +118,40 @@ impl WorkerRequest {
     }
 }
 
+/// A command ready for a worker: the tag marking its processes, the request id (it ends the
+/// request's output) and the request line.
+#[derive(Clone, Debug)]
+pub struct ExecLine {
+    /// The tag of the command's processes (for a kill sweep).
+    pub tag: String,
+    /// The request id.
+    pub id: String,
+    /// What to write to the worker's stdin.
+    pub line: Vec<u8>,
+}
+
+impl ExecLine {
+    /// `command` in `cwd` with `env`, killed with [`crate::exec::KILL_GRACE`] between SIGTERM
+    /// and SIGKILL. Fails on arguments a shell word cannot carry (NUL bytes, bad names).
+    pub fn new(
+        command: String,
+        cwd: PathBuf,
+        env: Vec<(String, String)>,
+    ) -> Result<ExecLine, RemoteError> {
+        let tag = crate::exec::new_tag();
+        let id = new_request_id();
+        let line = WorkerRequest::Exec(ExecJob {
+            tag: tag.clone(),
+            cwd,
+            command,
+            env,
+            kill_grace_ms: crate::exec::KILL_GRACE.as_millis() as u64,
+        })
+        .line(&id)?;
+        Ok(ExecLine { tag, id, line })
+    }
+}
+
 /// A word for the worker's `eval "set -- …"`: single quotes, `'` as `'\''`, newline as
 /// `'"$NL"'` (the worker sets `NL` to a newline).
 fn quote_word(word: &str) -> String {
@@ -230,6 +264,35 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exec_line_carries_its_tag_and_id_and_refuses_nul() {
+        let exec = ExecLine::new(
+            "echo hi".to_owned(),
+            PathBuf::from("/w"),
+            vec![("A".to_owned(), "b".to_owned())],
+        )
+        .unwrap();
+        let text = String::from_utf8(exec.line.clone()).unwrap();
+        assert!(
+            text.starts_with(REQUEST_PREFIX) && text.ends_with('\n'),
+            "{text}"
+        );
+        assert!(
+            text.contains(&exec.tag) && text.contains(&exec.id),
+            "{text}"
+        );
+        assert_ne!(
+            ExecLine::new("x".to_owned(), PathBuf::from("/w"), vec![])
+                .unwrap()
+                .id,
+            exec.id
+        );
+        assert!(matches!(
+            ExecLine::new("a\0b".to_owned(), PathBuf::from("/w"), vec![]),
+            Err(RemoteError::InvalidArgument { .. })
+        ));
+    }
 
     #[test]
     fn request_lines_are_one_line_of_quoted_words() {
