@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cordon_remote::exec::{DriveOutcome, DriveRequest, ExecJob, KILL_GRACE, drive, new_tag};
+use cordon_remote::exec::{DriveOutcome, DriveRequest, KILL_GRACE, drive, new_tag};
 use cordon_remote::files::{FileOp, FsRecord, files_record_parser, go_line, parse_fs_record};
-use cordon_remote::worker::{EndMarker, PROCESS_HELPERS, WorkerRequest, new_request_id};
+use cordon_remote::worker::{EndMarker, ExecLine, PROCESS_HELPERS, WorkerRequest, new_request_id};
 use cordon_tools::ops::{ExecError, ExitStatus, Termination};
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -28,6 +28,18 @@ struct Ran {
     tag: String,
 }
 
+/// `command` in `/tmp` with a long timeout and no cancellation.
+async fn run(worker: &mut LocalWorker, command: &str) -> Ran {
+    request(
+        worker,
+        command,
+        Path::new("/tmp"),
+        LONG,
+        CancellationToken::new(),
+    )
+    .await
+}
+
 /// Send one exec request to `worker` and drive it.
 async fn request(
     worker: &mut LocalWorker,
@@ -36,16 +48,11 @@ async fn request(
     timeout: Duration,
     cancel: CancellationToken,
 ) -> Ran {
-    let tag = new_tag();
-    let id = new_request_id();
-    let line = WorkerRequest::Exec(ExecJob {
-        tag: tag.clone(),
-        cwd: cwd.to_path_buf(),
-        command: command.to_owned(),
-        env: vec![("GREETING".to_owned(), "hi 'there'".to_owned())],
-        kill_grace_ms: KILL_GRACE.as_millis() as u64,
-    })
-    .line(&id)
+    let ExecLine { tag, id, line } = ExecLine::new(
+        command.to_owned(),
+        cwd.to_path_buf(),
+        vec![("GREETING".to_owned(), "hi 'there'".to_owned())],
+    )
     .expect("line");
     worker.stdin.write_all(&line).await.expect("send request");
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(8);
@@ -176,28 +183,14 @@ async fn kill_zero_in_a_command_spares_the_worker() {
     for (shell, leader) in worker_setups() {
         let setup = format!("{shell:?} leader={leader}");
         let mut worker = start_worker(&shell, leader);
-        let ran = request(
-            &mut worker,
-            "trap 'echo term' TERM; kill 0; kill -KILL 0",
-            Path::new("/tmp"),
-            LONG,
-            CancellationToken::new(),
-        )
-        .await;
+        let ran = run(&mut worker, "trap 'echo term' TERM; kill 0; kill -KILL 0").await;
         assert_eq!(ran.output, "term\n", "{setup}");
         assert_eq!(
             reusable(&ran, &setup).status,
             Some(ExitStatus::Signal(9)),
             "{setup}"
         );
-        let ran = request(
-            &mut worker,
-            "echo alive",
-            Path::new("/tmp"),
-            LONG,
-            CancellationToken::new(),
-        )
-        .await;
+        let ran = run(&mut worker, "echo alive").await;
         assert_eq!(ran.output, "alive\n", "{setup}");
         reusable(&ran, &setup);
     }
@@ -208,13 +201,7 @@ async fn leftovers_and_timeouts_are_handled_within_a_request() {
     for (shell, leader) in worker_setups() {
         let setup = format!("{shell:?} leader={leader}");
         let mut worker = start_worker(&shell, leader);
-        let ran = request(
-            &mut worker,
-            "(sleep 306; echo late) & (while :; do echo tick; sleep 0.05; done) & setsid sleep 307 & echo early",
-            Path::new("/tmp"),
-            LONG,
-            CancellationToken::new(),
-        )
+        let ran = run(&mut worker, "(sleep 306; echo late) & (while :; do echo tick; sleep 0.05; done) & setsid sleep 307 & echo early")
         .await;
         assert!(ran.output.contains("early\n"), "{setup}: {}", ran.output);
         assert!(!ran.output.contains("late"), "{setup}");
@@ -254,14 +241,7 @@ async fn leftovers_and_timeouts_are_handled_within_a_request() {
         assert_eq!(outcome.termination, Termination::Cancelled, "{setup}");
         assert_eq!(tagged(&ran.tag), 0, "{setup}");
 
-        let ran = request(
-            &mut worker,
-            "echo next",
-            Path::new("/tmp"),
-            LONG,
-            CancellationToken::new(),
-        )
-        .await;
+        let ran = run(&mut worker, "echo next").await;
         assert_eq!(ran.output, "next\n", "{setup}");
         reusable(&ran, &setup);
     }
@@ -299,14 +279,7 @@ async fn a_scrubbed_escapee_is_found_while_it_holds_the_output() {
             "env -i setsid sh -c 'echo $$ > {}; exec sleep 308' & echo started",
             holder.display()
         );
-        let ran = request(
-            &mut worker,
-            &command,
-            Path::new("/tmp"),
-            LONG,
-            CancellationToken::new(),
-        )
-        .await;
+        let ran = run(&mut worker, &command).await;
         assert_eq!(ran.output, "started\n", "{setup}");
         let outcome = reusable(&ran, &setup);
         assert!(outcome.kill_sent, "{setup}: the holder was reported");
@@ -319,28 +292,14 @@ async fn a_scrubbed_escapee_is_found_while_it_holds_the_output() {
             "env -i setsid sh -c 'echo $$ > {}; exec sleep 309' >/dev/null 2>&1 & echo started",
             quiet.display()
         );
-        let ran = request(
-            &mut worker,
-            &command,
-            Path::new("/tmp"),
-            LONG,
-            CancellationToken::new(),
-        )
-        .await;
+        let ran = run(&mut worker, &command).await;
         assert_eq!(ran.output, "started\n", "{setup}");
         reusable(&ran, &setup);
         let pid = read_pid(&quiet);
         let _ = std::process::Command::new("kill")
             .args(["-KILL", &pid.to_string()])
             .status();
-        let ran = request(
-            &mut worker,
-            "echo next",
-            Path::new("/tmp"),
-            LONG,
-            CancellationToken::new(),
-        )
-        .await;
+        let ran = run(&mut worker, "echo next").await;
         assert_eq!(ran.output, "next\n", "{setup}");
         reusable(&ran, &setup);
     }
