@@ -68,9 +68,8 @@ impl Shared {
     /// The command sandbox, prepared on first use (a failure is kept: every command then
     /// fails with it, fail closed).
     pub(crate) fn sandbox(&self) -> &CommandSandbox {
-        self.sandbox.get_or_init(|| {
-            CommandSandbox::prepare(self.sandbox_config.clone(), Some(self.host_support))
-        })
+        self.sandbox
+            .get_or_init(|| CommandSandbox::prepare(self.sandbox_config.clone(), self.host_support))
     }
 
     /// Whether the command sandbox has been prepared yet.

@@ -87,17 +87,13 @@ pub(crate) enum CommandSandbox {
 }
 
 impl CommandSandbox {
-    /// Prepare the sandbox (for this host, or as if it supported exactly `support`), keeping
-    /// a failure as the error every command will get.
+    /// Prepare the sandbox for a host supporting `support` (this host's probe, or a subset
+    /// a test simulates), keeping a failure as the error every command will get.
     pub(crate) fn prepare(
         config: cordon_sandbox::SandboxConfig,
-        support: Option<HostSupport>,
+        support: HostSupport,
     ) -> CommandSandbox {
-        let prepared = match support {
-            Some(support) => PreparedSandbox::prepare_with_support(config, support),
-            None => PreparedSandbox::prepare(config),
-        };
-        match prepared {
+        match PreparedSandbox::prepare_with_support(config, support) {
             Ok(sandbox) => CommandSandbox::Ready(Arc::new(sandbox)),
             Err(error) => CommandSandbox::Unavailable {
                 layer: layer_of(&error),
