@@ -60,6 +60,22 @@ struct HelperExec {
 }
 
 impl HelperExec {
+    /// `exec` serving `op` on `path`: a worker's request with this id, or a one-shot exec.
+    fn new(exec: client::Exec, op: &'static str, path: &Path, request_id: Option<&str>) -> Self {
+        HelperExec {
+            output: exec.output,
+            input: exec.input,
+            parser: files_record_parser(),
+            queue: Default::default(),
+            stdout: Vec::new(),
+            op,
+            path: path.to_path_buf(),
+            request: request_id.map(|id| (id.to_owned(), EndMarker::new(id), false)),
+            id: exec.id,
+            answered: false,
+        }
+    }
+
     fn backend_err(&self, reason: impl Into<String>) -> FsError {
         FsError::Backend {
             op: self.op,
@@ -193,18 +209,7 @@ impl Inner {
                 .take(&self.docker, &self.container)
                 .await
                 .map_err(&backend_err)?;
-            let mut helper = HelperExec {
-                output: exec.output,
-                input: exec.input,
-                parser: files_record_parser(),
-                queue: Default::default(),
-                stdout: Vec::new(),
-                op,
-                path: path.to_path_buf(),
-                request: Some((id.clone(), EndMarker::new(&id), false)),
-                id: exec.id,
-                answered: false,
-            };
+            let mut helper = HelperExec::new(exec, op, path, Some(&id));
             let sent = helper.send(&line).await;
             let first = match sent {
                 Ok(()) => helper.next().await,
@@ -266,18 +271,7 @@ impl Inner {
         let exec = client::start_exec(&self.docker, &self.container, argv, None)
             .await
             .map_err(|e| backend_err(e.to_string()))?;
-        Ok(HelperExec {
-            output: exec.output,
-            input: exec.input,
-            parser: files_record_parser(),
-            queue: Default::default(),
-            stdout: Vec::new(),
-            op,
-            path: path.to_path_buf(),
-            request: None,
-            id: exec.id,
-            answered: false,
-        })
+        Ok(HelperExec::new(exec, op, path, None))
     }
 
     async fn read_impl(&self, path: &Path, max: Option<usize>) -> Result<Vec<u8>, FsError> {
