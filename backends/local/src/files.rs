@@ -1,7 +1,16 @@
 //! [`FileOperations`] of the local backend: every path is opened beneath an allowed root by the
 //! kernel ([`crate::roots`]), judged on its canonical path against the protected/denied globs,
 //! and written atomically: a temp file created `O_EXCL` in the target's own directory fd, then
-//! `renameat` over the target within that fd.
+//! swapped in within that fd: `renameat2(RENAME_EXCHANGE)` and an unlink of the old file when
+//! the target is an existing regular file, a plain `renameat` otherwise.
+//!
+//! Why the exchange: on ext4 a rename over an existing file makes the kernel start writeback
+//! of the new file before the rename returns (`auto_da_alloc`, so that a power loss does not
+//! leave a zero-length file). That costs ~0.13 ms of a 2 KB write's ~0.17 ms on this class of
+//! disk. An exchange does not trigger it; Cordon starts the same writeback itself
+//! (`sync_file_range(SYNC_FILE_RANGE_WRITE)`) on a background thread right after the swap, so
+//! the protection is kept and the call does not wait for it. [`wait_for_writeback`] lets a
+//! process that is about to exit make sure every queued writeback was started.
 //!
 //! Writes are atomic against concurrent readers and against Cordon crashing or being killed
 //! (a reader sees the old or the new file, never a mix), but not against power loss: there is
@@ -16,17 +25,18 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use cordon_tools::ops::{
     BackendId, DirEntry, FileKind, FileMeta, FileOperations, FsError, SpillWriter,
 };
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, ResolveFlag, readlinkat, renameat};
+use nix::fcntl::{AtFlags, OFlag, RenameFlags, ResolveFlag, readlinkat, renameat, renameat2};
 use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
@@ -100,12 +110,14 @@ struct Replacement<'a> {
 }
 
 /// Where [`write_replace`] writes: `name` in `dir`, ending with `mode` (and `owner`, when
-/// given).
+/// given). `replaces_file`: `name` was seen as an existing regular file, so the new file is
+/// swapped in with an exchange (see the module docs).
 pub(crate) struct ReplaceTarget<'a> {
     pub dir: BorrowedFd<'a>,
     pub name: &'a OsStr,
     pub mode: u32,
     pub owner: Option<(u32, u32)>,
+    pub replaces_file: bool,
 }
 
 /// A file opened for reading, with its size.
@@ -334,6 +346,7 @@ impl Shared {
             name,
             mode,
             owner: keep_owner,
+            replaces_file: existing.is_some(),
         };
         write_replace(target, |file| file.write_all(data))
             .map_err(|(op, e)| FsError::from_io(op, path, e))
@@ -581,6 +594,7 @@ pub(crate) fn write_replace(
         name,
         mode,
         owner,
+        replaces_file,
     } = target;
     let (tmp, fd) = loop {
         let tmp = temp_name(name);
@@ -611,10 +625,126 @@ pub(crate) fn write_replace(
         );
     }
     fchmod(&file, Mode::from_bits_truncate(mode)).map_err(|e| ("set permissions of", e.into()))?;
+    if replaces_file && let Some(swapped) = swap_in(&mut guard, name)? {
+        after_swap(file, swapped.old);
+        return Ok(());
+    }
     drop(file);
     renameat(dir, guard.name.as_os_str(), dir, name).map_err(|e| ("rename", e.into()))?;
     guard.armed = false;
     Ok(())
+}
+
+/// Exchange the temp file with the existing `name`, then unlink the old file (now under the
+/// temp name), keeping an `O_PATH` descriptor of it: the inode is released when that is
+/// closed, off the caller's path (releasing an inode whose writeback is in flight waits for
+/// the I/O). `Ok(None)`: the filesystem cannot exchange, or `name` is gone; the caller falls
+/// back to a rename. If `name` turned into a directory meanwhile, the exchange is undone and
+/// the write fails as a rename over a directory would.
+fn swap_in(
+    guard: &mut TempGuard<'_>,
+    name: &OsStr,
+) -> Result<Option<Swapped>, (&'static str, io::Error)> {
+    let dir = guard.dir;
+    let tmp = guard.name.as_os_str();
+    match renameat2(dir, tmp, dir, name, RenameFlags::RENAME_EXCHANGE) {
+        Ok(()) => {}
+        Err(Errno::EINVAL | Errno::ENOSYS | Errno::EOPNOTSUPP | Errno::ENOENT) => return Ok(None),
+        Err(e) => return Err(("rename", e.into())),
+    }
+    let old = nix::fcntl::openat(
+        dir,
+        tmp,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    );
+    let is_dir = old
+        .as_ref()
+        .ok()
+        .and_then(|fd| fstat(fd).ok())
+        .is_some_and(|stat| file_type(&stat) == SFlag::S_IFDIR);
+    if is_dir {
+        // Put the directory back; the guard then removes our file.
+        renameat2(dir, tmp, dir, name, RenameFlags::RENAME_EXCHANGE)
+            .map_err(|e| ("rename", e.into()))?;
+        return Err(("rename", Errno::EISDIR.into()));
+    }
+    // From here on the new content is in place.
+    guard.armed = false;
+    match unlinkat(dir, tmp, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) => Ok(Some(Swapped { old: old.ok() })),
+        Err(e) => Err(("remove the replaced copy of", e.into())),
+    }
+}
+
+/// A completed exchange: the replaced file's descriptor, when it could be opened.
+struct Swapped {
+    old: Option<OwnedFd>,
+}
+
+/// A request to the writeback thread.
+enum WritebackJob {
+    /// Start writeback of the swapped-in `file`, then release the replaced one.
+    Swapped { file: File, old: Option<OwnedFd> },
+    /// Answer once every earlier job is done.
+    Flush(mpsc::SyncSender<()>),
+}
+
+impl WritebackJob {
+    fn run(self) {
+        match self {
+            WritebackJob::Swapped { file, old } => {
+                let _ = cordon_sandbox::start_writeback(&file);
+                drop(old);
+            }
+            WritebackJob::Flush(reply) => {
+                let _ = reply.send(());
+            }
+        }
+    }
+}
+
+/// The background thread that finishes swaps, created on first use (`None` if the thread
+/// could not be created).
+fn writeback_queue() -> Option<&'static Mutex<Sender<WritebackJob>>> {
+    static QUEUE: OnceLock<Option<Mutex<Sender<WritebackJob>>>> = OnceLock::new();
+    QUEUE
+        .get_or_init(|| {
+            let (sender, receiver) = mpsc::channel::<WritebackJob>();
+            std::thread::Builder::new()
+                .name("cordon-writeback".into())
+                .spawn(move || receiver.into_iter().for_each(WritebackJob::run))
+                .ok()
+                .map(|_| Mutex::new(sender))
+        })
+        .as_ref()
+}
+
+/// Hand the rest of a swap to the background thread; without it, finish here.
+fn after_swap(file: File, old: Option<OwnedFd>) {
+    let job = WritebackJob::Swapped { file, old };
+    let unsent = match writeback_queue().map(Mutex::lock) {
+        Some(Ok(sender)) => sender.send(job).err().map(|e| e.0),
+        _ => Some(job),
+    };
+    if let Some(job) = unsent {
+        job.run();
+    }
+}
+
+/// Block until writeback of every file swapped in so far has been started. A process about
+/// to exit calls it so that no queued writeback is dropped.
+pub fn wait_for_writeback() {
+    let Some(queue) = writeback_queue() else {
+        return;
+    };
+    let (reply, done) = mpsc::sync_channel(1);
+    let sent = queue
+        .lock()
+        .is_ok_and(|sender| sender.send(WritebackJob::Flush(reply)).is_ok());
+    if sent {
+        let _ = done.recv();
+    }
 }
 
 #[async_trait]
@@ -724,6 +854,7 @@ mod tests {
             name: OsStr::new("target.txt"),
             mode: 0o644,
             owner: None,
+            replaces_file: true,
         };
         let err = write_replace(target, |file| {
             file.write_all(b"half of the new cont")?;
@@ -748,11 +879,84 @@ mod tests {
             name: OsStr::new("new.txt"),
             mode: 0o640,
             owner: None,
+            replaces_file: false,
         };
         write_replace(target, |file| file.write_all(b"hello")).unwrap();
         assert_eq!(names(dir.path()), vec!["new.txt".to_string()]);
         let meta = std::fs::metadata(dir.path().join("new.txt")).unwrap();
         assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+    }
+
+    #[test]
+    fn replacing_an_existing_file_swaps_in_a_new_inode_and_leaves_no_temp() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("target.txt"), b"old").unwrap();
+        // A second name for the old inode: it must keep the old content.
+        std::fs::hard_link(dir.path().join("target.txt"), dir.path().join("link.txt")).unwrap();
+        let old_ino = std::fs::metadata(dir.path().join("target.txt"))
+            .unwrap()
+            .ino();
+        let fd = open_root_dir(dir.path()).unwrap();
+        let target = ReplaceTarget {
+            dir: fd.as_fd(),
+            name: OsStr::new("target.txt"),
+            mode: 0o644,
+            owner: None,
+            replaces_file: true,
+        };
+        write_replace(target, |file| file.write_all(b"new")).unwrap();
+        assert_eq!(names(dir.path()), vec!["link.txt", "target.txt"]);
+        assert_eq!(
+            std::fs::read(dir.path().join("target.txt")).unwrap(),
+            b"new"
+        );
+        assert_eq!(std::fs::read(dir.path().join("link.txt")).unwrap(), b"old");
+        let meta = std::fs::metadata(dir.path().join("target.txt")).unwrap();
+        assert_ne!(meta.ino(), old_ino);
+        assert_eq!(meta.nlink(), 1);
+        wait_for_writeback();
+    }
+
+    #[test]
+    fn a_target_that_became_a_directory_is_put_back() {
+        // Checked as a file, then replaced by a directory before the swap: the exchange must
+        // not leave the directory under the temp name.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("target")).unwrap();
+        std::fs::write(dir.path().join("target/inside.txt"), b"keep").unwrap();
+        let fd = open_root_dir(dir.path()).unwrap();
+        let target = ReplaceTarget {
+            dir: fd.as_fd(),
+            name: OsStr::new("target"),
+            mode: 0o644,
+            owner: None,
+            replaces_file: true,
+        };
+        let err = write_replace(target, |file| file.write_all(b"new")).unwrap_err();
+        assert_eq!(err.0, "rename");
+        assert_eq!(err.1.raw_os_error(), Some(Errno::EISDIR as i32));
+        assert_eq!(names(dir.path()), vec!["target"]);
+        assert_eq!(
+            std::fs::read(dir.path().join("target/inside.txt")).unwrap(),
+            b"keep"
+        );
+    }
+
+    #[test]
+    fn a_target_that_vanished_is_created_by_rename() {
+        let dir = tempfile::tempdir().unwrap();
+        let fd = open_root_dir(dir.path()).unwrap();
+        let target = ReplaceTarget {
+            dir: fd.as_fd(),
+            name: OsStr::new("gone.txt"),
+            mode: 0o644,
+            owner: None,
+            replaces_file: true,
+        };
+        write_replace(target, |file| file.write_all(b"new")).unwrap();
+        assert_eq!(names(dir.path()), vec!["gone.txt"]);
+        assert_eq!(std::fs::read(dir.path().join("gone.txt")).unwrap(), b"new");
     }
 
     #[test]

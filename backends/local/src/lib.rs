@@ -91,8 +91,10 @@ mod unsupported;
 
 #[cfg(target_os = "linux")]
 pub use backend::LocalBackend;
+#[cfg(target_os = "linux")]
+pub use files::wait_for_writeback;
 #[cfg(not(target_os = "linux"))]
-pub use unsupported::LocalBackend;
+pub use unsupported::{LocalBackend, wait_for_writeback};
 
 /// One sandbox layer as a backend with a given spec needs it on a given host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

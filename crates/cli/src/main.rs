@@ -30,7 +30,10 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    match runtime.block_on(cmd::run(cli)) {
+    let outcome = runtime.block_on(cmd::run(cli));
+    // Files the local backend swapped in get their writeback started before the process goes.
+    cordon_backend_local::wait_for_writeback();
+    match outcome {
         Ok(code) => code,
         Err(error) => {
             eprintln!("cordon: {}", output::one_line(&error));

@@ -54,6 +54,7 @@ mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::{
     PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home, probe,
+    start_writeback,
 };
 
 #[cfg(not(target_os = "linux"))]
@@ -61,4 +62,5 @@ mod unsupported;
 #[cfg(not(target_os = "linux"))]
 pub use unsupported::{
     PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home, probe,
+    start_writeback,
 };

@@ -30,6 +30,11 @@ pub fn host_defaults_for_home(_home: &Path) -> HostDefaults {
     HostDefaults::default()
 }
 
+/// Nothing to do outside Linux: the local backend never swaps files in there.
+pub fn start_writeback(_file: &std::fs::File) -> std::io::Result<()> {
+    Ok(())
+}
+
 /// Never constructed outside Linux.
 #[derive(Debug)]
 pub struct PreparedSandbox {

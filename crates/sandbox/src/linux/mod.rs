@@ -42,6 +42,16 @@ use landlock::{Access, PathRule};
 use mounts::{MountConfig, MountPlan};
 use sys::CStringArray;
 
+/// Start writing the file's dirty pages back to disk, without waiting (`sync_file_range`
+/// with `SYNC_FILE_RANGE_WRITE`). The local backend calls it, off the caller's path, for a file
+/// it has just swapped in with `RENAME_EXCHANGE`: ext4 starts that writeback itself on a
+/// rename over an existing file (`auto_da_alloc`), and this keeps the same protection against a
+/// zero-length file after a power loss.
+pub fn start_writeback(file: &std::fs::File) -> io::Result<()> {
+    use std::os::fd::AsFd;
+    sys::start_writeback(file.as_fd())
+}
+
 /// A sandbox built once from a [`SandboxConfig`]; spawn any number of commands from it,
 /// concurrently if needed.
 #[derive(Debug)]
