@@ -120,8 +120,9 @@ async fn file_tools_cannot_modify_git() {
 }
 
 /// In a workspace that is not a repository yet, `.git` cannot be created by a command
-/// (`git init` would plant hooks host git later runs), and nothing is left behind.
-#[tokio::test]
+/// (`git init` would plant hooks host git later runs), and nothing is left behind: at most
+/// the empty placeholder while the session may run another command, nothing once it ends.
+#[tokio::test(flavor = "multi_thread")]
 async fn git_cannot_be_created_in_a_plain_workspace() {
     let h = Harness::bare().await;
     for (what, command) in [
@@ -136,9 +137,15 @@ async fn git_cannot_be_created_in_a_plain_workspace() {
         ),
     ] {
         h.bash_fails(what, command).await;
+        let git = h.at(".git");
         assert!(
-            !h.at(".git").exists(),
-            "{what}: a .git directory was left in the workspace"
+            !git.exists() || std::fs::read_dir(&git).unwrap().next().is_none(),
+            "{what}: something was created in .git"
         );
     }
+    h.session.shutdown().await;
+    assert!(
+        !h.at(".git").exists(),
+        "a .git directory was left in the workspace after the session"
+    );
 }

@@ -302,6 +302,10 @@ impl Backend for LocalBackend {
     }
 
     async fn shutdown(&self) {
+        // Idle sandbox inits end now, taking any `.git` placeholder with them.
+        if let Some(CommandSandbox::Ready(sandbox)) = self.shared.sandbox.get() {
+            sandbox.retire_idle();
+        }
         self.shared.state.tmp.remove();
     }
 }

@@ -226,6 +226,31 @@ fn exec_prints_the_result_text_and_exits_0() {
 }
 
 #[test]
+fn exec_and_replay_leave_no_git_placeholder_behind() {
+    // In a directory without .git, commands run with an empty placeholder at .git (so that
+    // none can create one); it lingers for the next command but must go when cordon exits.
+    let ws = Ws::new();
+    let bash = ws.run(&[
+        "exec",
+        "bash",
+        r#"{"command":"mkdir .git/hooks || echo refused"}"#,
+    ]);
+    assert!(bash.stdout.contains("refused"), "{bash:#?}");
+    let entries: Vec<_> = std::fs::read_dir(ws.dir.path()).unwrap().collect();
+    assert!(entries.is_empty(), "exec left {entries:?}");
+    let call = |id: &str| {
+        format!(
+            r#"{{"role":"assistant","content":[{{"type":"toolCall","id":"{id}","name":"bash","arguments":{{"command":"true"}}}}],"stopReason":"toolUse"}}"#
+        )
+    };
+    let session = format!("{}\n{}\n", call("a"), call("b"));
+    let replay = ws.run_stdin(&["replay", "-"], Some(&session));
+    assert_eq!(replay.code, 0, "{replay:#?}");
+    let entries: Vec<_> = std::fs::read_dir(ws.dir.path()).unwrap().collect();
+    assert!(entries.is_empty(), "replay left {entries:?}");
+}
+
+#[test]
 fn exec_json_prints_the_contract_tool_result() {
     let ws = Ws::new();
     ws.put("a.txt", "hello\n");

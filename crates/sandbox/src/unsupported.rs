@@ -98,6 +98,9 @@ impl PreparedSandbox {
         false
     }
 
+    /// Nothing to retire: no instance exists.
+    pub fn retire_idle(&self) {}
+
     /// Always fails with [`SandboxError::Unsupported`].
     ///
     /// # Errors

@@ -96,10 +96,6 @@ pub(crate) struct InitPlan<'a> {
     pub setup_fd: RawFd,
     /// The init's end of the control socket (commands in, status out, parent's EOF in).
     pub control_fd: RawFd,
-    /// Lock fds of placeholders for missing protected paths. An init holding any serves a
-    /// single command: it closes them before reporting (so the parent can remove the
-    /// placeholders at once) and then exits.
-    pub single_use_locks: &'a [RawFd],
     /// `(resource, soft, hard)` limits of every command.
     pub rlimits: &'a [(c_int, u64, u64)],
     /// Highest capability number.
@@ -334,11 +330,7 @@ pub(crate) fn run_init(plan: &InitPlan<'_>) -> ! {
         } else {
             status_record(STATUS_EXITED, libc::WEXITSTATUS(status))
         };
-        let single_use = !plan.single_use_locks.is_empty();
-        for &fd in plan.single_use_locks {
-            sys::close_raw(fd);
-        }
-        if sys::write_all_raw(plan.control_fd, &record).is_err() || single_use {
+        if sys::write_all_raw(plan.control_fd, &record).is_err() {
             sys::exit_now(PARENT_GONE_EXIT)
         }
     }

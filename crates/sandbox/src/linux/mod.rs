@@ -28,8 +28,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 pub use defaults::{host_defaults, host_defaults_for_home};
@@ -598,6 +598,14 @@ impl PreparedSandbox {
             .any(|init| Arc::ptr_eq(&init.config, &config))
     }
 
+    /// End every idle init now; the placeholders they held are removed by their last user.
+    /// Running commands are not affected, and a later spawn starts a fresh init. Call it when
+    /// a session ends, so that no placeholder outlives it.
+    pub fn retire_idle(&self) {
+        let retired = std::mem::take(&mut *lock(&self.inner.idle));
+        drop(retired);
+    }
+
     fn mount_config(&self) -> Arc<MountConfig> {
         Arc::clone(
             &self
@@ -749,10 +757,11 @@ impl PreparedSandbox {
         let (control_parent, control_child) = control_pair()?;
         let mut keep: Vec<RawFd> = vec![setup_write.as_raw_fd(), control_child.as_raw_fd()];
         keep.extend(ruleset.as_ref().map(|fd| fd.as_raw_fd()));
+        // The init keeps the placeholders' shared locks for as long as it lives (its mounts
+        // depend on them), also when this process dies first.
         keep.extend(plan.lock_fds());
         keep.sort_unstable();
         keep.dedup();
-        let lock_fds: Vec<RawFd> = plan.lock_fds();
 
         let stack = sys::ChildStack::new();
         let inbox_bytes = sys::AnonMemory::new(child::MAX_PAYLOAD)
@@ -775,7 +784,6 @@ impl PreparedSandbox {
             keep_fds: &keep,
             setup_fd: setup_write.as_raw_fd(),
             control_fd: control_child.as_raw_fd(),
-            single_use_locks: &lock_fds,
             rlimits: &inner.rlimits,
             last_cap: inner.last_cap,
             landlock: ruleset.as_ref().map(|fd| fd.as_raw_fd()),
@@ -828,6 +836,7 @@ impl PreparedSandbox {
             config: Arc::clone(config),
             born: Instant::now(),
             commands: 0,
+            idle_since: Instant::now(),
         };
         match read_error_record(&setup_read) {
             Ok(None) => Ok(init),
@@ -1088,6 +1097,11 @@ pub(crate) const INIT_MAX_AGE: Duration = Duration::from_secs(60);
 pub(crate) const INIT_MAX_COMMANDS: u32 = 10_000;
 /// Idle inits kept per sandbox (enough for the parallel commands of one agent turn).
 const MAX_IDLE_INITS: usize = 4;
+/// How long an idle init that holds placeholders (empty directories at missing protected
+/// paths, e.g. `.git` of a workspace without one) is kept for the next command. Back-to-back
+/// commands (a replayed session, a script of tool calls, parallel calls) then reuse it; a
+/// workspace shows the placeholder only while commands run and for this long after.
+pub(crate) const PLACEHOLDER_LINGER: Duration = Duration::from_secs(2);
 
 /// An init process (PID 1 of a sandbox's namespaces) and what it was set up with.
 #[derive(Debug)]
@@ -1095,7 +1109,8 @@ struct InitProcess {
     pid: i32,
     pidfd: Option<OwnedFd>,
     control: Option<OwnedFd>,
-    /// Placeholders it keeps locked; an init with placeholders serves one command only.
+    /// Placeholders its mounts depend on, locked shared; removed (by the last user) when the
+    /// init is retired. An idle init holding any is retired after [`PLACEHOLDER_LINGER`].
     placeholders: Vec<mounts::Placeholder>,
     /// The identity of everything it protected or masked.
     identities: Vec<(PathBuf, mounts::Identity)>,
@@ -1103,14 +1118,15 @@ struct InitProcess {
     config: Arc<MountConfig>,
     born: Instant,
     commands: u32,
+    /// When its last command ended.
+    idle_since: Instant,
 }
 
 impl InitProcess {
     /// Whether this (idle) init may serve a command under `config`: same configuration, the
-    /// same inodes still at the protected and masked paths, not too old.
+    /// same inodes still at the protected and masked paths and placeholders, not too old.
     fn fits(&self, config: &Arc<MountConfig>) -> bool {
         Arc::ptr_eq(&self.config, config)
-            && self.placeholders.is_empty()
             && self.pidfd.is_some()
             && self.control.is_some()
             && self.born.elapsed() < INIT_MAX_AGE
@@ -1239,8 +1255,15 @@ struct Reuse {
 
 impl Reuse {
     /// Put the init back into the idle list when its configuration is still current and
-    /// there is room; otherwise it ends (its control socket closes).
-    fn give_back(self, pid: i32, pidfd: OwnedFd, control: OwnedFd) {
+    /// there is room; otherwise it ends (its control socket closes) and its placeholders are
+    /// released.
+    fn give_back(
+        self,
+        pid: i32,
+        pidfd: OwnedFd,
+        control: OwnedFd,
+        placeholders: Vec<mounts::Placeholder>,
+    ) {
         let Reuse {
             inner,
             identities,
@@ -1249,20 +1272,26 @@ impl Reuse {
             commands,
         } = self;
         let current = Arc::clone(&lock(&inner.mounts));
+        let lingers = !placeholders.is_empty();
         let init = InitProcess {
             pid,
             pidfd: Some(pidfd),
             control: Some(control),
-            placeholders: Vec::new(),
+            placeholders,
             identities,
             config,
             born,
             commands,
+            idle_since: Instant::now(),
         };
         if !Arc::ptr_eq(&init.config, &current)
             || init.born.elapsed() >= INIT_MAX_AGE
             || init.commands >= INIT_MAX_COMMANDS
         {
+            return;
+        }
+        // Without the thread that retires it, an init holding placeholders is not kept.
+        if lingers && !retire_later(&inner) {
             return;
         }
         let mut idle = lock(&inner.idle);
@@ -1272,11 +1301,77 @@ impl Reuse {
     }
 }
 
+/// Ask the retiring thread to look at `inner`'s idle inits once [`PLACEHOLDER_LINGER`] has
+/// passed. `false` when that thread cannot be started.
+fn retire_later(inner: &Arc<Inner>) -> bool {
+    static RETIRER: std::sync::OnceLock<Option<std::sync::Mutex<mpsc::Sender<Due>>>> =
+        std::sync::OnceLock::new();
+    let sender = RETIRER.get_or_init(|| {
+        let (sender, receiver) = mpsc::channel::<Due>();
+        std::thread::Builder::new()
+            .name("cordon-retire".into())
+            .spawn(move || retire_loop(&receiver))
+            .ok()?;
+        Some(std::sync::Mutex::new(sender))
+    });
+    let Some(sender) = sender else {
+        return false;
+    };
+    let due = Instant::now() + PLACEHOLDER_LINGER;
+    lock(sender).send((due, Arc::downgrade(inner))).is_ok()
+}
+
+/// When to look at a sandbox's idle inits again.
+type Due = (Instant, std::sync::Weak<Inner>);
+
+/// The retiring thread: wait for the earliest due time (or a new one), then retire what
+/// lingered long enough in the sandboxes still alive.
+fn retire_loop(receiver: &mpsc::Receiver<Due>) {
+    let mut pending: Vec<Due> = Vec::new();
+    loop {
+        let received = match pending.iter().map(|(due, _)| *due).min() {
+            Some(due) => receiver.recv_timeout(due.saturating_duration_since(Instant::now())),
+            None => receiver
+                .recv()
+                .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        };
+        match received {
+            Ok(due) => pending.push(due),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        let now = Instant::now();
+        pending.retain(|(due, inner)| {
+            if *due > now {
+                return true;
+            }
+            if let Some(inner) = inner.upgrade() {
+                retire_lingering(&inner);
+            }
+            false
+        });
+    }
+}
+
+/// Retire the idle inits of `inner` that hold placeholders and have been idle for
+/// [`PLACEHOLDER_LINGER`]; their placeholders are removed by the last user.
+fn retire_lingering(inner: &Inner) {
+    let retired: Vec<InitProcess> = {
+        let mut idle = lock(&inner.idle);
+        let (retired, kept) = std::mem::take(&mut *idle).into_iter().partition(|init| {
+            !init.placeholders.is_empty() && init.idle_since.elapsed() >= PLACEHOLDER_LINGER
+        });
+        *idle = kept;
+        retired
+    };
+    drop(retired);
+}
+
 impl SandboxedChild {
     /// A command running under `init`, which goes back to `sandbox`'s idle list afterwards
     /// when it holds no placeholder.
     fn under_init(mut init: InitProcess, sandbox: &PreparedSandbox) -> SandboxedChild {
-        let reuse = init.placeholders.is_empty().then(|| Reuse {
+        let reuse = Some(Reuse {
             inner: Arc::clone(&sandbox.inner),
             identities: std::mem::take(&mut init.identities),
             config: Arc::clone(&init.config),
@@ -1405,10 +1500,13 @@ impl SandboxedChild {
         let control = self.control.take();
         let pidfd = self.pidfd.take();
         match (self.reuse.take(), control, pidfd) {
-            (Some(reuse), Some(control), Some(pidfd)) => reuse.give_back(self.pid, pidfd, control),
+            (Some(reuse), Some(control), Some(pidfd)) => {
+                let placeholders = std::mem::take(&mut self.placeholders);
+                reuse.give_back(self.pid, pidfd, control, placeholders);
+            }
             (_, control, pidfd) => {
-                // A single-use init exits once it has reported (closing the socket makes
-                // sure); it is reaped in the background.
+                // An init that is not reused exits once its socket closes; it is reaped in
+                // the background.
                 drop(control);
                 if let Some(pidfd) = pidfd {
                     match sys::waitid_pidfd(&pidfd, false) {

@@ -157,6 +157,13 @@ impl Identity {
         }
     }
 
+    /// The identity of the file `fd` is open on.
+    pub(crate) fn of_fd(fd: &OwnedFd) -> io::Result<Identity> {
+        Ok(Identity::of(
+            &std::fs::File::from(fd.try_clone()?).metadata()?,
+        ))
+    }
+
     /// The identity of the path now (`None` when it is gone).
     pub(crate) fn now(path: &Path) -> Option<Identity> {
         std::fs::symlink_metadata(path)
@@ -215,7 +222,7 @@ pub(crate) fn plan(config: &MountConfig) -> Result<MountPlan, SandboxError> {
             // Outside every writable root Landlock already makes it read-only.
             continue;
         };
-        match std::fs::symlink_metadata(path) {
+        let missing = match std::fs::symlink_metadata(path) {
             Ok(meta) if meta.file_type().is_symlink() => {
                 return Err(SandboxError::ProtectedPath {
                     path: path.clone(),
@@ -226,27 +233,32 @@ pub(crate) fn plan(config: &MountConfig) -> Result<MountPlan, SandboxError> {
                 pins.extend(ancestors_within(root, path));
                 identities.push((path.clone(), Identity::of(&meta)));
                 protects.push((path.clone(), None));
+                false
             }
             // A placeholder left by a concurrent (or crashed) spawn: share it, lock included,
             // so its owner's cleanup cannot remove it from under this command.
-            Ok(_) => {
-                let placeholder = make_placeholder(root, path)?;
-                pins.extend(ancestors_within(root, &placeholder.path));
-                protects.push((placeholder.path.clone(), Some(placeholder.id)));
-                placeholders.push(placeholder);
-            }
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                let placeholder = make_placeholder(root, path)?;
-                pins.extend(ancestors_within(root, &placeholder.path));
-                protects.push((placeholder.path.clone(), Some(placeholder.id)));
-                placeholders.push(placeholder);
-            }
+            Ok(_) => true,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => true,
             Err(source) => {
                 return Err(SandboxError::OpenPath {
                     path: path.clone(),
                     source,
                 });
             }
+        };
+        if missing {
+            let placeholder = make_placeholder(root, path)?;
+            pins.extend(ancestors_within(root, &placeholder.path));
+            protects.push((placeholder.path.clone(), Some(placeholder.id)));
+            // An init serving later commands must find this very placeholder there: removing
+            // it (from the host) takes the read-only mount away with it.
+            let identity =
+                Identity::of_fd(&placeholder.lock).map_err(|source| SandboxError::Placeholder {
+                    path: placeholder.path.clone(),
+                    source,
+                })?;
+            identities.push((placeholder.path.clone(), identity));
+            placeholders.push(placeholder);
         }
     }
 

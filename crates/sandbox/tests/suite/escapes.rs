@@ -15,6 +15,7 @@ use std::os::unix::net::{SocketAddr, UnixDatagram, UnixListener};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use crate::support::{Fixture, run_in, unique};
 
@@ -773,7 +774,8 @@ async fn missing_git_cannot_be_created_and_leaves_no_trace() {
             "{script} succeeded: {}",
             output.all()
         );
-        assert!(!fx.ws.join(".git").exists(), "{script} left a .git behind");
+        // At most the empty placeholder, kept for the next command.
+        assert_no_git_content(&fx.ws, script);
     }
     // Everything else at the workspace root stays writable.
     let output = run_in(
@@ -784,6 +786,68 @@ async fn missing_git_cannot_be_created_and_leaves_no_trace() {
     .await;
     assert_eq!(output.stdout, "made\n", "{}", output.all());
     assert!(fx.ws.join("new-file").exists() && fx.ws.join("new-dir").is_dir());
+    // The placeholder goes with the idle init: at once when the sandbox retires it...
+    sandbox.retire_idle();
+    assert!(
+        !fx.ws.join(".git").exists(),
+        "retire_idle left a .git behind"
+    );
+    // ... or on its own a short while after the last command.
+    run_in(&sandbox, &fx.ws, "true").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while fx.ws.join(".git").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the placeholder outlived its idle init"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whatever is at `ws/.git` is an empty directory (the placeholder), if anything.
+fn assert_no_git_content(ws: &Path, what: &str) {
+    let git = ws.join(".git");
+    match std::fs::symlink_metadata(&git) {
+        Err(error) => assert_eq!(error.kind(), std::io::ErrorKind::NotFound, "{what}"),
+        Ok(meta) => {
+            assert!(meta.is_dir(), "{what} left a non-directory .git");
+            let entries: Vec<_> = std::fs::read_dir(&git).unwrap().collect();
+            assert!(entries.is_empty(), "{what} created {entries:?} in .git");
+        }
+    }
+}
+
+/// The PID namespace a command ran in (tells a reused init from a fresh one).
+fn pid_namespace(output: &crate::support::Output) -> String {
+    output.stdout.lines().last().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn a_lingering_placeholder_protects_until_the_host_removes_it() {
+    let fx = Fixture::without_git();
+    let sandbox = fx.sandbox();
+    let ns = "readlink /proc/self/ns/pid";
+    let first = run_in(&sandbox, &fx.ws, ns).await;
+    assert!(first.status.success(), "{}", first.all());
+    // The next command reuses the idle init, placeholder and all, and still cannot
+    // create anything in .git.
+    let second = run_in(&sandbox, &fx.ws, &format!("mkdir .git/hooks; {ns}")).await;
+    assert_eq!(
+        pid_namespace(&second),
+        pid_namespace(&first),
+        "init not reused"
+    );
+    assert_no_git_content(&fx.ws, "mkdir .git/hooks from a reused init");
+    // Removing the placeholder on the host takes its read-only mount away in the idle
+    // init's namespace: that init must not serve another command.
+    std::fs::remove_dir(fx.ws.join(".git")).unwrap();
+    let third = run_in(&sandbox, &fx.ws, &format!("mkdir .git/hooks; {ns}")).await;
+    assert_ne!(
+        pid_namespace(&third),
+        pid_namespace(&first),
+        "stale init reused"
+    );
+    assert_no_git_content(&fx.ws, "mkdir .git/hooks after the placeholder was removed");
 }
 
 #[tokio::test]
