@@ -58,8 +58,8 @@ pub(crate) struct Shared {
     /// The commands' private `TMPDIR` (created with the backend, so file operations can use
     /// it before the sandbox exists).
     command_tmp: PathBuf,
-    /// Expands the protected/denied patterns before each command.
-    pub expander: std::sync::Mutex<Expander>,
+    /// Expands the protected/denied patterns before each command; built by the first one.
+    expander: std::sync::OnceLock<std::sync::Mutex<Expander>>,
     /// What both layers grant.
     pub layout: Layout,
 }
@@ -70,6 +70,22 @@ impl Shared {
     pub(crate) fn sandbox(&self) -> &CommandSandbox {
         self.sandbox
             .get_or_init(|| CommandSandbox::prepare(self.sandbox_config.clone(), self.host_support))
+    }
+
+    /// The expander of the protected/denied patterns, built on first use (only commands
+    /// need it; it compares every pattern with every readable tree).
+    pub(crate) fn expander(&self) -> std::sync::MutexGuard<'_, Expander> {
+        self.expander
+            .get_or_init(|| {
+                let reach = self
+                    .layout
+                    .readable_trees()
+                    .map(Path::to_path_buf)
+                    .collect();
+                std::sync::Mutex::new(Expander::new(Arc::clone(&self.rules), reach))
+            })
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether the command sandbox has been prepared yet.
@@ -193,8 +209,6 @@ impl LocalBackend {
             &spec,
             layout.host_denied.clone(),
         )?);
-        let reach = layout.readable_trees().map(Path::to_path_buf).collect();
-        let expander = Expander::new(Arc::clone(&rules), reach);
         let shell = exec::find_shell();
         let shared = Arc::new(Shared {
             id: BackendId::new(format!("local:{}", canonical.display())),
@@ -212,7 +226,7 @@ impl LocalBackend {
             host_support,
             missing_layers,
             command_tmp,
-            expander: std::sync::Mutex::new(expander),
+            expander: std::sync::OnceLock::new(),
             layout,
         });
         Ok(LocalBackend {

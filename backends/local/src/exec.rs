@@ -237,10 +237,7 @@ fn launch(launch: Launch) -> Result<SandboxedChild, ExecError> {
         output,
     } = launch;
     {
-        let mut expander = shared
-            .expander
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut expander = shared.expander();
         let expansion = expander.expand().map_err(|error| ExecError::Sandbox {
             layer: "filesystem",
             reason: error.to_string(),
@@ -347,12 +344,7 @@ impl BashOperations for LocalBash {
         // The hop to a blocking thread costs about as much as the work itself when the walk
         // is small and an idle init only has to take the command: then run it right here.
         let quick = job.sandbox.has_idle_init()
-            && self
-                .shared
-                .expander
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .was_small(INLINE_EXPANSION_ENTRIES);
+            && self.shared.expander().was_small(INLINE_EXPANSION_ENTRIES);
         let mut child = if quick {
             launch(job)?
         } else {

@@ -706,9 +706,10 @@ impl WritebackJob {
 
 /// The background thread that finishes swaps, created on first use (`None` if the thread
 /// could not be created).
+static WRITEBACK: OnceLock<Option<Mutex<Sender<WritebackJob>>>> = OnceLock::new();
+
 fn writeback_queue() -> Option<&'static Mutex<Sender<WritebackJob>>> {
-    static QUEUE: OnceLock<Option<Mutex<Sender<WritebackJob>>>> = OnceLock::new();
-    QUEUE
+    WRITEBACK
         .get_or_init(|| {
             let (sender, receiver) = mpsc::channel::<WritebackJob>();
             std::thread::Builder::new()
@@ -735,7 +736,8 @@ fn after_swap(file: File, old: Option<OwnedFd>) {
 /// Block until writeback of every file swapped in so far has been started. A process about
 /// to exit calls it so that no queued writeback is dropped.
 pub fn wait_for_writeback() {
-    let Some(queue) = writeback_queue() else {
+    // Nothing was ever queued when the thread does not exist: do not start it now.
+    let Some(Some(queue)) = WRITEBACK.get() else {
         return;
     };
     let (reply, done) = mpsc::sync_channel(1);

@@ -109,11 +109,12 @@ impl Layout {
             denied,
         } = defaults;
         let mut grants = Vec::new();
+        let mut parents = CanonicalParents::default();
         for path in read_exec {
-            push_existing(&mut grants, &path, None, Access::ReadOnly, true)?;
+            push_default(&mut grants, &mut parents, &path, true);
         }
         for path in read {
-            push_existing(&mut grants, &path, None, Access::ReadOnly, false)?;
+            push_default(&mut grants, &mut parents, &path, false);
         }
         let workspace_access = match spec.workspace {
             RootAccess::ReadOnly => Access::ReadOnly,
@@ -264,6 +265,57 @@ impl Layout {
     }
 }
 
+/// Canonical forms of the directories host defaults live in (`/etc`, `~/.cargo`, …), each
+/// resolved once: a default that is not a symlink is then canonical as its canonical parent
+/// plus its name, for one `lstat` instead of a full `realpath` and a `stat`. There are a few
+/// hundred defaults (mostly `/etc` entries), so this is most of a backend's start-up I/O.
+#[derive(Default)]
+struct CanonicalParents {
+    known: Vec<(PathBuf, Option<PathBuf>)>,
+}
+
+impl CanonicalParents {
+    fn of(&mut self, parent: &Path) -> Option<&Path> {
+        let index = match self.known.iter().position(|(path, _)| path == parent) {
+            Some(index) => index,
+            None => {
+                let canonical = std::fs::canonicalize(parent).ok();
+                self.known.push((parent.to_path_buf(), canonical));
+                self.known.len() - 1
+            }
+        };
+        self.known[index].1.as_deref()
+    }
+}
+
+/// Push a host default (read-only; `exec` as given) when it exists: through its canonical
+/// parent when it is not a symlink, else by full resolution. A default that cannot be
+/// inspected grants nothing.
+fn push_default(grants: &mut Vec<Grant>, parents: &mut CanonicalParents, path: &Path, exec: bool) {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        let _ = push_existing(grants, path, None, Access::ReadOnly, exec);
+        return;
+    };
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return;
+    };
+    if meta.file_type().is_symlink() {
+        let _ = push_existing(grants, path, None, Access::ReadOnly, exec);
+        return;
+    }
+    let Some(canonical_parent) = parents.of(parent) else {
+        return;
+    };
+    grants.push(Grant {
+        path: canonical_parent.join(name),
+        alias: None,
+        access: Access::ReadOnly,
+        kind: RootKind::Extra,
+        is_dir: meta.is_dir(),
+        exec,
+    });
+}
+
 /// Push the canonical form of `path` when it exists.
 fn push_existing(
     grants: &mut Vec<Grant>,
@@ -315,6 +367,40 @@ pub(crate) fn expand_root(configured: &str, workspace: &Path, home: Option<&Path
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn defaults_resolved_through_their_parent_match_full_resolution() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        std::fs::create_dir(base.join("real")).unwrap();
+        std::fs::write(base.join("real/file"), "x").unwrap();
+        std::fs::create_dir(base.join("real/sub")).unwrap();
+        std::os::unix::fs::symlink(base.join("real"), base.join("linked-dir")).unwrap();
+        std::os::unix::fs::symlink("file", base.join("real/link-to-file")).unwrap();
+        std::os::unix::fs::symlink("missing", base.join("real/dangling")).unwrap();
+        let mut paths: Vec<PathBuf> =
+            ["real/file", "real/sub", "linked-dir/file", "linked-dir/sub"]
+                .iter()
+                .chain(&[
+                    "real/link-to-file",
+                    "real/dangling",
+                    "real/absent",
+                    "linked-dir",
+                ])
+                .map(|rel| base.join(rel))
+                .collect();
+        // And every default of this host.
+        let defaults = cordon_sandbox::host_defaults();
+        paths.extend(defaults.read_exec.iter().chain(&defaults.read).cloned());
+        let (mut fast, mut slow) = (Vec::new(), Vec::new());
+        let mut parents = CanonicalParents::default();
+        for path in &paths {
+            push_default(&mut fast, &mut parents, path, true);
+            let _ = push_existing(&mut slow, path, None, Access::ReadOnly, true);
+        }
+        assert_eq!(fast, slow);
+        assert!(fast.len() >= 5, "{fast:?}");
+    }
 
     fn grant(path: &str, access: Access, is_dir: bool) -> Grant {
         Grant {

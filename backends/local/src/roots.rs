@@ -105,16 +105,17 @@ pub(crate) struct Roots {
 impl Roots {
     /// Build from roots; duplicates (same canonical path) are merged, read-write winning.
     pub fn new(mut roots: Vec<Root>) -> Self {
-        roots.sort_by(|a, b| {
-            b.path
-                .components()
-                .count()
-                .cmp(&a.path.components().count())
-                .then_with(|| a.path.cmp(&b.path))
+        // Deepest first; equal paths end up next to each other. (A few hundred roots: the
+        // keys are computed once each, and merging only looks at the previous root.)
+        roots.sort_by_cached_key(|root| {
+            (
+                std::cmp::Reverse(root.path.components().count()),
+                root.path.clone(),
+            )
         });
         let mut merged: Vec<Root> = Vec::with_capacity(roots.len());
         for root in roots {
-            match merged.iter_mut().find(|r| r.path == root.path) {
+            match merged.last_mut().filter(|r| r.path == root.path) {
                 Some(existing) => {
                     if root.access == Access::ReadWrite {
                         existing.access = Access::ReadWrite;
@@ -744,6 +745,56 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn roots_are_merged_by_path_and_ordered_deepest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = |rel: &str, access: Access, grants: Option<Vec<PathBuf>>| {
+            let path = dir.path().join(rel);
+            std::fs::create_dir_all(&path).unwrap();
+            Root {
+                fd: open_root_dir(&path).unwrap(),
+                path,
+                alias: None,
+                access,
+                kind: RootKind::Extra,
+                grants,
+            }
+        };
+        let roots = Roots::new(vec![
+            root("a", Access::ReadOnly, Some(vec![dir.path().join("a/f")])),
+            root("a/b/c", Access::ReadOnly, None),
+            root("z", Access::ReadOnly, None),
+            root("a", Access::ReadWrite, Some(vec![dir.path().join("a/g")])),
+            root("a/b", Access::ReadOnly, None),
+            root("z", Access::ReadOnly, Some(vec![dir.path().join("z/f")])),
+        ]);
+        let seen: Vec<(PathBuf, Access, Option<Vec<PathBuf>>)> = roots
+            .iter()
+            .map(|r| {
+                (
+                    r.path.strip_prefix(dir.path()).unwrap().to_path_buf(),
+                    r.access,
+                    r.grants.clone(),
+                )
+            })
+            .collect();
+        let files = |names: &[&str]| Some(names.iter().map(|n| dir.path().join(n)).collect());
+        assert_eq!(
+            seen,
+            vec![
+                (PathBuf::from("a/b/c"), Access::ReadOnly, None),
+                (PathBuf::from("a/b"), Access::ReadOnly, None),
+                (
+                    PathBuf::from("a"),
+                    Access::ReadWrite,
+                    files(&["a/f", "a/g"])
+                ),
+                // A whole-tree grant covers the file grant.
+                (PathBuf::from("z"), Access::ReadOnly, None),
+            ]
+        );
+    }
 
     fn rules(protected: &[&str], denied: &[&str]) -> PathRules {
         let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();

@@ -370,7 +370,7 @@ fn run_command(plan: &InitPlan<'_>, received: Received) -> c_int {
     let arg = &command as *const CommandPlan<'_> as *mut c_void;
     // SAFETY: command_entry only runs async-signal-safe code reading the plan, which this
     // (suspended) init keeps alive; the stack is reserved for this child.
-    let started = unsafe { sys::vfork_child(plan.stack, command_entry, arg, None) };
+    let started = unsafe { sys::vfork_child(plan.stack, command_entry, arg, None, 0) };
     // The init needs none of the command's streams: readers see EOF as soon as the last
     // process of the sandbox is gone.
     for fd in stdio {

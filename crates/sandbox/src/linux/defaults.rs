@@ -294,15 +294,16 @@ fn grant_tree_except(
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    let mut children: Vec<PathBuf> = entries
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
+    // The entry's type comes with `getdents` (a `stat` only where the filesystem gives none).
+    let mut children: Vec<(PathBuf, std::fs::FileType)> = entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            Some((entry.path(), entry.file_type().ok()?))
+        })
         .collect();
-    children.sort();
-    for child in children {
-        let Ok(meta) = std::fs::symlink_metadata(&child) else {
-            continue;
-        };
-        if meta.file_type().is_symlink() {
+    children.sort_by(|a, b| a.0.cmp(&b.0));
+    for (child, file_type) in children {
+        if file_type.is_symlink() {
             let Some(name) = child.file_name() else {
                 continue;
             };
@@ -324,7 +325,7 @@ fn grant_tree_except(
                 }
             }
             out.push(child);
-        } else if meta.is_dir() {
+        } else if file_type.is_dir() {
             grant_tree_except(base, &child, patterns, out, denied_out);
         } else {
             let Some(name) = child.file_name() else {

@@ -990,7 +990,7 @@ impl PreparedSandbox {
         // thread keeps alive while it is suspended until the child execs or exits; the stack
         // is reserved for this child; every signal is blocked across the clone.
         let started =
-            unsafe { sys::vfork_child(&stack, child::command_entry, arg, Some(&mut raw_pidfd)) };
+            unsafe { sys::vfork_child(&stack, child::command_entry, arg, Some(&mut raw_pidfd), 0) };
         sys::restore_signals(&saved);
         drop(exec_write);
         drop(stdio);

@@ -2,6 +2,7 @@
 //! mount namespaces (by actually creating them in a throwaway child), per-namespace
 //! `pid_max`. The result is cached for the life of the process.
 
+use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
 
 use crate::config::HostSupport;
@@ -15,11 +16,11 @@ pub fn probe() -> HostSupport {
 
 fn probe_uncached() -> HostSupport {
     let root = sys::geteuid() == 0;
-    let user_namespaces = try_namespaces(libc::CLONE_NEWUSER as u64, false);
+    let user_namespaces = try_namespaces(libc::CLONE_NEWUSER, false);
     let ns_flags = if root {
-        (libc::CLONE_NEWPID | libc::CLONE_NEWNS) as u64
+        libc::CLONE_NEWPID | libc::CLONE_NEWNS
     } else {
-        (libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS) as u64
+        libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS
     };
     let pid_and_mount = try_namespaces(ns_flags, true);
     HostSupport {
@@ -33,29 +34,53 @@ fn probe_uncached() -> HostSupport {
     }
 }
 
-/// Create a child in new namespaces; with `mount_api`, the child also checks that the
-/// fd-based mount API (open_tree + move_mount) works there. True when the child exits 0.
-fn try_namespaces(flags: u64, mount_api: bool) -> bool {
+/// Create a child in new namespaces (`flags`); with `mount_api`, the child also checks that
+/// the fd-based mount API (open_tree + move_mount) works there. True when the child exits 0.
+///
+/// The child is `vfork`-style (shared memory, own stack, this thread suspended meanwhile):
+/// a fork would copy the page tables of this (large, multi-threaded) process, the main cost
+/// of probing.
+fn try_namespaces(flags: c_int, mount_api: bool) -> bool {
+    let stack = sys::ChildStack::new();
+    let mut raw_pidfd: c_int = -1;
+    let entry = if mount_api {
+        mount_api_entry
+    } else {
+        exit_entry
+    };
     let saved = sys::block_all_signals();
-    // SAFETY: the child branch below only calls async-signal-safe wrappers and `_exit`.
-    let cloned = unsafe { sys::clone_process(flags) };
-    match cloned {
-        Ok(sys::Cloned::Child) => {
-            let code = if mount_api { check_mount_api() } else { 0 };
-            sys::exit_now(code)
-        }
-        Ok(sys::Cloned::Parent { pidfd, .. }) => {
-            sys::restore_signals(&saved);
-            matches!(
-                sys::waitid_pidfd(&pidfd, true),
-                Ok(Some(sys::Reaped::Exited(0)))
-            )
-        }
-        Err(_) => {
-            sys::restore_signals(&saved);
-            false
-        }
+    // SAFETY: both entries only call async-signal-safe wrappers and `_exit`, and read no
+    // argument; the stack is used by this child only; signals are blocked.
+    let started = unsafe {
+        sys::vfork_child(
+            &stack,
+            entry,
+            std::ptr::null_mut(),
+            Some(&mut raw_pidfd),
+            flags,
+        )
+    };
+    sys::restore_signals(&saved);
+    if started.is_err() {
+        return false;
     }
+    let Ok(pidfd) = sys::owned_pidfd(raw_pidfd) else {
+        return false;
+    };
+    matches!(
+        sys::waitid_pidfd(&pidfd, true),
+        Ok(Some(sys::Reaped::Exited(0)))
+    )
+}
+
+/// A probe child that only had to be created.
+extern "C" fn exit_entry(_: *mut c_void) -> c_int {
+    sys::exit_now(0)
+}
+
+/// A probe child that checks the mount API.
+extern "C" fn mount_api_entry(_: *mut c_void) -> c_int {
+    sys::exit_now(check_mount_api())
 }
 
 /// In the probe child: make mounts private, then bind `/` onto itself read-only the way

@@ -949,8 +949,9 @@ impl ChildStack {
 
 /// Start `entry(arg)` in a `vfork`-style child (`CLONE_VM | CLONE_VFORK`, as `posix_spawn`
 /// does): it shares this process's memory on its own `stack` and the calling thread is
-/// suspended until it execs or exits, so no page table is copied. `extra_flags` may add
-/// `CLONE_PIDFD` (then the pidfd is stored in `pidfd`). Returns the child's pid.
+/// suspended until it execs or exits, so no page table is copied. `namespaces` adds
+/// `CLONE_NEW*` flags; with `pidfd` the child's pidfd is stored there (`CLONE_PIDFD`).
+/// Returns the child's pid.
 ///
 /// # Safety
 /// `entry` must only run async-signal-safe code that reads `arg` and ends in `execve` or
@@ -961,8 +962,9 @@ pub(crate) unsafe fn vfork_child(
     entry: extern "C" fn(*mut c_void) -> c_int,
     arg: *mut c_void,
     pidfd: Option<&mut c_int>,
+    namespaces: c_int,
 ) -> Result<i32, Errno> {
-    let mut flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+    let mut flags = namespaces | libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
     let pidfd_ptr = match pidfd {
         Some(slot) => {
             flags |= libc::CLONE_PIDFD;
