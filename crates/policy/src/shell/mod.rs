@@ -41,10 +41,14 @@ pub const MAX_COMMANDS: usize = 10_000;
 /// their closers, over the script and every script nested in it) are not analysed: the
 /// parser recurses once per nesting level, and this bounds the depth it can reach.
 pub const MAX_OPENERS: usize = 2_000;
-/// The parser runs on a stack of this size (reserved, only touched pages are committed),
-/// whatever the caller's stack (tokio workers have 2 MiB): [`MAX_OPENERS`] levels fit in it
-/// with a wide margin even in a debug build.
+/// Stack the parser and the analysis may need for [`MAX_OPENERS`] nesting levels, with a
+/// wide margin even in a debug build. Each script (the top one and every nested one) is
+/// parsed and walked where its own levels fit: on the caller's stack when enough is left
+/// (everyday commands on a 2 MiB tokio worker), else on a fresh stack of this size
+/// (reserved, only touched pages are committed).
 pub const ANALYSIS_STACK_BYTES: usize = 256 << 20;
+/// The share of [`ANALYSIS_STACK_BYTES`] one nesting level may use (128 KiB).
+const STACK_PER_LEVEL: usize = ANALYSIS_STACK_BYTES / MAX_OPENERS;
 
 /// Variables whose assignment changes which program runs or injects code into later commands.
 const SENSITIVE_VARIABLES: &[&str] = &[
@@ -146,11 +150,9 @@ impl ScriptAnalysis {
 
 /// Analyse a bash script.
 pub fn analyse_script(script: &str) -> ScriptAnalysis {
-    stacker::grow(ANALYSIS_STACK_BYTES, || {
-        let mut analyser = Analyser::default();
-        analyser.script(script, 0);
-        analyser.out
-    })
+    let mut analyser = Analyser::default();
+    analyser.script(script, 0);
+    analyser.out
 }
 
 /// A word after expansion analysis, before it becomes an argv [`Word`].
@@ -201,13 +203,23 @@ impl Analyser {
             ));
             return;
         }
-        self.openers += opener_count(text);
+        let openers = opener_count(text);
+        self.openers += openers;
         if self.openers > MAX_OPENERS {
             self.opaque(format!(
                 "the script has more than {MAX_OPENERS} brackets and compound commands"
             ));
             return;
         }
+        // Parsing and walking this text recurse once per nesting level: run them where
+        // that many levels (plus two of margin) fit.
+        let needed = (openers + 2) * STACK_PER_LEVEL;
+        stacker::maybe_grow(needed, ANALYSIS_STACK_BYTES.max(needed), || {
+            self.parse_and_walk(text, depth);
+        });
+    }
+
+    fn parse_and_walk(&mut self, text: &str, depth: usize) {
         let options = parser_options();
         let mut parser =
             brush_parser::Parser::new(std::io::BufReader::new(text.as_bytes()), &options);
