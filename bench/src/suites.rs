@@ -261,7 +261,7 @@ fn bare_bash_true() {
 
 /// `bash: true` through the whole pipeline with the full sandbox vs a bare spawn, interleaved:
 /// in a git repository (the common case) and in a plain directory (where the protected `.git`
-/// does not exist yet and each command gets a fresh placeholder-guarded sandbox).
+/// does not exist yet: the sandbox guards it with a placeholder, kept between commands).
 pub async fn bash() -> BenchResult {
     for with_git in [true, false] {
         let ws = Workspace::new(if with_git { "bash-git" } else { "bash-plain" })?;

@@ -8,9 +8,9 @@
 //! Process shape with namespaces: parent → init (PID 1, never execs, no capabilities,
 //! Landlock and seccomp in force) → command. When the command ends the init kills every
 //! other process of the namespace, removes System V IPC objects, reports the status and goes
-//! back to the parent's idle list (or exits, when it holds placeholders or is stale). When
-//! the parent's handle is dropped (or the parent dies) the init sees EOF on its control
-//! socket and exits, and the kernel kills whatever is left in the namespace. Without
+//! back to the parent's idle list (or exits, when it is stale; one holding placeholders is
+//! retired after `PLACEHOLDER_LINGER`). When the parent's handle is dropped (or the parent
+//! dies) the init sees EOF on its control socket and exits, and the kernel kills whatever is left in the namespace. Without
 //! namespaces (an explicitly degraded host) the command is the direct child in its own
 //! session, restricts itself before `execve`, and tree operations use its process group.
 
@@ -621,8 +621,9 @@ impl PreparedSandbox {
     ///
     /// With namespaces the command runs under an init process (PID 1 of the sandbox). An
     /// init whose command has ended is kept, idle, and serves the next command when its
-    /// mounts are still current (same protected and denied paths, same inodes), it holds no
-    /// placeholder, and it is younger than 60 s with fewer than 10 000 commands served
+    /// mounts are still current (same protected and denied paths, same inodes, the same
+    /// placeholders at missing protected paths; an init holding placeholders idles for at
+    /// most `PLACEHOLDER_LINGER`), and it is younger than 60 s with fewer than 10 000 commands served
     /// (`INIT_MAX_AGE`, `INIT_MAX_COMMANDS`): each command still starts with no process of
     /// an earlier command left and no System V IPC object either, but without building
     /// namespaces, mounts, the Landlock domain and the seccomp program again.

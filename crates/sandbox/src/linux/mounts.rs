@@ -18,7 +18,8 @@
 //!   an empty `.git` directory during discovery, so host git keeps working. Placeholders carry
 //!   a marker mode ([`PLACEHOLDER_MODE`]) so a later or concurrent spawn recognises them, are
 //!   shared between concurrent sandboxes through `flock` (shared while a command runs) and are
-//!   removed by the last user (exclusive, non-blocking) once its command has ended.
+//!   removed by the last user (exclusive, non-blocking) once the init holding it is retired
+//!   (an idle init keeps its placeholders for the next command, for a short while).
 //! - A protected or denied path that is a symlink is refused (protected) or skipped (denied:
 //!   the secret no longer lives there), never followed.
 
