@@ -210,8 +210,8 @@ impl Expander {
             let Ok(base) = job.base.canonicalize() else {
                 continue;
             };
-            let inside = walk.reach.iter().any(|tree| base.starts_with(tree));
-            let towards = walk.reach.iter().any(|tree| tree.starts_with(&base));
+            let inside = walk.reach.iter().any(|tree| within(&base, tree));
+            let towards = walk.reach.iter().any(|tree| within(tree, &base));
             if !inside && !towards {
                 continue;
             }
@@ -258,6 +258,15 @@ fn merge_jobs(mut jobs: Vec<WalkJob>) -> Vec<WalkJob> {
         }
     }
     merged
+}
+
+/// `path.starts_with(tree)` for canonical paths (absolute, no `.`, `..`, repeated or
+/// trailing `/`), compared as bytes: every command checks each walked directory against
+/// every readable tree, a few hundred of them.
+fn within(path: &Path, tree: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let (path, tree) = (path.as_os_str().as_bytes(), tree.as_os_str().as_bytes());
+    tree == b"/" || (path.starts_with(tree) && matches!(path.get(tree.len()), None | Some(b'/')))
 }
 
 fn stamp_of(meta: &std::fs::Metadata) -> Stamp {
@@ -324,8 +333,8 @@ impl Walk<'_> {
             }
             let mut check = check_reach;
             if check_reach {
-                let inside = self.reach.iter().any(|tree| sub.starts_with(tree));
-                let towards = self.reach.iter().any(|tree| tree.starts_with(&sub));
+                let inside = self.reach.iter().any(|tree| within(&sub, tree));
+                let towards = self.reach.iter().any(|tree| within(tree, &sub));
                 if !inside && !towards {
                     continue;
                 }
@@ -483,6 +492,20 @@ mod tests {
         let expansion = expander.expand().unwrap();
         assert_eq!(expansion.protected, vec![ws.join(".git")]);
         assert!(expansion.denied.is_empty(), "{expansion:?}");
+    }
+
+    #[test]
+    fn byte_wise_within_agrees_with_starts_with_on_canonical_paths() {
+        let paths = ["/", "/a", "/ab", "/a/b", "/a/b/c", "/b", "/a-b", "/a/bc"];
+        for path in paths {
+            for tree in paths {
+                assert_eq!(
+                    within(Path::new(path), Path::new(tree)),
+                    Path::new(path).starts_with(tree),
+                    "{path} within {tree}"
+                );
+            }
+        }
     }
 
     #[test]

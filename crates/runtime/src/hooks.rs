@@ -198,9 +198,15 @@ impl RuntimeHooks {
         }
     }
 
-    fn audit(&self, record: AuditRecord, unanalysable: Option<&str>) -> Result<(), HookError> {
+    /// Append the record `make` builds, when there is an audit log (the record, with its
+    /// argument hash, is only built then).
+    fn audit(
+        &self,
+        make: impl FnOnce() -> AuditRecord,
+        unanalysable: Option<&str>,
+    ) -> Result<(), HookError> {
         match &self.audit {
-            Some(log) => log.append(&record, unanalysable).map_err(Into::into),
+            Some(log) => log.append(&make(), unanalysable).map_err(Into::into),
             None => Ok(()),
         }
     }
@@ -253,7 +259,7 @@ impl ToolHooks for RuntimeHooks {
             }
             Err(reason) => (self.refusal(reason), true),
         };
-        let record = self.record(&call.tool_call.id, tool, args, &decision);
+        let record = || self.record(&call.tool_call.id, tool, args, &decision);
         if let Err(error) = self.audit(record, decision.unanalysable.as_deref()) {
             // Fail closed: an operator who asked for an audit trail gets no unaudited calls.
             return Ok(BeforeOutcome::Block {
@@ -321,15 +327,18 @@ impl ToolHooks for RuntimeHooks {
         let finished = lock(&self.in_flight).remove(&call.tool_call.id);
         if let Some(InFlight { started, decision }) = finished {
             let is_error = patch.is_error.unwrap_or(call.result.is_error);
-            let mut record = self.record(
-                &call.tool_call.id,
-                &call.tool_call.name,
-                call.args,
-                &decision,
-            );
-            record.is_error = Some(is_error);
-            record.duration_ms =
-                Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+            let record = || {
+                let mut record = self.record(
+                    &call.tool_call.id,
+                    &call.tool_call.name,
+                    call.args,
+                    &decision,
+                );
+                record.is_error = Some(is_error);
+                record.duration_ms =
+                    Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+                record
+            };
             self.audit(record, None)?;
         }
         Ok(patch)
