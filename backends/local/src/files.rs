@@ -465,6 +465,14 @@ impl Shared {
                 ) => Ok(FileKind::Other),
                 Some(nix::dir::Type::Symlink) | None => self.entry_kind(&entry_canonical),
             };
+            // The empty placeholder a sandbox keeps at a missing protected path (`.git` of a
+            // workspace without one) between commands stands for "does not exist".
+            if matches!(kind, Ok(FileKind::Dir))
+                && self.verdict(&entry_canonical) == Verdict::Protected
+                && cordon_sandbox::is_placeholder_dir(&entry_canonical)
+            {
+                continue;
+            }
             out.push(match kind {
                 Ok(kind) => DirEntry {
                     name,

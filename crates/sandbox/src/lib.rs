@@ -53,14 +53,14 @@ pub use error::{SandboxError, SetupStep};
 mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::{
-    PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home, probe,
-    start_writeback,
+    PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home,
+    is_placeholder_dir, probe, start_writeback,
 };
 
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
 #[cfg(not(target_os = "linux"))]
 pub use unsupported::{
-    PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home, probe,
-    start_writeback,
+    PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home,
+    is_placeholder_dir, probe, start_writeback,
 };

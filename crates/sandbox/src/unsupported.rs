@@ -30,6 +30,11 @@ pub fn host_defaults_for_home(_home: &Path) -> HostDefaults {
     HostDefaults::default()
 }
 
+/// No sandbox creates placeholders outside Linux.
+pub fn is_placeholder_dir(_path: &Path) -> bool {
+    false
+}
+
 /// Nothing to do outside Linux: the local backend never swaps files in there.
 pub fn start_writeback(_file: &std::fs::File) -> std::io::Result<()> {
     Ok(())

@@ -590,3 +590,50 @@ async fn the_command_sandbox_is_built_by_the_first_command() {
     assert!(fx.backend.command_sandbox_prepared());
     assert!(session.join("mask").exists());
 }
+
+#[tokio::test]
+async fn the_git_placeholder_between_commands_is_not_listed_and_goes_at_shutdown() {
+    // The workspace has no .git: commands run with an empty placeholder there (so they cannot
+    // create one), which the idle sandbox keeps for the next command.
+    let fx = Fixture::new();
+    fx.put("a.txt", "a\n");
+    let request = request(
+        &fx,
+        "mkdir .git/hooks 2>/dev/null || echo refused",
+        HANG_GUARD,
+    );
+    let (output, outcome) = run(&*fx.bash(), request, CancellationToken::new()).await;
+    assert!(outcome.is_ok(), "{outcome:?}");
+    assert_eq!(output, "refused\n");
+    assert!(
+        fx.at(".git").is_dir(),
+        "the placeholder is kept between commands"
+    );
+    // File tools see the workspace as it is: without a .git.
+    let listed: Vec<String> = fx
+        .files()
+        .read_dir(&fx.ws)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|entry| entry.name)
+        .collect();
+    assert_eq!(listed, vec!["a.txt".to_string()]);
+    fx.backend.shutdown().await;
+    assert!(!fx.at(".git").exists(), "shutdown removes the placeholder");
+}
+
+#[tokio::test]
+async fn a_real_empty_git_directory_is_still_listed() {
+    let fx = Fixture::new();
+    std::fs::create_dir(fx.at(".git")).unwrap();
+    let listed: Vec<String> = fx
+        .files()
+        .read_dir(&fx.ws)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|entry| entry.name)
+        .collect();
+    assert_eq!(listed, vec![".git".to_string()]);
+}

@@ -33,6 +33,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 pub use defaults::{host_defaults, host_defaults_for_home};
+pub use mounts::is_placeholder_dir;
 pub use probe::probe;
 
 use crate::config::{ExitStatus, HostSupport, Layer, SandboxConfig, SpawnRequest};

@@ -37,6 +37,14 @@ use crate::linux::sys;
 /// creates by accident, so only placeholders are ever treated (and removed) as such.
 pub(crate) const PLACEHOLDER_MODE: u32 = 0o1500;
 
+/// Whether `path` is a placeholder a sandbox put at a missing protected path: an empty
+/// directory with the marker mode. It stands for "does not exist": directory listings of
+/// the file tools leave it out.
+pub fn is_placeholder_dir(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|meta| is_placeholder(&meta))
+        && std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none())
+}
+
 fn is_placeholder(meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::PermissionsExt;
     meta.is_dir() && meta.permissions().mode() & 0o7777 == PLACEHOLDER_MODE
