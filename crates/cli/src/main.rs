@@ -20,10 +20,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return args::report_parse_error(&error),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if matches!(cli.command, args::Command::Exec(_)) {
+        // One call needs one worker; every extra worker is a thread to start and stop.
+        builder.worker_threads(1);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("cordon: failed to start the async runtime: {error}");
@@ -31,7 +33,9 @@ fn main() -> ExitCode {
         }
     };
     let outcome = runtime.block_on(cmd::run(cli));
-    // Files the local backend swapped in get their writeback started before the process goes.
+    // Blocking work still running (a write that outlived its call) finishes first; then files
+    // the local backend swapped in get their writeback started before the process goes.
+    drop(runtime);
     cordon_backend_local::wait_for_writeback();
     match outcome {
         Ok(code) => code,

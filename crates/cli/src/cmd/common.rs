@@ -131,6 +131,14 @@ impl CommonArgs {
     }
 
     /// Open a session for these arguments.
+    /// Start, on another thread, the slow one-time work opening a session will need: the
+    /// local backend's probe of the host's sandbox support (namespace children).
+    pub fn warm_up(&self) {
+        if matches!(self.backend, BackendKind::Local) {
+            std::thread::spawn(cordon_backend_local::probe_host);
+        }
+    }
+
     pub async fn open_session(&self) -> anyhow::Result<Session> {
         Ok(Session::open(self.session_options()?).await?)
     }

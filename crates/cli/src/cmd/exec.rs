@@ -42,6 +42,7 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     }
     // The schema validator's one-time set-up overlaps opening the session.
     std::thread::spawn(cordon_core::validate::warm_up);
+    common.warm_up();
     let session = common.open_session().await?;
     let control = RunControl::new(cancel_on_ctrl_c(), Arc::new(|_event: AgentEvent| {}));
     let call = ToolCall {

@@ -1726,7 +1726,7 @@ fn control_closed(control: &OwnedFd) -> bool {
 }
 
 /// Reap an init that is still tearing its namespaces down, on one shared background thread.
-fn reap_later(pidfd: OwnedFd) {
+pub(crate) fn reap_later(pidfd: OwnedFd) {
     use std::sync::mpsc::{Sender, channel};
     static REAPER: std::sync::OnceLock<std::sync::Mutex<Sender<OwnedFd>>> =
         std::sync::OnceLock::new();

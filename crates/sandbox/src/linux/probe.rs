@@ -4,6 +4,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::config::HostSupport;
 use crate::linux::sys;
@@ -35,52 +36,61 @@ fn probe_uncached() -> HostSupport {
 }
 
 /// Create a child in new namespaces (`flags`); with `mount_api`, the child also checks that
-/// the fd-based mount API (open_tree + move_mount) works there. True when the child exits 0.
+/// the fd-based mount API (open_tree + move_mount) works there. True when it all worked.
 ///
 /// The child is `vfork`-style (shared memory, own stack, this thread suspended meanwhile):
-/// a fork would copy the page tables of this (large, multi-threaded) process, the main cost
-/// of probing.
+/// a fork would copy the page tables of this (large, multi-threaded) process. It stores its
+/// result in this process's memory before exiting; this thread resumes as soon as the child
+/// has let go of that memory, before the kernel has torn its namespaces down (which can take
+/// milliseconds), and the child is reaped in the background.
 fn try_namespaces(flags: c_int, mount_api: bool) -> bool {
     let stack = sys::ChildStack::new();
-    let mut raw_pidfd: c_int = -1;
-    let entry = if mount_api {
-        mount_api_entry
-    } else {
-        exit_entry
+    let probe = Probe {
+        mount_api,
+        result: AtomicI32::new(NOT_REPORTED),
     };
+    let mut raw_pidfd: c_int = -1;
     let saved = sys::block_all_signals();
-    // SAFETY: both entries only call async-signal-safe wrappers and `_exit`, and read no
-    // argument; the stack is used by this child only; signals are blocked.
+    // SAFETY: probe_entry only calls async-signal-safe wrappers, stores into `probe` (alive
+    // until this call returns, which is after the child has exited) and ends in `_exit`; the
+    // stack is used by this child only; signals are blocked.
     let started = unsafe {
         sys::vfork_child(
             &stack,
-            entry,
-            std::ptr::null_mut(),
+            probe_entry,
+            &probe as *const Probe as *mut c_void,
             Some(&mut raw_pidfd),
             flags,
         )
     };
     sys::restore_signals(&saved);
-    if started.is_err() {
-        return false;
+    if let Ok(pidfd) = sys::owned_pidfd(raw_pidfd) {
+        super::reap_later(pidfd);
     }
-    let Ok(pidfd) = sys::owned_pidfd(raw_pidfd) else {
-        return false;
+    started.is_ok() && probe.result.load(Ordering::SeqCst) == 0
+}
+
+/// What a probe child is asked, and where it answers (its exit code, 0 for success).
+struct Probe {
+    mount_api: bool,
+    result: AtomicI32,
+}
+
+/// `Probe::result` until the child has answered.
+const NOT_REPORTED: i32 = -1;
+
+/// The probe child: it exists in the new namespaces; check the mount API when asked, answer.
+extern "C" fn probe_entry(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the parent's `Probe`, alive until the child has exited (the parent is
+    // suspended meanwhile).
+    let probe = unsafe { &*(arg as *const Probe) };
+    let code = if probe.mount_api {
+        check_mount_api()
+    } else {
+        0
     };
-    matches!(
-        sys::waitid_pidfd(&pidfd, true),
-        Ok(Some(sys::Reaped::Exited(0)))
-    )
-}
-
-/// A probe child that only had to be created.
-extern "C" fn exit_entry(_: *mut c_void) -> c_int {
+    probe.result.store(code, Ordering::SeqCst);
     sys::exit_now(0)
-}
-
-/// A probe child that checks the mount API.
-extern "C" fn mount_api_entry(_: *mut c_void) -> c_int {
-    sys::exit_now(check_mount_api())
 }
 
 /// In the probe child: make mounts private, then bind `/` onto itself read-only the way
