@@ -207,8 +207,15 @@ impl Expander {
         }
         let mut result = Ok(());
         for job in &self.jobs {
-            let Ok(base) = job.base.canonicalize() else {
-                continue;
+            // The workspace root (where the common `**/…` patterns start) is canonical
+            // already; other bases may have a symlink on the way.
+            let base = if job.base == self.rules.workspace() {
+                job.base.clone()
+            } else {
+                let Ok(base) = job.base.canonicalize() else {
+                    continue;
+                };
+                base
             };
             let inside = walk.reach.iter().any(|tree| within(&base, tree));
             let towards = walk.reach.iter().any(|tree| within(tree, &base));
