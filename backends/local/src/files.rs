@@ -845,6 +845,22 @@ mod tests {
     use super::*;
     use crate::roots::open_root_dir;
 
+    /// `name` in the directory `fd` is open on, replaced with `mode` and no owner change.
+    fn target<'a>(
+        fd: &'a OwnedFd,
+        name: &'a str,
+        mode: u32,
+        replaces_file: bool,
+    ) -> ReplaceTarget<'a> {
+        ReplaceTarget {
+            dir: fd.as_fd(),
+            name: OsStr::new(name),
+            mode,
+            owner: None,
+            replaces_file,
+        }
+    }
+
     fn names(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
@@ -859,13 +875,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("target.txt"), b"original").unwrap();
         let fd = open_root_dir(dir.path()).unwrap();
-        let target = ReplaceTarget {
-            dir: fd.as_fd(),
-            name: OsStr::new("target.txt"),
-            mode: 0o644,
-            owner: None,
-            replaces_file: true,
-        };
+        let target = target(&fd, "target.txt", 0o644, true);
         let err = write_replace(target, |file| {
             file.write_all(b"half of the new cont")?;
             Err(io::Error::other("disk on fire"))
@@ -884,13 +894,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let fd = open_root_dir(dir.path()).unwrap();
-        let target = ReplaceTarget {
-            dir: fd.as_fd(),
-            name: OsStr::new("new.txt"),
-            mode: 0o640,
-            owner: None,
-            replaces_file: false,
-        };
+        let target = target(&fd, "new.txt", 0o640, false);
         write_replace(target, |file| file.write_all(b"hello")).unwrap();
         assert_eq!(names(dir.path()), vec!["new.txt".to_string()]);
         let meta = std::fs::metadata(dir.path().join("new.txt")).unwrap();
@@ -908,13 +912,7 @@ mod tests {
             .unwrap()
             .ino();
         let fd = open_root_dir(dir.path()).unwrap();
-        let target = ReplaceTarget {
-            dir: fd.as_fd(),
-            name: OsStr::new("target.txt"),
-            mode: 0o644,
-            owner: None,
-            replaces_file: true,
-        };
+        let target = target(&fd, "target.txt", 0o644, true);
         write_replace(target, |file| file.write_all(b"new")).unwrap();
         assert_eq!(names(dir.path()), vec!["link.txt", "target.txt"]);
         assert_eq!(
@@ -936,13 +934,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("target")).unwrap();
         std::fs::write(dir.path().join("target/inside.txt"), b"keep").unwrap();
         let fd = open_root_dir(dir.path()).unwrap();
-        let target = ReplaceTarget {
-            dir: fd.as_fd(),
-            name: OsStr::new("target"),
-            mode: 0o644,
-            owner: None,
-            replaces_file: true,
-        };
+        let target = target(&fd, "target", 0o644, true);
         let err = write_replace(target, |file| file.write_all(b"new")).unwrap_err();
         assert_eq!(err.0, "rename");
         assert_eq!(err.1.raw_os_error(), Some(Errno::EISDIR as i32));
@@ -957,13 +949,7 @@ mod tests {
     fn a_target_that_vanished_is_created_by_rename() {
         let dir = tempfile::tempdir().unwrap();
         let fd = open_root_dir(dir.path()).unwrap();
-        let target = ReplaceTarget {
-            dir: fd.as_fd(),
-            name: OsStr::new("gone.txt"),
-            mode: 0o644,
-            owner: None,
-            replaces_file: true,
-        };
+        let target = target(&fd, "gone.txt", 0o644, true);
         write_replace(target, |file| file.write_all(b"new")).unwrap();
         assert_eq!(names(dir.path()), vec!["gone.txt"]);
         assert_eq!(std::fs::read(dir.path().join("gone.txt")).unwrap(), b"new");

@@ -610,14 +610,7 @@ async fn the_git_placeholder_between_commands_is_not_listed_and_goes_at_shutdown
         "the placeholder is kept between commands"
     );
     // File tools see the workspace as it is: without a .git.
-    let listed: Vec<String> = fx
-        .files()
-        .read_dir(&fx.ws)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|entry| entry.name)
-        .collect();
+    let listed = listed_names(&fx).await;
     assert_eq!(listed, vec!["a.txt".to_string()]);
     fx.backend.shutdown().await;
     assert!(!fx.at(".git").exists(), "shutdown removes the placeholder");
@@ -627,13 +620,12 @@ async fn the_git_placeholder_between_commands_is_not_listed_and_goes_at_shutdown
 async fn a_real_empty_git_directory_is_still_listed() {
     let fx = Fixture::new();
     std::fs::create_dir(fx.at(".git")).unwrap();
-    let listed: Vec<String> = fx
-        .files()
-        .read_dir(&fx.ws)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|entry| entry.name)
-        .collect();
+    let listed = listed_names(&fx).await;
     assert_eq!(listed, vec![".git".to_string()]);
+}
+
+/// The names the file operations list at the workspace root.
+async fn listed_names(fx: &Fixture) -> Vec<String> {
+    let entries = fx.files().read_dir(&fx.ws).await.unwrap();
+    entries.into_iter().map(|entry| entry.name).collect()
 }
