@@ -89,7 +89,7 @@ async fn small_files() {
         micros(percentile(&mut reads, 0.9))
     );
     println!(
-        "write_file 2 KB: p50 {}  p90 {}  (atomic: temp + rename)",
+        "write_file 2 KB: p50 {}  p90 {}  (atomic: temp + swap in)",
         micros(percentile(&mut writes, 0.5)),
         micros(percentile(&mut writes, 0.9))
     );
