@@ -646,19 +646,20 @@ pub(crate) fn write_replace(
 /// Exchange the temp file with the existing `name`, then unlink the old file (now under the
 /// temp name), keeping an `O_PATH` descriptor of it: the inode is released when that is
 /// closed, off the caller's path (releasing an inode whose writeback is in flight waits for
-/// the I/O). `Ok(None)`: the filesystem cannot exchange, or `name` is gone; the caller falls
-/// back to a rename. If `name` turned into a directory meanwhile, the exchange is undone and
-/// the write fails as a rename over a directory would.
+/// the I/O). `Ok(None)`: the exchange failed (unsupported, `name` gone, …) and changed
+/// nothing; the caller falls back to a rename. If `name` turned into a directory meanwhile,
+/// the exchange is undone and the write fails as a rename over a directory would.
 fn swap_in(
     guard: &mut TempGuard<'_>,
     name: &OsStr,
 ) -> Result<Option<Swapped>, (&'static str, io::Error)> {
     let dir = guard.dir;
     let tmp = guard.name.as_os_str();
-    match renameat2(dir, tmp, dir, name, RenameFlags::RENAME_EXCHANGE) {
-        Ok(()) => {}
-        Err(Errno::EINVAL | Errno::ENOSYS | Errno::EOPNOTSUPP | Errno::ENOENT) => return Ok(None),
-        Err(e) => return Err(("rename", e.into())),
+    // A failed exchange changed nothing: whatever the reason (no support on this filesystem,
+    // `name` gone, a cross-layer overlayfs file, …) the plain rename runs and reports its own
+    // error, if any.
+    if renameat2(dir, tmp, dir, name, RenameFlags::RENAME_EXCHANGE).is_err() {
+        return Ok(None);
     }
     let old = nix::fcntl::openat(
         dir,
