@@ -28,8 +28,8 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::mpsc::{self, SyncSender};
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use cordon_tools::ops::{
@@ -713,19 +713,24 @@ impl WritebackJob {
     }
 }
 
-/// The background thread that finishes swaps, created on first use (`None` if the thread
-/// could not be created).
-static WRITEBACK: OnceLock<Option<Mutex<Sender<WritebackJob>>>> = OnceLock::new();
+/// Swaps the writeback thread may have pending: each holds two fds until the thread gets to
+/// it, so a burst of writes waits for the thread rather than piling up open files.
+const WRITEBACK_BACKLOG: usize = 64;
 
-fn writeback_queue() -> Option<&'static Mutex<Sender<WritebackJob>>> {
+/// The queue of the background thread that finishes swaps (`None` if the thread could not
+/// be created).
+static WRITEBACK: OnceLock<Option<SyncSender<WritebackJob>>> = OnceLock::new();
+
+/// The writeback queue, its thread started on first use.
+fn writeback_queue() -> Option<&'static SyncSender<WritebackJob>> {
     WRITEBACK
         .get_or_init(|| {
-            let (sender, receiver) = mpsc::channel::<WritebackJob>();
+            let (sender, receiver) = mpsc::sync_channel::<WritebackJob>(WRITEBACK_BACKLOG);
             std::thread::Builder::new()
                 .name("cordon-writeback".into())
                 .spawn(move || receiver.into_iter().for_each(WritebackJob::run))
                 .ok()
-                .map(|_| Mutex::new(sender))
+                .map(|_| sender)
         })
         .as_ref()
 }
@@ -733,9 +738,9 @@ fn writeback_queue() -> Option<&'static Mutex<Sender<WritebackJob>>> {
 /// Hand the rest of a swap to the background thread; without it, finish here.
 fn after_swap(file: File, old: Option<OwnedFd>) {
     let job = WritebackJob::Swapped { file, old };
-    let unsent = match writeback_queue().map(Mutex::lock) {
-        Some(Ok(sender)) => sender.send(job).err().map(|e| e.0),
-        _ => Some(job),
+    let unsent = match writeback_queue() {
+        Some(sender) => sender.send(job).err().map(|e| e.0),
+        None => Some(job),
     };
     if let Some(job) = unsent {
         job.run();
@@ -750,10 +755,7 @@ pub fn wait_for_writeback() {
         return;
     };
     let (reply, done) = mpsc::sync_channel(1);
-    let sent = queue
-        .lock()
-        .is_ok_and(|sender| sender.send(WritebackJob::Flush(reply)).is_ok());
-    if sent {
+    if queue.send(WritebackJob::Flush(reply)).is_ok() {
         let _ = done.recv();
     }
 }
