@@ -1338,7 +1338,12 @@ fn retire_loop(receiver: &mpsc::Receiver<Due>) {
                 .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
         };
         match received {
-            Ok(due) => pending.push(due),
+            // One entry per sandbox, at its latest due time: by then every init it gave back
+            // earlier has lingered long enough too.
+            Ok((due, inner)) => match pending.iter_mut().find(|(_, known)| known.ptr_eq(&inner)) {
+                Some(entry) => entry.0 = entry.0.max(due),
+                None => pending.push((due, inner)),
+            },
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
