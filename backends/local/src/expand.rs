@@ -267,13 +267,10 @@ fn merge_jobs(mut jobs: Vec<WalkJob>) -> Vec<WalkJob> {
     merged
 }
 
-/// `path.starts_with(tree)` for canonical paths (absolute, no `.`, `..`, repeated or
-/// trailing `/`), compared as bytes: every command checks each walked directory against
-/// every readable tree, a few hundred of them.
+/// `path.starts_with(tree)` for canonical paths, compared as bytes (as the roots do): every
+/// command checks each walked directory against every readable tree, a few hundred of them.
 fn within(path: &Path, tree: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let (path, tree) = (path.as_os_str().as_bytes(), tree.as_os_str().as_bytes());
-    tree == b"/" || (path.starts_with(tree) && matches!(path.get(tree.len()), None | Some(b'/')))
+    crate::roots::strip_root(path, tree, true).is_some()
 }
 
 fn stamp_of(meta: &std::fs::Metadata) -> Stamp {

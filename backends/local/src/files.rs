@@ -446,7 +446,12 @@ impl Shared {
             let name_os = OsStr::from_bytes(raw);
             let name = name_os.to_string_lossy().into_owned();
             let entry_canonical = canonical.join(name_os);
-            if self.rules.has_denied() && self.verdict(&entry_canonical) == Verdict::Denied {
+            let verdict = if self.rules.is_empty() {
+                Verdict::Free
+            } else {
+                self.verdict(&entry_canonical)
+            };
+            if verdict == Verdict::Denied {
                 out.push(DirEntry {
                     name,
                     kind: None,
@@ -467,8 +472,8 @@ impl Shared {
             };
             // The empty placeholder a sandbox keeps at a missing protected path (`.git` of a
             // workspace without one) between commands stands for "does not exist".
-            if matches!(kind, Ok(FileKind::Dir))
-                && self.verdict(&entry_canonical) == Verdict::Protected
+            if verdict == Verdict::Protected
+                && matches!(kind, Ok(FileKind::Dir))
                 && cordon_sandbox::is_placeholder_dir(&entry_canonical)
             {
                 continue;

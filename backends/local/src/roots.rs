@@ -682,7 +682,7 @@ fn is_plain(path: &Path) -> bool {
 
 /// `path.strip_prefix(root)`, by bytes when `path` is plain (see [`is_plain`]); the root
 /// list is walked on every file operation and component-wise comparison dominated it.
-fn strip_root<'p>(path: &'p Path, root: &Path, plain: bool) -> Option<&'p Path> {
+pub(crate) fn strip_root<'p>(path: &'p Path, root: &Path, plain: bool) -> Option<&'p Path> {
     if !plain {
         return path.strip_prefix(root).ok();
     }

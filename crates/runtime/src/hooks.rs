@@ -270,7 +270,8 @@ impl ToolHooks for RuntimeHooks {
             });
         }
         match decision.decision {
-            Decision::Allow => {
+            // What the after hook needs for the audit record (only kept with a log).
+            Decision::Allow if self.audit.is_some() => {
                 lock(&self.in_flight).insert(
                     call.tool_call.id.clone(),
                     InFlight {
@@ -280,6 +281,7 @@ impl ToolHooks for RuntimeHooks {
                 );
                 Ok(BeforeOutcome::Continue)
             }
+            Decision::Allow => Ok(BeforeOutcome::Continue),
             Decision::Ask | Decision::Deny => {
                 let reason = if refused {
                     decision.reason

@@ -10,8 +10,8 @@
 //! other process of the namespace, removes System V IPC objects, reports the status and goes
 //! back to the parent's idle list (or exits, when it is stale; one holding placeholders is
 //! retired after `PLACEHOLDER_LINGER`). When the parent's handle is dropped (or the parent
-//! dies) the init sees EOF on its control socket and exits, and the kernel kills whatever is left in the namespace. Without
-//! namespaces (an explicitly degraded host) the command is the direct child in its own
+//! dies) the init sees EOF on its control socket and exits, and the kernel kills whatever is
+//! left in the namespace. Without namespaces (an explicitly degraded host) the command is the direct child in its own
 //! session, restricts itself before `execve`, and tree operations use its process group.
 
 mod child;
@@ -624,8 +624,8 @@ impl PreparedSandbox {
     /// init whose command has ended is kept, idle, and serves the next command when its
     /// mounts are still current (same protected and denied paths, same inodes, the same
     /// placeholders at missing protected paths; an init holding placeholders idles for at
-    /// most `PLACEHOLDER_LINGER`), and it is younger than 60 s with fewer than 10 000 commands served
-    /// (`INIT_MAX_AGE`, `INIT_MAX_COMMANDS`): each command still starts with no process of
+    /// most `PLACEHOLDER_LINGER`), and it is younger than 60 s with fewer than 10 000
+    /// commands served (`INIT_MAX_AGE`, `INIT_MAX_COMMANDS`): each command still starts with no process of
     /// an earlier command left and no System V IPC object either, but without building
     /// namespaces, mounts, the Landlock domain and the seccomp program again.
     ///
@@ -1306,21 +1306,33 @@ impl Reuse {
 /// Ask the retiring thread to look at `inner`'s idle inits once [`PLACEHOLDER_LINGER`] has
 /// passed. `false` when that thread cannot be started.
 fn retire_later(inner: &Arc<Inner>) -> bool {
-    static RETIRER: std::sync::OnceLock<Option<std::sync::Mutex<mpsc::Sender<Due>>>> =
-        std::sync::OnceLock::new();
-    let sender = RETIRER.get_or_init(|| {
-        let (sender, receiver) = mpsc::channel::<Due>();
-        std::thread::Builder::new()
-            .name("cordon-retire".into())
-            .spawn(move || retire_loop(&receiver))
-            .ok()?;
-        Some(std::sync::Mutex::new(sender))
-    });
-    let Some(sender) = sender else {
+    static RETIRER: BackgroundQueue<Due> = std::sync::OnceLock::new();
+    let Some(sender) = background_queue(&RETIRER, "cordon-retire", retire_loop) else {
         return false;
     };
     let due = Instant::now() + PLACEHOLDER_LINGER;
-    lock(sender).send((due, Arc::downgrade(inner))).is_ok()
+    sender.send((due, Arc::downgrade(inner))).is_ok()
+}
+
+/// The queue of a background thread, started on first use (`None`: it could not be).
+type BackgroundQueue<T> = std::sync::OnceLock<Option<mpsc::Sender<T>>>;
+
+/// The queue in `cell`, starting the thread `name` that runs `work` on its receiving end the
+/// first time.
+fn background_queue<T: Send + 'static>(
+    cell: &'static BackgroundQueue<T>,
+    name: &str,
+    work: fn(&mpsc::Receiver<T>),
+) -> Option<&'static mpsc::Sender<T>> {
+    cell.get_or_init(|| {
+        let (sender, receiver) = mpsc::channel::<T>();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || work(&receiver))
+            .ok()?;
+        Some(sender)
+    })
+    .as_ref()
 }
 
 /// When to look at a sandbox's idle inits again.
@@ -1376,7 +1388,7 @@ fn retire_lingering(inner: &Inner) {
 
 impl SandboxedChild {
     /// A command running under `init`, which goes back to `sandbox`'s idle list afterwards
-    /// when it holds no placeholder.
+    /// (see [`Reuse::give_back`]).
     fn under_init(mut init: InitProcess, sandbox: &PreparedSandbox) -> SandboxedChild {
         let reuse = Some(Reuse {
             inner: Arc::clone(&sandbox.inner),
@@ -1732,30 +1744,21 @@ fn control_closed(control: &OwnedFd) -> bool {
 
 /// Reap an init that is still tearing its namespaces down, on one shared background thread.
 pub(crate) fn reap_later(pidfd: OwnedFd) {
-    use std::sync::mpsc::{Sender, channel};
-    static REAPER: std::sync::OnceLock<std::sync::Mutex<Sender<OwnedFd>>> =
-        std::sync::OnceLock::new();
-    let sender = REAPER.get_or_init(|| {
-        let (sender, receiver) = channel::<OwnedFd>();
-        let spawned = std::thread::Builder::new()
-            .name("cordon-sandbox-reaper".into())
-            .spawn(move || {
-                for pidfd in receiver {
-                    let _ = sys::waitid_pidfd(&pidfd, true);
-                }
-            });
-        if spawned.is_err() {
-            // No thread: fall back to reaping synchronously below.
-            let (dead, _) = channel();
-            return std::sync::Mutex::new(dead);
-        }
-        std::sync::Mutex::new(sender)
-    });
-    let sender = sender
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Err(failed) = sender.send(pidfd) {
-        let _ = sys::waitid_pidfd(&failed.0, true);
+    static REAPER: BackgroundQueue<OwnedFd> = std::sync::OnceLock::new();
+    let unsent = match background_queue(&REAPER, "cordon-sandbox-reaper", reap_loop) {
+        Some(sender) => sender.send(pidfd).err().map(|failed| failed.0),
+        None => Some(pidfd),
+    };
+    // No thread: reap here.
+    if let Some(pidfd) = unsent {
+        let _ = sys::waitid_pidfd(&pidfd, true);
+    }
+}
+
+/// The reaping thread: wait for each process handed over.
+fn reap_loop(receiver: &mpsc::Receiver<OwnedFd>) {
+    for pidfd in receiver {
+        let _ = sys::waitid_pidfd(&pidfd, true);
     }
 }
 

@@ -236,7 +236,6 @@ pub(crate) fn open_no_symlinks(
         })
 }
 
-/// `flock(fd, op)`.
 /// `sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)`: start writeback of every dirty page
 /// of the file without waiting for it.
 pub(crate) fn start_writeback(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
@@ -248,6 +247,7 @@ pub(crate) fn start_writeback(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()>
     .map(drop)
 }
 
+/// `flock(fd, op)`.
 pub(crate) fn flock(fd: &OwnedFd, op: c_int) -> io::Result<()> {
     // SAFETY: flock on an open fd has no memory effects.
     check_io(unsafe { libc::flock(fd.as_raw_fd(), op) } as c_long).map(|_| ())
