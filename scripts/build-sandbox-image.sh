@@ -66,7 +66,7 @@ build_busybox() {
     fi
     local ctx
     ctx="$(mktemp -d)"
-    trap 'rm -rf "$ctx"' RETURN
+    trap 'rm -rf "$ctx"; trap - RETURN' RETURN
     cp "$bb" "$ctx/busybox"
     cat >"$ctx/Dockerfile" <<DOCKERFILE
 FROM scratch
@@ -98,7 +98,7 @@ build_base() {
     [ -n "$mirror" ] || { log "no Debian mirror found; set DEBIAN_MIRROR"; exit 1; }
     local rootfs
     rootfs="$(mktemp -d /var/tmp/cordon-rootfs.XXXXXX)"
-    trap 'rm -rf "$rootfs"' RETURN
+    trap 'rm -rf "$rootfs"; trap - RETURN' RETURN
     log "debootstrap --variant=minbase bookworm from $mirror"
     debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >&2
     tar -C "$rootfs" -c . | docker import \
