@@ -383,7 +383,7 @@ impl Workspace {
 
     /// One call through the whole pipeline, cancelled by `cancel`.
     pub async fn call_with(&self, tool: &str, args: Value, cancel: CancellationToken) -> Called {
-        let (control, events) = recording_control(cancel);
+        let (control, events) = recording_control(cancel, |_| {});
         let call = ToolCall {
             id: self.next_id(),
             name: tool.to_owned(),
@@ -413,7 +413,19 @@ impl Workspace {
         mode: ExecutionMode,
         cancel: CancellationToken,
     ) -> Replayed {
-        let (control, events) = recording_control(cancel);
+        self.replay_observed(messages, mode, cancel, |_| {}).await
+    }
+
+    /// [`Workspace::replay_with`], calling `observer` with each event as it happens (before it
+    /// is recorded), so a test can act on an event instead of waiting some time for it.
+    pub async fn replay_observed(
+        &self,
+        messages: Vec<AssistantMessage>,
+        mode: ExecutionMode,
+        cancel: CancellationToken,
+        observer: impl Fn(&AgentEvent) + Send + Sync + 'static,
+    ) -> Replayed {
+        let (control, events) = recording_control(cancel, observer);
         let config = self.session().agent_config(mode);
         let transcript = cordon_core::replay(&config, messages, &control).await;
         let results: Vec<ToolResult> = transcript
@@ -474,12 +486,16 @@ impl Drop for Workspace {
 
 type EventLog = Arc<Mutex<Vec<AgentEvent>>>;
 
-fn recording_control(cancel: CancellationToken) -> (RunControl, EventLog) {
+fn recording_control(
+    cancel: CancellationToken,
+    observer: impl Fn(&AgentEvent) + Send + Sync + 'static,
+) -> (RunControl, EventLog) {
     let events: EventLog = Arc::new(Mutex::new(Vec::new()));
     let sink = events.clone();
     let control = RunControl::new(
         cancel,
         Arc::new(move |event: AgentEvent| {
+            observer(&event);
             sink.lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(event);

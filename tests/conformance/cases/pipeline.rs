@@ -125,20 +125,29 @@ pub async fn queue_keeps_call_order(h: Arc<dyn Harness>) {
 
 pub async fn parallel_end_events_in_completion_order(h: Arc<dyn Harness>) {
     let ws = Workspace::open(&h).await;
-    // c1 waits for a file that c2 creates: only a parallel batch can finish (a sequential one
-    // would time out), and c2 necessarily ends first.
+    // c1 waits for a file that the test creates only once it has seen c2's end event: only a
+    // parallel batch can finish (a sequential one would time out), and c2 ends first whatever
+    // the machine's load, because c1 cannot end before that event.
+    let released = ws.host("released");
     let replayed = ws
-        .replay(
+        .replay_observed(
             vec![assistant(vec![
                 tool_call(
                     "c1",
                     "bash",
-                    json!({"command": "while [ ! -e go ]; do sleep 0.02; done; echo went",
+                    json!({"command": "while [ ! -e released ]; do sleep 0.02; done; echo went",
                            "timeout": 120}),
                 ),
                 tool_call("c2", "write", json!({"path": "go", "content": ""})),
             ])],
             ExecutionMode::Parallel,
+            CancellationToken::new(),
+            move |event| {
+                if matches!(event, AgentEvent::ToolExecutionEnd { tool_call_id, .. } if tool_call_id == "c2")
+                {
+                    std::fs::write(&released, "").expect("failed to create the release file");
+                }
+            },
         )
         .await;
     assert_eq!(
