@@ -70,13 +70,17 @@ impl LocalFiles {
         F: FnOnce(&Shared) -> Result<T, FsError> + Send + 'static,
     {
         let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || f(&shared))
-            .await
-            .map_err(|join| FsError::Io {
+        match tokio::task::spawn_blocking(move || f(&shared)).await {
+            Ok(result) => result,
+            // A panic is a bug, not an I/O error: the tool call's panic containment reports
+            // it for that call only.
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(join) => Err(FsError::Io {
                 op,
                 path: path.to_path_buf(),
                 source: io::Error::other(join.to_string()),
-            })?
+            }),
+        }
     }
 }
 

@@ -31,11 +31,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
+use cordon_tools::bounds::REGEX_SIZE_LIMIT;
 use cordon_tools::ops::{
     FindOutput, FindRequest, FsError, GrepFile, GrepLine, GrepOutput, GrepRequest, SearchError,
     SearchOperations,
 };
-use globset::{GlobBuilder, GlobMatcher};
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 use ignore::{WalkBuilder, WalkState};
@@ -219,7 +220,9 @@ fn describe(err: &ignore::Error) -> (Option<PathBuf>, String) {
 /// absolute path, when the glob starts with `/`), otherwise the file name. `*` does not
 /// cross `/`; `**` does.
 struct PathGlob {
-    matcher: GlobMatcher,
+    /// A one-glob set: unlike `Glob::compile_matcher`, building it reports a glob whose regex
+    /// exceeds the size limit as an error instead of panicking.
+    matcher: GlobSet,
     mode: GlobMode,
 }
 
@@ -249,10 +252,16 @@ impl PathGlob {
                 pattern: pattern.to_string(),
                 reason: e.kind().to_string(),
             })?;
-        Ok(PathGlob {
-            matcher: glob.compile_matcher(),
-            mode,
-        })
+        let matcher =
+            GlobSetBuilder::new()
+                .add(glob)
+                .build()
+                .map_err(|e| SearchError::InvalidPattern {
+                    what: "glob",
+                    pattern: pattern.to_string(),
+                    reason: e.kind().to_string(),
+                })?;
+        Ok(PathGlob { matcher, mode })
     }
 
     /// `rel`: relative to the search path; `shown`: the absolute path as reported.
@@ -576,6 +585,8 @@ fn grep_blocking(
     } = request;
     let path = shared.absolute(&path);
     let matcher = RegexMatcherBuilder::new()
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
         .case_insensitive(ignore_case)
         .fixed_strings(literal)
         .line_terminator(Some(b'\n'))
@@ -885,11 +896,17 @@ where
     // Cancelling the caller's future also stops the walk (the guard fires the token).
     let inner = cancel.child_token();
     let guard = inner.clone().drop_guard();
-    let result = tokio::task::spawn_blocking(move || f(&inner))
-        .await
-        .map_err(|join| SearchError::Backend {
-            reason: format!("search task failed: {join}"),
-        })?;
+    let result = match tokio::task::spawn_blocking(move || f(&inner)).await {
+        Ok(result) => result,
+        // A panic is a bug in the search, not a transport failure: hand it on to the tool
+        // call's own panic containment, which reports it for this call only.
+        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+        Err(join) => {
+            return Err(SearchError::Backend {
+                reason: format!("search task failed: {join}"),
+            });
+        }
+    };
     drop(guard);
     result
 }
@@ -1051,5 +1068,37 @@ mod tests {
             PathGlob::new("a[").map(|_| ()),
             Err(SearchError::InvalidPattern { what: "glob", .. })
         ));
+    }
+
+    #[test]
+    fn a_glob_too_complex_to_compile_is_an_error_not_a_panic() {
+        // `Glob::compile_matcher` panics on this one ("regex compilation shouldn't fail").
+        let huge = "*/".repeat(100_000);
+        let error = PathGlob::new(&huge).map(|_| ()).unwrap_err();
+        assert!(
+            matches!(&error, SearchError::InvalidPattern { what: "glob", .. }),
+            "{error}"
+        );
+        assert!(
+            error.to_string().len() < 1_000,
+            "{}",
+            error.to_string().len()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_a_search_stays_a_panic_for_the_caller_to_contain() {
+        let outcome = tokio::spawn(run_blocking(
+            |_: &CancellationToken| -> Result<(), SearchError> { panic!("search bug") },
+            CancellationToken::new(),
+        ))
+        .await;
+        // Before, the panic came back as `SearchError::Backend` ("backend unavailable").
+        let join = outcome.expect_err("the panic reaches the caller");
+        assert!(join.is_panic());
+        assert_eq!(
+            join.into_panic().downcast_ref::<&str>(),
+            Some(&"search bug")
+        );
     }
 }

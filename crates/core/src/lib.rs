@@ -7,6 +7,7 @@
 //! - [`event`]: the agent events streamed to hosts (SPEC §2);
 //! - [`provider`]: the small trait a model provider implements to drive the loop;
 //! - [`sandbox`]: the plain, serialisable sandbox specification every backend enforces;
+//! - [`excerpt`]: short quotations of model input in error texts;
 //! - [`validate`]: lenient coercion and JSON Schema validation of tool arguments;
 //! - [`executor`]: one assistant message's tool calls as a batch, with every SPEC §2 rule;
 //! - [`agent`]: the multi-turn loop over a [`provider::ModelProvider`];
@@ -19,6 +20,7 @@
 
 pub mod agent;
 pub mod event;
+pub mod excerpt;
 pub mod executor;
 pub mod hooks;
 pub mod protocol;

@@ -22,9 +22,14 @@ use jsonschema::paths::LocationSegment;
 use jsonschema::{ValidationError, Validator};
 use serde_json::{Map, Number, Value};
 
+use crate::excerpt::{excerpt, excerpt_value};
+
 /// Longest violation message kept in the error text; longer ones (a huge offending string
 /// echoed back) are cut, the full arguments are printed below them anyway.
 const MAX_MESSAGE_CHARS: usize = 300;
+
+/// Violations listed in the error text; the rest are counted.
+const MAX_VIOLATIONS: usize = 20;
 
 /// How deep `$ref` chains and nested schemas are followed during coercion.
 const MAX_SCHEMA_DEPTH: usize = 64;
@@ -77,13 +82,20 @@ impl ValidatorCache {
         })?;
         let mut coerced = args.clone();
         coerce_root(&mut coerced, schema);
-        let violations: Vec<String> = validator.iter_errors(&coerced).map(describe).collect();
+        let (violations, more) = {
+            let mut errors = validator.iter_errors(&coerced);
+            let shown: Vec<String> = errors.by_ref().take(MAX_VIOLATIONS).map(describe).collect();
+            (shown, errors.count())
+        };
         if violations.is_empty() {
             return Ok(coerced);
         }
         let mut text = format!("Validation failed for tool \"{tool_name}\":\n");
         for violation in &violations {
             let _ = writeln!(text, "  - {violation}");
+        }
+        if more > 0 {
+            let _ = writeln!(text, "  - … and {more} more violations");
         }
         let _ = write!(text, "\nReceived arguments:\n{}", pretty(args));
         Err(text)
@@ -113,8 +125,11 @@ impl ValidatorCache {
     }
 }
 
+/// The received arguments as the error quotes them: long strings and collections cut (see
+/// [`excerpt_value`]), so a huge argument does not come back as a huge error.
 fn pretty(value: &Value) -> String {
-    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    let shown = excerpt_value(value);
+    serde_json::to_string_pretty(&shown).unwrap_or_else(|_| shown.to_string())
 }
 
 /// `path: message` for one violation; `required` names the missing property in the path.
@@ -136,7 +151,7 @@ fn describe(error: ValidationError<'_>) -> String {
     let path = if segments.is_empty() {
         "root".to_owned()
     } else {
-        segments.join(".")
+        excerpt(&segments.join(".")).into_owned()
     };
     let mut message = error.to_string();
     if let Some((cut, _)) = message.char_indices().nth(MAX_MESSAGE_CHARS) {
@@ -500,6 +515,34 @@ mod tests {
         let line = text.lines().find(|l| l.starts_with("  - verbose")).unwrap();
         assert!(line.chars().count() < MAX_MESSAGE_CHARS + 20, "{line}");
         assert!(line.ends_with('…'));
+    }
+
+    #[test]
+    fn huge_arguments_are_quoted_by_a_prefix() {
+        let schema = json!({
+            "type": "object",
+            "required": ["path"],
+            "properties": {"path": {"type": "string", "maxLength": 4096}}
+        });
+        let huge = "p".repeat(50_000_000);
+        let text = err(&schema, json!({ "path": huge }));
+        assert!(text.len() < 2_000, "{} bytes", text.len());
+        assert!(text.contains("… (50000000 bytes)"), "{text}");
+        assert!(text.contains("  - path: "), "{text}");
+    }
+
+    #[test]
+    fn violations_are_listed_up_to_a_bound() {
+        let schema = json!({"type": "array", "items": {"type": "integer"}});
+        let items = vec!["x"; 10_000];
+        let text = err(&schema, json!(items));
+        assert_eq!(
+            text.matches("is not of type").count(),
+            MAX_VIOLATIONS,
+            "{text}"
+        );
+        assert!(text.contains("  - … and 9980 more violations"), "{text}");
+        assert!(text.len() < 4_000, "{} bytes", text.len());
     }
 
     #[test]

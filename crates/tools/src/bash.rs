@@ -22,6 +22,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::bounds::MAX_COMMAND_CHARS;
 use crate::ops::{
     BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FileOperations, Termination,
 };
@@ -245,7 +246,7 @@ impl BashTool {
             "type": "object",
             "required": ["command"],
             "properties": {
-                "command": {"type": "string", "description": "Bash command to execute"},
+                "command": {"type": "string", "maxLength": MAX_COMMAND_CHARS, "description": "Bash command to execute"},
                 "timeout": {"type": "number", "description": timeout_description},
             }
         });

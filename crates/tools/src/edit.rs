@@ -17,6 +17,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::bounds::MAX_PATH_CHARS;
 use crate::edit_diff::{EditDiff, EditFailure, Replacement, apply_edits, edit_diff};
 use crate::file_tool::{ABORTED, decode_args, fs_error_text};
 use crate::ops::{FileKind, FileOperations, FsError};
@@ -325,6 +326,7 @@ fn parameters() -> &'static Value {
             "properties": {
                 "path": {
                     "type": "string",
+                    "maxLength": MAX_PATH_CHARS,
                     "description": "Path to the file to edit (relative or absolute)"
                 },
                 "edits": {

@@ -4,6 +4,7 @@
 //!
 //! It owns no tool behaviour of its own; each tool keeps its messages in its own module.
 
+use cordon_core::excerpt::excerpt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -16,7 +17,11 @@ pub(crate) const ABORTED: &str = "Operation aborted";
 /// schemas do not forbid extra properties). The error text names the tool and what is wrong.
 pub(crate) fn decode_args<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, String> {
     serde_json::from_value(args).map_err(|e| {
-        format!("Invalid arguments for {tool}: {e}. Check the tool's parameter schema and retry.")
+        // serde quotes the offending value; a huge one is cut.
+        format!(
+            "Invalid arguments for {tool}: {}. Check the tool's parameter schema and retry.",
+            excerpt(&e.to_string())
+        )
     })
 }
 

@@ -14,6 +14,7 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::bounds::{MAX_GLOB_CHARS, MAX_PATH_CHARS, check_length};
 use crate::ops::{FileOperations, FindRequest, SearchOperations};
 use crate::paths::resolve_to_cwd;
 use crate::search_format::{DEFAULT_FIND_LIMIT, SearchToolError, effective_limit, format_find};
@@ -46,8 +47,8 @@ impl FindTool {
             "type": "object",
             "required": ["pattern"],
             "properties": {
-                "pattern": {"type": "string", "description": "Glob pattern to match files, e.g. '*.ts', '**/*.json', or 'src/**/*.spec.ts'"},
-                "path": {"type": "string", "description": "Directory to search in (default: current directory)"},
+                "pattern": {"type": "string", "maxLength": MAX_GLOB_CHARS, "description": "Glob pattern to match files, e.g. '*.ts', '**/*.json', or 'src/**/*.spec.ts'"},
+                "path": {"type": "string", "maxLength": MAX_PATH_CHARS, "description": "Directory to search in (default: current directory)"},
                 "limit": {"type": "number", "description": "Maximum number of results (default: 1000)"},
             }
         });
@@ -94,8 +95,14 @@ impl AgentTool for FindTool {
             limit,
         } = serde_json::from_value(args).map_err(|error| SearchToolError::InvalidArguments {
             tool: "find",
-            reason: error.to_string(),
+            reason: cordon_core::excerpt::excerpt(&error.to_string()).into_owned(),
         })?;
+        let too_long = |name: &str, value: &str, max: usize| {
+            check_length("find", name, value, max)
+                .map_err(|reason| SearchToolError::Bounds { reason })
+        };
+        too_long("pattern", &pattern, MAX_GLOB_CHARS)?;
+        too_long("path", path.as_deref().unwrap_or(""), MAX_PATH_CHARS)?;
         let search_path = resolve_to_cwd(
             path.as_deref().unwrap_or("."),
             self.files.root(),
@@ -230,6 +237,33 @@ mod tests {
         .unwrap();
         assert_eq!(text(&result), "No files found matching pattern");
         assert_eq!(search.find_requests.lock().unwrap()[0].pattern, "--help");
+    }
+
+    #[tokio::test]
+    async fn an_oversized_pattern_is_refused_before_the_backend() {
+        let (_dir, files) = workspace();
+        let search = Arc::new(ScriptedSearch::default());
+        let tool = FindTool::new(search.clone(), files);
+        assert_eq!(
+            tool.parameters()["properties"]["pattern"]["maxLength"],
+            json!(MAX_GLOB_CHARS)
+        );
+        let error = run(
+            &tool,
+            json!({"pattern": "a".repeat(1_000_000)}),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            error,
+            format!(
+                "Invalid arguments for find: pattern is 1000000 characters long; at most \
+                 {MAX_GLOB_CHARS} are accepted. Use a shorter pattern."
+            )
+        );
+        assert!(search.find_requests.lock().unwrap().is_empty());
     }
 
     #[tokio::test]

@@ -13,6 +13,9 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::bounds::{
+    MAX_GLOB_CHARS, MAX_PATH_CHARS, MAX_REGEX_CHARS, REGEX_SIZE_LIMIT, check_length,
+};
 use crate::ops::{FileOperations, GrepRequest, SearchError, SearchOperations};
 use crate::paths::resolve_to_cwd;
 use crate::search_format::{DEFAULT_GREP_LIMIT, SearchToolError, effective_limit, format_grep};
@@ -54,9 +57,9 @@ impl GrepTool {
             "type": "object",
             "required": ["pattern"],
             "properties": {
-                "pattern": {"type": "string", "description": "Search pattern (regex or literal string)"},
-                "path": {"type": "string", "description": "Directory or file to search (default: current directory)"},
-                "glob": {"type": "string", "description": "Filter files by glob pattern, e.g. '*.ts' or '**/*.spec.ts'"},
+                "pattern": {"type": "string", "maxLength": MAX_REGEX_CHARS, "description": "Search pattern (regex or literal string)"},
+                "path": {"type": "string", "maxLength": MAX_PATH_CHARS, "description": "Directory or file to search (default: current directory)"},
+                "glob": {"type": "string", "maxLength": MAX_GLOB_CHARS, "description": "Filter files by glob pattern, e.g. '*.ts' or '**/*.spec.ts'"},
                 "ignoreCase": {"type": "boolean", "description": "Case-insensitive search (default: false)"},
                 "literal": {"type": "boolean", "description": "Treat pattern as literal string instead of regex (default: false)"},
                 "context": {"type": "number", "description": "Number of lines to show before and after each match (default: 0)"},
@@ -110,8 +113,15 @@ impl AgentTool for GrepTool {
             limit,
         } = serde_json::from_value(args).map_err(|error| SearchToolError::InvalidArguments {
             tool: "grep",
-            reason: error.to_string(),
+            reason: cordon_core::excerpt::excerpt(&error.to_string()).into_owned(),
         })?;
+        let too_long = |name: &str, value: &str, max: usize| {
+            check_length("grep", name, value, max)
+                .map_err(|reason| SearchToolError::Bounds { reason })
+        };
+        too_long("pattern", &pattern, MAX_REGEX_CHARS)?;
+        too_long("path", path.as_deref().unwrap_or(""), MAX_PATH_CHARS)?;
+        too_long("glob", glob.as_deref().unwrap_or(""), MAX_GLOB_CHARS)?;
         let search_path = resolve_to_cwd(
             path.as_deref().unwrap_or("."),
             self.files.root(),
@@ -129,6 +139,8 @@ impl AgentTool for GrepTool {
         if !literal
             && let Err(error) = regex::RegexBuilder::new(&pattern)
                 .case_insensitive(ignore_case)
+                .size_limit(REGEX_SIZE_LIMIT)
+                .dfa_size_limit(REGEX_SIZE_LIMIT)
                 .build()
         {
             return Err(SearchToolError::from_search(SearchError::InvalidPattern {
@@ -414,6 +426,56 @@ pub(crate) mod tests {
             error
                 .to_string()
                 .starts_with("Invalid arguments for grep: ")
+        );
+    }
+
+    #[tokio::test]
+    async fn oversized_arguments_are_refused_before_the_backend() {
+        let (_dir, files) = workspace();
+        let search = Arc::new(ScriptedSearch::default());
+        let tool = GrepTool::new(search.clone(), files);
+        assert_eq!(
+            tool.parameters()["properties"]["glob"]["maxLength"],
+            json!(MAX_GLOB_CHARS)
+        );
+        let huge = "a".repeat(50_000_000);
+        for args in [
+            json!({"pattern": huge}),
+            json!({"pattern": "x", "glob": "*".repeat(200_000)}),
+            json!({"pattern": "x", "path": "p".repeat(100_000)}),
+        ] {
+            let error = run(&tool, args, CancellationToken::new())
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(error.starts_with("Invalid arguments for grep: "), "{error}");
+            assert!(error.contains("characters long; at most"), "{error}");
+            assert!(error.len() < 300, "{error}");
+        }
+        assert!(search.grep_requests.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_explosive_regex_is_an_invalid_pattern_quoted_by_a_prefix() {
+        let (_dir, files) = workspace();
+        let tool = GrepTool::new(Arc::new(ScriptedSearch::default()), files);
+        // Short to write, huge to compile: refused by the size limit, not compiled.
+        let pattern = format!("(?:{}){{1000}}", "[a-z]{1000}".repeat(20));
+        let error = run(&tool, json!({"pattern": pattern}), CancellationToken::new())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("Invalid regex `(?:[a-z]{1000}"),
+            "{error}"
+        );
+        assert!(
+            error.contains(&format!("… ({} bytes)`", pattern.len())),
+            "{error}"
+        );
+        assert!(
+            error.contains("size limit of 16777216 bytes. Fix"),
+            "{error}"
         );
     }
 

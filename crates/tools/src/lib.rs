@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod bash;
+pub mod bounds;
 pub mod edit;
 pub mod edit_diff;
 mod file_tool;

@@ -12,6 +12,7 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::bounds::MAX_PATH_CHARS;
 use crate::file_tool::{ABORTED, decode_args, whole_number};
 use crate::ops::{DirEntry, FileKind, FileOperations, FsError};
 use crate::paths::resolve_to_cwd;
@@ -82,6 +83,7 @@ fn parameters() -> &'static Value {
             "properties": {
                 "path": {
                     "type": "string",
+                    "maxLength": MAX_PATH_CHARS,
                     "description": "Directory to list (default: current directory)"
                 },
                 "limit": {

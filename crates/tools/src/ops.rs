@@ -465,7 +465,7 @@ pub enum SearchError {
         path: PathBuf,
     },
     /// The regex or glob does not parse.
-    #[error("invalid {what} `{pattern}`: {reason}")]
+    #[error("invalid {what} `{}`: {reason}", cordon_core::excerpt::excerpt(.pattern))]
     InvalidPattern {
         /// "regex" or "glob".
         what: &'static str,

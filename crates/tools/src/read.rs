@@ -18,6 +18,7 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::bounds::MAX_PATH_CHARS;
 use crate::file_tool::{ABORTED, decode_args, fs_error_text, whole_number};
 use crate::image::{SNIFF_BYTES, detect_image_mime, prepare_image};
 use crate::ops::{FileOperations, FsError};
@@ -171,6 +172,7 @@ fn parameters() -> &'static Value {
             "properties": {
                 "path": {
                     "type": "string",
+                    "maxLength": MAX_PATH_CHARS,
                     "description": "Path to the file to read (relative or absolute)"
                 },
                 "offset": {

@@ -13,6 +13,8 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
+use cordon_core::excerpt::excerpt;
+
 use crate::ops::{FindOutput, GrepFile, GrepLine, GrepOutput, SearchError};
 use crate::truncate::{
     DEFAULT_MAX_BYTES, GREP_MAX_LINE_CHARS, Limits, format_size, truncate_head, truncate_line,
@@ -36,6 +38,12 @@ pub enum SearchToolError {
         /// What is wrong.
         reason: String,
     },
+    /// An argument is longer than its bound (the text names it and the bound).
+    #[error("{reason}")]
+    Bounds {
+        /// What is too long, and what to do.
+        reason: String,
+    },
     /// The search path does not exist.
     #[error("Path not found: {}", .path.display())]
     PathNotFound {
@@ -52,7 +60,7 @@ pub enum SearchToolError {
         path: PathBuf,
     },
     /// The regex or glob does not parse.
-    #[error("Invalid {what} `{pattern}`: {reason}. {hint}")]
+    #[error("Invalid {what} `{}`: {reason}. {hint}", excerpt(.pattern))]
     InvalidPattern {
         /// "regex" or "glob".
         what: &'static str,
@@ -92,7 +100,8 @@ impl SearchToolError {
                 },
                 what,
                 pattern,
-                reason,
+                // The text adds its own full stop.
+                reason: reason.trim_end_matches('.').to_owned(),
             },
             SearchError::Backend { reason } => SearchToolError::Backend { reason },
             SearchError::Cancelled => SearchToolError::Aborted,

@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::bounds::MAX_PATH_CHARS;
 use crate::file_tool::{ABORTED, decode_args, fs_error_text};
 use crate::ops::{FileOperations, FsError};
 use crate::paths::resolve_to_cwd;
@@ -87,6 +88,7 @@ fn parameters() -> &'static Value {
             "properties": {
                 "path": {
                     "type": "string",
+                    "maxLength": MAX_PATH_CHARS,
                     "description": "Path to the file to write (relative or absolute)"
                 },
                 "content": {

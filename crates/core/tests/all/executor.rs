@@ -1064,3 +1064,51 @@ async fn empty_batch_does_not_terminate() {
         }
     );
 }
+
+#[tokio::test]
+async fn a_panicking_call_fails_alone_and_the_next_call_of_the_same_tool_works() {
+    let calls_made = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls_made);
+    let flaky = FnTool::new("flaky", move |_| {
+        let attempt = counter.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if attempt == 0 {
+                panic!("regex compilation shouldn't fail");
+            }
+            Ok(AgentToolResult::text("found 3 files"))
+        }
+    })
+    .arc();
+    let other = FnTool::ok("other").arc();
+    let recorder = Recorder::default();
+    let first = run_batch(
+        tools(&[&flaky, &other]),
+        &NoHooks,
+        ExecutionMode::Parallel,
+        &calls(vec![
+            call("c1", "flaky", json!({})),
+            call("c2", "other", json!({})),
+        ]),
+        &recorder.control(),
+    )
+    .await;
+    assert!(first.results[0].is_error);
+    assert!(
+        first.results[0]
+            .text()
+            .starts_with("Tool flaky failed with an internal error: regex compilation"),
+        "{}",
+        first.results[0].text()
+    );
+    assert!(!first.results[1].is_error, "{}", first.results[1].text());
+    let second = run_batch(
+        tools(&[&flaky]),
+        &NoHooks,
+        ExecutionMode::Parallel,
+        &calls(vec![call("c3", "flaky", json!({}))]),
+        &recorder.control(),
+    )
+    .await;
+    assert!(!second.results[0].is_error);
+    assert_eq!(second.results[0].text(), "found 3 files");
+}

@@ -19,14 +19,17 @@ pub mod rg;
 
 use std::path::Path;
 
+use cordon_tools::bounds::REGEX_SIZE_LIMIT;
 use cordon_tools::ops::{GrepRequest, SearchError};
-use globset::{Glob, GlobMatcher};
+use globset::{Glob, GlobSet, GlobSetBuilder};
 
 /// The glob filter of grep and find: with a `/` it matches the path relative to the search
 /// path, otherwise the file name.
 #[derive(Clone, Debug)]
 pub struct GlobFilter {
-    matcher: GlobMatcher,
+    /// A one-glob set: building it reports a glob too complex to compile as an error, where
+    /// `Glob::compile_matcher` would panic.
+    matcher: GlobSet,
     full_path: bool,
 }
 
@@ -38,8 +41,17 @@ impl GlobFilter {
             pattern: pattern.to_owned(),
             reason: e.kind().to_string(),
         })?;
+        let matcher =
+            GlobSetBuilder::new()
+                .add(glob)
+                .build()
+                .map_err(|e| SearchError::InvalidPattern {
+                    what: "glob",
+                    pattern: pattern.to_owned(),
+                    reason: e.kind().to_string(),
+                })?;
         Ok(GlobFilter {
-            matcher: glob.compile_matcher(),
+            matcher,
             full_path: pattern.contains('/'),
         })
     }
@@ -74,6 +86,8 @@ pub fn compile_pattern(request: &GrepRequest) -> Result<regex::bytes::Regex, Sea
         });
     }
     regex::bytes::RegexBuilder::new(&source)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
         .case_insensitive(request.ignore_case)
         .multi_line(true)
         .build()
@@ -121,6 +135,15 @@ mod tests {
         let by_path = GlobFilter::new("src/**/*.rs").expect("valid");
         assert!(by_path.matches(Path::new("/w"), Path::new("/w/src/x/a.rs")));
         assert!(!by_path.matches(Path::new("/w"), Path::new("/w/lib/src/a.rs")));
+    }
+
+    #[test]
+    fn a_glob_too_complex_to_compile_is_an_error_not_a_panic() {
+        let err = GlobFilter::new(&"*/".repeat(100_000)).expect_err("too complex");
+        assert!(matches!(
+            err,
+            SearchError::InvalidPattern { what: "glob", .. }
+        ));
     }
 
     #[test]
