@@ -133,6 +133,57 @@ impl Ws {
         all.extend(["--root", &self.root]);
         cordon_in(self.dir.path(), &all, stdin)
     }
+
+    /// [`Ws::run_stdin`], creating the file `release` in the workspace as soon as a JSON line
+    /// on stdout satisfies `trigger`: a command can wait for an event of the run itself
+    /// instead of for some time.
+    fn run_releasing(
+        &self,
+        args: &[&str],
+        stdin: &str,
+        trigger: impl Fn(&Value) -> bool,
+        release: &str,
+    ) -> Run {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .args(["--root", &self.root])
+            .current_dir(self.dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("failed to start cordon");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(stdin.as_bytes())
+            .expect("write stdin");
+        let mut stderr = child.stderr.take().expect("stderr");
+        let errors = std::thread::spawn(move || {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut stderr, &mut text).expect("stderr is UTF-8");
+            text
+        });
+        let mut stdout = String::new();
+        let reader = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        for line in std::io::BufRead::lines(reader) {
+            let line = line.expect("stdout is UTF-8");
+            if serde_json::from_str::<Value>(&line).is_ok_and(|event| trigger(&event)) {
+                self.put(release, "");
+            }
+            stdout.push_str(&line);
+            stdout.push('\n');
+        }
+        let status = child.wait().expect("wait");
+        Run {
+            code: status
+                .code()
+                .expect("cordon exited by itself, not by a signal"),
+            stdout,
+            stderr: errors.join().expect("stderr reader"),
+        }
+    }
 }
 
 /// A degraded sandbox adds `details.sandbox`; remove it (and an emptied `details`) so the
@@ -584,21 +635,27 @@ fn replay_emits_events_in_order_and_skips_context_lines() {
 #[test]
 fn replay_parallel_and_sequential() {
     let ws = Ws::new();
-    // c1 waits for the file c2 writes: in parallel c2 ends first; sequentially c1 would time
-    // out, so the sequential batch uses independent calls.
+    // c1 waits for a file the test creates once it has read c2's end event: in parallel c2
+    // ends first whatever the machine's load; sequentially c1 would time out, so the
+    // sequential batch uses independent calls.
     let parallel = assistant_line(
         &[
             (
                 "c1",
                 "bash",
-                json!({"command": "while [ ! -e go ]; do sleep 0.02; done; echo went",
+                json!({"command": "while [ ! -e released ]; do sleep 0.02; done; echo went",
                        "timeout": 120}),
             ),
             ("c2", "write", json!({"path": "go", "content": ""})),
         ],
         "toolUse",
     );
-    let run = ws.run_stdin(&["replay", "-"], Some(&parallel));
+    let run = ws.run_releasing(
+        &["replay", "-"],
+        &parallel,
+        |event| event["type"] == "tool_execution_end" && event["toolCallId"] == "c2",
+        "released",
+    );
     assert_eq!(run.code, 0, "{run:#?}");
     let tools: Vec<String> = trace(&run.json_lines())
         .into_iter()
