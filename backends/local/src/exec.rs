@@ -135,7 +135,8 @@ pub(crate) fn layer_of(error: &SandboxError) -> &'static str {
             | SetupStep::PinPath
             | SetupStep::ProtectPath
             | SetupStep::MaskPath
-            | SetupStep::MountShm => Layer::MountNamespace.name(),
+            | SetupStep::MountShm
+            | SetupStep::BuildRoot => Layer::MountNamespace.name(),
             SetupStep::SetPidMax => Layer::ProcessLimit.name(),
             SetupStep::DropCapabilities | SetupStep::VerifyCapabilities => "capabilities",
             SetupStep::NoNewPrivs => "no_new_privs",

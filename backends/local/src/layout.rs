@@ -72,6 +72,8 @@ pub(crate) struct Layout {
     pub host_denied: Vec<PathBuf>,
     /// Environment of the toolchains (`PATH`, `CARGO_HOME`, …).
     pub toolchain_env: Vec<(OsString, OsString)>,
+    /// Host Unix sockets the spec allows with the network on, `~` expanded.
+    pub unix_sockets: Vec<PathBuf>,
 }
 
 /// The inputs of [`Layout::compute`].
@@ -152,10 +154,16 @@ impl Layout {
             .collect();
         host_denied.sort();
         host_denied.dedup();
+        let unix_sockets = spec
+            .unix_sockets
+            .iter()
+            .map(|configured| expand_root(configured, workspace, home))
+            .collect();
         Ok(Layout {
             grants,
             host_denied,
             toolchain_env: env,
+            unix_sockets,
         })
     }
 
@@ -196,6 +204,7 @@ impl Layout {
                 NetworkMode::Disabled => false,
                 NetworkMode::Enabled => true,
             },
+            unix_sockets: self.unix_sockets.clone(),
             limits: Rlimits {
                 processes: limits.pids,
                 memory_bytes: limits.memory_bytes,
@@ -418,6 +427,7 @@ mod tests {
             grants,
             host_denied: Vec::new(),
             toolchain_env: Vec::new(),
+            unix_sockets: vec![PathBuf::from("/run/app.sock")],
         }
     }
 
@@ -499,6 +509,7 @@ mod tests {
         assert_eq!(config.read, vec![PathBuf::from("/state/spill")]);
         assert_eq!(config.write, vec![PathBuf::from("/ws")]);
         assert!(!config.network);
+        assert_eq!(config.unix_sockets, vec![PathBuf::from("/run/app.sock")]);
         assert_eq!(config.limits.processes, Some(512));
         assert_eq!(config.session_parent, Some(PathBuf::from("/state/tmp")));
         assert_eq!(

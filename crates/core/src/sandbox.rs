@@ -17,7 +17,8 @@ pub enum NetworkMode {
     /// No network: no IP, netlink or vsock sockets, no connect/bind to host Unix sockets.
     #[default]
     Disabled,
-    /// Network allowed.
+    /// Network allowed; host Unix sockets stay unreachable unless listed in
+    /// [`SandboxSpec::unix_sockets`].
     Enabled,
 }
 
@@ -101,6 +102,11 @@ pub struct SandboxSpec {
     pub denied: Vec<String>,
     /// Network access for commands.
     pub network: NetworkMode,
+    /// Host Unix sockets (absolute paths or `~/…`) commands may connect to when the network
+    /// is on. Every other host socket stays unreachable; sockets created inside the sandbox
+    /// are unaffected. Ignored with the network off, where no Unix socket can be connected.
+    #[serde(default)]
+    pub unix_sockets: Vec<String>,
     /// Resource limits.
     pub limits: Limits,
     /// Environment of commands.
@@ -119,6 +125,7 @@ impl Default for SandboxSpec {
             protected: vec![".git/**".to_owned()],
             denied: Vec::new(),
             network: NetworkMode::Disabled,
+            unix_sockets: Vec::new(),
             limits: Limits::default(),
             env: EnvSpec::default(),
             allow_degraded: false,

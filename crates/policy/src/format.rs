@@ -55,6 +55,7 @@ pub(crate) struct RawFilesystem {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawNetwork {
     pub enabled: Option<Spanned<bool>>,
+    pub unix_sockets: Option<SpannedList>,
 }
 
 #[derive(Debug, Deserialize)]

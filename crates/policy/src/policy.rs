@@ -718,6 +718,67 @@ fn is_variable_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Most host Unix sockets one policy may name.
+const MAX_UNIX_SOCKETS: usize = 64;
+
+/// `[network] unix_sockets`: literal host paths (absolute or `~/…`) of pathname sockets
+/// commands may connect to with the network on. Abstract sockets cannot be named: the
+/// sandbox scopes them to itself as a whole.
+fn compile_unix_sockets(
+    raw: Option<&SpannedList>,
+    network: NetworkMode,
+    map: &SourceMap,
+) -> Result<Vec<String>, PolicyError> {
+    let Some(list) = raw else {
+        return Ok(Vec::new());
+    };
+    if list.get_ref().is_empty() {
+        return Ok(Vec::new());
+    }
+    match network {
+        NetworkMode::Enabled => {}
+        NetworkMode::Disabled => {
+            return Err(map.bad_value(
+                list.span().start,
+                "`unix_sockets` needs `enabled = true`: with the network off no Unix socket can \
+                 be connected; remove the list or turn the network on",
+            ));
+        }
+    }
+    if list.get_ref().len() > MAX_UNIX_SOCKETS {
+        return Err(map.bad_value(
+            list.span().start,
+            format!("at most {MAX_UNIX_SOCKETS} `unix_sockets` may be listed"),
+        ));
+    }
+    let mut out = Vec::new();
+    for entry in list.get_ref() {
+        let path = entry.get_ref();
+        let problem = if path.starts_with('@') {
+            Some(
+                "abstract sockets cannot be allowed (the sandbox keeps them to itself); name a pathname socket",
+            )
+        } else if !(path.starts_with('/') || path.starts_with("~/")) {
+            Some("a Unix socket must be an absolute path or start with `~/`")
+        } else if path.len() > 4096 || path.contains('\0') {
+            Some("a Unix socket path must be at most 4096 bytes without NUL bytes")
+        } else if path.split('/').any(|part| part == "." || part == "..") {
+            Some("a Unix socket path must not contain `.` or `..` components")
+        } else if path.contains(['*', '?', '[', '{']) {
+            Some("a Unix socket path is literal: no glob characters")
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(map.bad_value(entry.span().start, format!("`{path}`: {problem}")));
+        }
+        if !out.contains(path) {
+            out.push(path.clone());
+        }
+    }
+    Ok(out)
+}
+
 fn compile(map: &SourceMap, raw: RawPolicy, env: &EnvMap) -> Result<CompiledPolicy, PolicyError> {
     let RawPolicy {
         version,
@@ -803,10 +864,15 @@ fn compile(map: &SourceMap, raw: RawPolicy, env: &EnvMap) -> Result<CompiledPoli
     let deny = compile_globs(fs_deny.as_ref(), &[], map)?;
     let protect = compile_globs(fs_protect.as_ref(), &[".git/**"], map)?;
 
-    let network_mode = match network.and_then(|n| n.enabled) {
+    let (network_enabled, raw_unix_sockets) = match network {
+        Some(network) => (network.enabled, network.unix_sockets),
+        None => (None, None),
+    };
+    let network_mode = match network_enabled {
         Some(enabled) if *enabled.get_ref() => NetworkMode::Enabled,
         Some(_) | None => NetworkMode::Disabled,
     };
+    let unix_sockets = compile_unix_sockets(raw_unix_sockets.as_ref(), network_mode, map)?;
 
     let limits = compile_limits(limits, map)?;
 
@@ -858,6 +924,7 @@ fn compile(map: &SourceMap, raw: RawPolicy, env: &EnvMap) -> Result<CompiledPoli
     // The filesystem part is filled in from the compiled globs below.
     let spec = SandboxSpec {
         network: network_mode,
+        unix_sockets,
         limits,
         env: env_spec,
         ..SandboxSpec::default()

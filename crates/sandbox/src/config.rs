@@ -34,6 +34,11 @@ pub struct SandboxConfig {
     /// Whether commands may use the network. When `false`: no IP, netlink or vsock sockets,
     /// no `connect`/`bind`/`listen` on any socket, no Landlock TCP, no `io_uring`.
     pub network: bool,
+    /// Host Unix sockets commands may connect to when the network is on. A networked
+    /// sandbox sees the host through a root that holds only its granted trees, so no other
+    /// host socket (pathname: not there; abstract: Landlock scope) is reachable. Entries that
+    /// do not exist or are not sockets are left out. Unused with the network off.
+    pub unix_sockets: Vec<PathBuf>,
     /// Resource limits applied to every command.
     pub limits: Rlimits,
     /// Environment variables set in every command, on top of the baseline (`PATH`, `HOME`,
@@ -328,7 +333,14 @@ impl SandboxConfig {
                         .processes
                         .is_some()
                         .then_some(Requirement::Required),
-                    Layer::LandlockIoctl | Layer::LandlockScopes => Some(Requirement::Optional),
+                    Layer::LandlockIoctl => Some(Requirement::Optional),
+                    // With the network on, the abstract-socket scope is what keeps the host's
+                    // abstract Unix sockets out of reach.
+                    Layer::LandlockScopes => Some(if self.network {
+                        Requirement::Required
+                    } else {
+                        Requirement::Optional
+                    }),
                     Layer::LandlockNetwork => (!self.network).then_some(Requirement::Optional),
                 };
                 requirement.map(|requirement| (layer, requirement))
@@ -486,6 +498,31 @@ mod tests {
         assert!(layers.contains(&Layer::UserNamespace));
         assert!(!layers.contains(&Layer::LandlockNetwork));
         assert!(!layers.contains(&Layer::ProcessLimit));
+        assert!(
+            networked
+                .layer_requirements(&user)
+                .contains(&(Layer::LandlockScopes, Requirement::Required))
+        );
+    }
+
+    #[test]
+    fn the_network_needs_the_abstract_socket_scope() {
+        let abi5 = HostSupport {
+            landlock_abi: 5,
+            ..full()
+        };
+        let networked = SandboxConfig {
+            network: true,
+            ..SandboxConfig::default()
+        };
+        assert_eq!(
+            networked.missing_layers(&abi5),
+            Err(vec![Layer::LandlockScopes])
+        );
+        assert_eq!(
+            SandboxConfig::default().missing_layers(&abi5),
+            Ok(vec![Layer::LandlockScopes])
+        );
     }
 
     #[test]

@@ -228,13 +228,15 @@ pub enum SetupStep {
     Seccomp,
     /// Execute the program.
     Exec,
+    /// Build the socket-free root of a networked sandbox and pivot into it.
+    BuildRoot,
 }
 
 // The wire numbering is only used by the Linux child.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 impl SetupStep {
     /// Every step, indexed by its wire number.
-    pub(crate) const ALL: [SetupStep; 24] = [
+    pub(crate) const ALL: [SetupStep; 25] = [
         SetupStep::ResetSignals,
         SetupStep::HideInit,
         SetupStep::MapUsers,
@@ -259,6 +261,7 @@ impl SetupStep {
         SetupStep::Landlock,
         SetupStep::Seccomp,
         SetupStep::Exec,
+        SetupStep::BuildRoot,
     ];
 
     /// The wire number of this step.
@@ -288,6 +291,7 @@ impl SetupStep {
             SetupStep::Landlock => 21,
             SetupStep::Seccomp => 22,
             SetupStep::Exec => 23,
+            SetupStep::BuildRoot => 24,
         }
     }
 
@@ -324,6 +328,7 @@ impl std::fmt::Display for SetupStep {
             SetupStep::Landlock => "enforce the Landlock ruleset",
             SetupStep::Seccomp => "install the seccomp filter",
             SetupStep::Exec => "execute the program",
+            SetupStep::BuildRoot => "build the sandbox root",
         })
     }
 }

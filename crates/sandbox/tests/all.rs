@@ -19,3 +19,5 @@ mod positive;
 mod reuse;
 #[path = "suite/support.rs"]
 mod support;
+#[path = "suite/unix_sockets.rs"]
+mod unix_sockets;

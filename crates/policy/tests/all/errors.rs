@@ -189,6 +189,41 @@ fn bad_regexes() {
 }
 
 #[test]
+fn bad_unix_sockets() {
+    let on = "version = 1\n[network]\nenabled = true\n";
+    for (entry, column, needle) in [
+        ("\"@dbus\"", 17, "abstract sockets cannot be allowed"),
+        ("\"run/x.sock\"", 17, "absolute path or start with `~/`"),
+        ("\"/run/../x.sock\"", 17, "`.` or `..`"),
+        ("\"/run/*.sock\"", 17, "no glob characters"),
+        ("\"/ok.sock\", \"/a\\u0000b\"", 29, "without NUL bytes"),
+    ] {
+        check(
+            &format!("{on}unix_sockets = [{entry}]\n"),
+            "bad value",
+            4,
+            column,
+            needle,
+        );
+    }
+    let many: Vec<String> = (0..65).map(|i| format!("\"/s{i}\"")).collect();
+    check(
+        &format!("{on}unix_sockets = [{}]\n", many.join(", ")),
+        "bad value",
+        4,
+        16,
+        "at most 64",
+    );
+    check(
+        "version = 1\n[network]\nunix_sockets = [\"/run/x.sock\"]\n",
+        "bad value",
+        3,
+        16,
+        "needs `enabled = true`",
+    );
+}
+
+#[test]
 fn bad_values() {
     check(
         "version = 2\n",

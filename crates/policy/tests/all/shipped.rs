@@ -178,6 +178,7 @@ fn default_policy_sandbox_spec() {
                 "~/.config/gh/**",
             ]),
             network: NetworkMode::Disabled,
+            unix_sockets: vec![],
             limits: Limits {
                 default_timeout: Duration::from_secs(120),
                 max_timeout: Duration::from_secs(1800),

@@ -23,6 +23,7 @@ protect = [".git/**", "Cargo.lock"]
 
 [network]
 enabled = true
+unix_sockets = ["/run/postgresql/.s.PGSQL.5432", "~/.gnupg/S.gpg-agent", "/run/postgresql/.s.PGSQL.5432"]
 
 [limits]
 timeout = 30.5
@@ -49,6 +50,7 @@ set = { RUST_BACKTRACE = "1", LANG = "C.UTF-8" }
             protected: strings(&[".git/**", "Cargo.lock"]),
             denied: strings(&["**/*.key", "~/.ssh/**"]),
             network: NetworkMode::Enabled,
+            unix_sockets: strings(&["/run/postgresql/.s.PGSQL.5432", "~/.gnupg/S.gpg-agent"]),
             limits: Limits {
                 default_timeout: Duration::from_millis(30_500),
                 max_timeout: Duration::from_secs(60),

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use cordon_sandbox::{PreparedSandbox, Rlimits, SandboxConfig, SpawnRequest};
 
 const USAGE: &str = "usage: cordon-sandbox-run [--probe] [--write DIR]... [--read DIR]... \
-[--protect PATH]... [--deny PATH]... [--network] [--allow-degraded] [--cwd DIR] \
+[--protect PATH]... [--deny PATH]... [--network] [--unix-socket PATH]... [--allow-degraded] [--cwd DIR] \
 [--pids N] [--memory BYTES] [--env NAME=VALUE]... -- PROGRAM [ARG]...";
 
 fn main() -> ExitCode {
@@ -46,6 +46,9 @@ fn run() -> Result<u8, String> {
             Some("--protect") => config.protected.push(value(&mut args, "--protect")?.into()),
             Some("--deny") => config.denied.push(value(&mut args, "--deny")?.into()),
             Some("--network") => config.network = true,
+            Some("--unix-socket") => config
+                .unix_sockets
+                .push(value(&mut args, "--unix-socket")?.into()),
             Some("--allow-degraded") => config.allow_degraded = true,
             Some("--cwd") => cwd = Some(value(&mut args, "--cwd")?.into()),
             Some("--pids") => limits.processes = Some(number(value(&mut args, "--pids")?)?),

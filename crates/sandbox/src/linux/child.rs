@@ -21,6 +21,7 @@ use std::os::fd::RawFd;
 
 use crate::error::SetupStep;
 use crate::linux::mounts::MountKind;
+use crate::linux::newroot::{EntryKind, RootStep};
 use crate::linux::sys::{self, BindMode, Errno, SockFilter};
 
 /// Signals the init forwards to every process of the sandbox when the parent sends them.
@@ -90,6 +91,9 @@ pub(crate) struct InitPlan<'a> {
     pub mask_file: &'a CStr,
     /// Session directory mounted over `/dev/shm`.
     pub shm_source: &'a CStr,
+    /// With the network on: the staging directory and the steps of the socket-free root the
+    /// init pivots into once the mounts above are in place.
+    pub new_root: Option<(&'a CStr, &'a [RootStep])>,
     /// Sorted fds the init keeps (everything else is closed).
     pub keep_fds: &'a [RawFd],
     /// Write end of the setup pipe (error records; closed once the init is ready).
@@ -500,6 +504,9 @@ fn init_setup(plan: &InitPlan<'_>) -> StepResult {
         };
         result.map_err(|errno| (step_kind, errno, index))?;
     }
+    if let Some((staging, steps)) = plan.new_root {
+        build_new_root(staging, steps)?;
+    }
     sys::rename_init(plan.argv_area);
     // Nothing in the sandbox may ptrace the init or read its memory (a copy of the parent's).
     step(sys::set_not_dumpable(), SetupStep::HideInit)?;
@@ -533,6 +540,32 @@ fn init_setup(plan: &InitPlan<'_>) -> StepResult {
         step(sys::seccomp_set_filter(program), SetupStep::Seccomp)?;
     }
     Ok(())
+}
+
+/// Build the new root on a tmpfs at `staging` (see `newroot`) and pivot into it. Binds copy
+/// each tree with its submounts and their flags (read-only, protected, masked, writable) as
+/// set up before.
+fn build_new_root(staging: &CStr, steps: &[RootStep]) -> StepResult {
+    let index_error =
+        |index: usize| move |errno: Errno| (SetupStep::BuildRoot, errno, index as u32);
+    step(sys::mount_unbindable_tmpfs(staging), SetupStep::BuildRoot)?;
+    for (index, root_step) in steps.iter().enumerate() {
+        let target = root_step.target.as_c_str();
+        let made = match &root_step.kind {
+            EntryKind::Dir | EntryKind::BindDir => sys::mkdir_raw(target, 0o755),
+            EntryKind::BindFile => sys::create_file_raw(target),
+            EntryKind::Symlink(link) => sys::symlink_raw(link, target),
+        };
+        made.map_err(index_error(index))?;
+        match root_step.kind {
+            EntryKind::BindDir | EntryKind::BindFile => {
+                bind_over(&root_step.host, target, BindMode::AsIs).map_err(index_error(index))?
+            }
+            EntryKind::Dir | EntryKind::Symlink(_) => {}
+        }
+    }
+    step(sys::pivot_root_to(staging), SetupStep::BuildRoot)?;
+    step(sys::make_mount_read_only(c"/"), SetupStep::BuildRoot)
 }
 
 /// Reap every ended child; the raw status of `command` once it has ended.

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::config::HostDefaults;
 
 /// System trees a shell, coreutils, git, Python and compilers need: read + execute.
-const SYSTEM_READ_EXEC: &[&str] = &[
+pub(crate) const SYSTEM_READ_EXEC: &[&str] = &[
     "/usr",
     "/bin",
     "/sbin",

@@ -18,6 +18,7 @@ mod child;
 mod defaults;
 mod landlock;
 mod mounts;
+mod newroot;
 mod probe;
 mod seccomp;
 mod sys;
@@ -78,10 +79,33 @@ struct Inner {
     argv_area: Option<(usize, usize)>,
     /// Inits whose command has ended, waiting for the next one.
     idle: std::sync::Mutex<Vec<InitProcess>>,
+    /// With the network on: what the socket-free root shows (see `newroot`).
+    new_root: Option<NewRootConfig>,
     /// The protected and denied paths last passed to `set_protected_and_denied`, as given
     /// (an unchanged set skips putting them in canonical form again).
     last_paths: std::sync::Mutex<(Vec<PathBuf>, Vec<PathBuf>)>,
 }
+
+/// Inputs of a networked init's new root.
+#[derive(Debug)]
+struct NewRootConfig {
+    /// Trees and files shown.
+    visible: Vec<PathBuf>,
+    /// Host sockets the configuration allows.
+    sockets: Vec<PathBuf>,
+    /// Where the init builds it (an empty directory in the session directory).
+    staging: PathBuf,
+    /// `staging` for the child.
+    staging_c: CString,
+}
+
+/// Symlinks of the new root's `/dev` (the host's point into the host's `/proc`).
+const DEV_SYMLINKS: &[(&str, &str)] = &[
+    ("/dev/fd", "/proc/self/fd"),
+    ("/dev/stdin", "/proc/self/fd/0"),
+    ("/dev/stdout", "/proc/self/fd/1"),
+    ("/dev/stderr", "/proc/self/fd/2"),
+];
 
 /// The Landlock ruleset and what is needed to rebuild it.
 ///
@@ -121,6 +145,8 @@ struct SessionDir {
     root: PathBuf,
     tmp: PathBuf,
     home: PathBuf,
+    /// Empty directory a networked init builds its new root on.
+    staging: PathBuf,
     shm: CString,
     mask_dir: CString,
     mask_file: CString,
@@ -218,6 +244,8 @@ impl SessionDir {
         let home = root.join("home");
         let shm = root.join("shm");
         let mask = root.join("mask");
+        let staging = root.join("newroot");
+        make(&staging, 0o700)?;
         make(&shm, 0o700)?;
         make(&mask, 0o700)?;
         make(&mask.join("dir"), 0o000)?;
@@ -240,6 +268,7 @@ impl SessionDir {
             root,
             tmp,
             home,
+            staging,
         })
     }
 }
@@ -344,6 +373,7 @@ impl PreparedSandbox {
             protected,
             denied,
             network,
+            unix_sockets,
             limits,
             env,
             session_parent,
@@ -468,6 +498,31 @@ impl PreparedSandbox {
             _ => None,
         };
 
+        let new_root = if network && namespaces {
+            let mut visible: Vec<PathBuf> = defaults::SYSTEM_READ_EXEC
+                .iter()
+                .map(PathBuf::from)
+                .collect();
+            visible.extend(read_exec.iter().cloned());
+            visible.extend(read.iter().cloned());
+            visible.extend(write.iter().cloned());
+            visible.push(session.root.clone());
+            visible.push(PathBuf::from("/proc"));
+            visible.extend(devices.iter().cloned());
+            if private_shm {
+                visible.push(PathBuf::from("/dev/shm"));
+            }
+            let staging_c = c_string(session.staging.as_os_str(), "sandbox path")?;
+            Some(NewRootConfig {
+                visible,
+                sockets: unix_sockets,
+                staging: session.staging.clone(),
+                staging_c,
+            })
+        } else {
+            None
+        };
+
         let mut readable = read_exec.clone();
         readable.extend(read.iter().cloned());
         readable.extend(write.iter().cloned());
@@ -512,6 +567,7 @@ impl PreparedSandbox {
                 pid_max,
                 argv_area: sys::argv_area(),
                 idle: std::sync::Mutex::new(Vec::new()),
+                new_root,
                 last_paths: std::sync::Mutex::new((protected_input, denied_input)),
             }),
         })
@@ -741,6 +797,17 @@ impl PreparedSandbox {
     fn start_init(&self, config: &Arc<MountConfig>) -> Result<InitProcess, SandboxError> {
         let inner = &self.inner;
         let plan = mounts::plan(config)?;
+        let root_plan = match &inner.new_root {
+            Some(new_root) => Some(newroot::plan(
+                &new_root.staging,
+                &newroot::RootInputs {
+                    visible: &new_root.visible,
+                    sockets: &new_root.sockets,
+                    own_symlinks: DEV_SYMLINKS,
+                },
+            )?),
+            None => None,
+        };
         let child_mounts: Vec<ChildMount<'_>> = plan
             .steps
             .iter()
@@ -783,6 +850,12 @@ impl PreparedSandbox {
             mask_dir: &inner.session.mask_dir,
             mask_file: &inner.session.mask_file,
             shm_source: &inner.session.shm,
+            new_root: match (&inner.new_root, &root_plan) {
+                (Some(new_root), Some(root_plan)) => {
+                    Some((new_root.staging_c.as_c_str(), root_plan.steps.as_slice()))
+                }
+                _ => None,
+            },
             keep_fds: &keep,
             setup_fd: setup_write.as_raw_fd(),
             control_fd: control_child.as_raw_fd(),
@@ -820,8 +893,14 @@ impl PreparedSandbox {
         let MountPlan {
             steps,
             placeholders,
-            identities,
+            mut identities,
         } = plan;
+        // A socket replaced on the host (a restarted server) needs a fresh bind.
+        for socket in root_plan.iter().flat_map(|plan| &plan.sockets) {
+            if let Some(identity) = mounts::Identity::now(socket) {
+                identities.push((socket.clone(), identity));
+            }
+        }
         let (pid, pidfd) = match cloned {
             Ok(started) => started,
             Err(source) => {
@@ -852,6 +931,10 @@ impl PreparedSandbox {
                     | SetupStep::MountShm => {
                         steps.get(index as usize).map(|step| step.path.clone())
                     }
+                    SetupStep::BuildRoot => root_plan
+                        .as_ref()
+                        .and_then(|plan| plan.steps.get(index as usize))
+                        .map(|step| step.path.clone()),
                     SetupStep::ResetSignals
                     | SetupStep::HideInit
                     | SetupStep::MapUsers

@@ -668,6 +668,8 @@ pub(crate) enum BindMode {
     ReadOnly,
     /// Writable (the top mount only; submounts keep their flags).
     ReadWrite,
+    /// Every mount keeps the flags it has (a copy of a tree into the new root).
+    AsIs,
 }
 
 /// Bind-mount the tree `source` refers to onto the inode `target` refers to.
@@ -735,6 +737,7 @@ fn attach_tree(tree: RawFd, target: RawFd, mode: BindMode) -> Result<(), Errno> 
                 recursive: false,
             },
         )?,
+        BindMode::AsIs => {}
     }
     // SAFETY: both fds are open; the empty path literals are NUL-terminated.
     check(unsafe {
@@ -1049,6 +1052,71 @@ pub(crate) fn set_rlimit(resource: c_int, soft: u64, hard: u64) -> Result<(), Er
     // SAFETY: `limit` is a live rlimit64; pid 0 is the calling process.
     check(unsafe { libc::prlimit64(0, resource as _, &limit, std::ptr::null_mut()) } as c_long)
         .map(|_| ())
+}
+
+/// Mount a fresh tmpfs (mode 0755, `nosuid`, `nodev`) on `path` and make it unbindable, so
+/// recursive copies of trees that contain it leave it out.
+pub(crate) fn mount_unbindable_tmpfs(path: &CStr) -> Result<(), Errno> {
+    // SAFETY: every string is NUL-terminated.
+    check(unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            path.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            c"mode=0755".as_ptr().cast(),
+        )
+    } as c_long)?;
+    // SAFETY: `path` is NUL-terminated; NULL source/type/data are allowed for a propagation
+    // change.
+    check(unsafe {
+        libc::mount(
+            std::ptr::null(),
+            path.as_ptr(),
+            std::ptr::null(),
+            libc::MS_UNBINDABLE,
+            std::ptr::null(),
+        )
+    } as c_long)
+    .map(|_| ())
+}
+
+/// `mkdir(path, mode)`.
+pub(crate) fn mkdir_raw(path: &CStr, mode: u32) -> Result<(), Errno> {
+    // SAFETY: `path` is NUL-terminated.
+    check(unsafe { libc::mkdir(path.as_ptr(), mode as libc::mode_t) } as c_long).map(|_| ())
+}
+
+/// `symlink(target, path)`.
+pub(crate) fn symlink_raw(target: &CStr, path: &CStr) -> Result<(), Errno> {
+    // SAFETY: both strings are NUL-terminated.
+    check(unsafe { libc::symlink(target.as_ptr(), path.as_ptr()) } as c_long).map(|_| ())
+}
+
+/// Create the empty file `path` (it must not exist), a mount point for a non-directory.
+pub(crate) fn create_file_raw(path: &CStr) -> Result<(), Errno> {
+    // SAFETY: `path` is NUL-terminated.
+    let fd = check(unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            0o444 as libc::c_uint,
+        )
+    } as c_long)?;
+    close_raw(fd as RawFd);
+    Ok(())
+}
+
+/// Make the mount at `new_root` the root of this mount namespace and detach the old root.
+/// The working directory ends up at the new `/`.
+pub(crate) fn pivot_root_to(new_root: &CStr) -> Result<(), Errno> {
+    chdir(new_root)?;
+    // SAFETY: both path literals are NUL-terminated. With both arguments ".", the old root
+    // is stacked on top of the new one and detached right after (pivot_root(2), NOTES).
+    check(unsafe { libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) })?;
+    // SAFETY: the path literal is NUL-terminated.
+    check(unsafe { libc::umount2(c".".as_ptr(), libc::MNT_DETACH) } as c_long)?;
+    chdir(c"/")
 }
 
 /// `chdir(path)`.

@@ -79,6 +79,7 @@ fn sandbox_facts(spec: &SandboxSpec) -> Vec<String> {
         protected,
         denied,
         network,
+        unix_sockets,
         limits,
         env: _,
         allow_degraded: _,
@@ -89,7 +90,15 @@ fn sandbox_facts(spec: &SandboxSpec) -> Vec<String> {
                                   downloads, no package registries, no git fetch or push. Work \
                                   with what is already on disk."
             .to_owned(),
-        NetworkMode::Enabled => "Network: on for commands.".to_owned(),
+        NetworkMode::Enabled if unix_sockets.is_empty() => {
+            "Network: on for commands. Host Unix sockets (Docker, databases, agents) are out of \
+             reach."
+                .to_owned()
+        }
+        NetworkMode::Enabled => format!(
+            "Network: on for commands. Of the host's Unix sockets only these are reachable: {}.",
+            unix_sockets.join(", ")
+        ),
     });
     facts.push(match workspace {
         RootAccess::ReadWrite => "The workspace is readable and writable.".to_owned(),
@@ -253,6 +262,7 @@ mod tests {
         let spec = SandboxSpec {
             workspace: RootAccess::ReadOnly,
             network: NetworkMode::Enabled,
+            unix_sockets: vec!["/run/postgresql/.s.PGSQL.5432".into()],
             protected: Vec::new(),
             readable_roots: vec!["~/.cargo".into()],
             writable_roots: vec!["/tmp/build".into()],
@@ -261,7 +271,9 @@ mod tests {
         assert_eq!(
             sandbox_facts(&spec),
             vec![
-                "Network: on for commands.".to_owned(),
+                "Network: on for commands. Of the host's Unix sockets only these are reachable: \
+                 /run/postgresql/.s.PGSQL.5432."
+                    .to_owned(),
                 "The workspace is read-only: do not try to create or change files.".to_owned(),
                 "Also writable outside the workspace: /tmp/build.".to_owned(),
                 "Also readable outside the workspace: ~/.cargo. Everything else outside the \
