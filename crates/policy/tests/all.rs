@@ -4,6 +4,8 @@
 
 #[path = "all/audit.rs"]
 mod audit;
+#[path = "all/coverage.rs"]
+mod coverage;
 #[path = "all/decisions.rs"]
 mod decisions;
 #[path = "all/differential.rs"]

@@ -6,21 +6,29 @@
 //! `if`/`while`/`until`/`for`/`case` bodies, function bodies, coprocesses, `$(…)`, backticks,
 //! `<(…)`/`>(…)`, substitutions nested in parameter expansions, arithmetic, redirection targets
 //! and here-documents, and the strings given to `bash -c`/`sh -c`/`zsh -c`, `eval`, `trap`,
-//! `su -c`, `flock -c`, `watch` and `env -S` (parsed recursively, depth-limited). Wrappers such
-//! as `env`, `command`, `exec`, `xargs`, `sudo`, `nice`, `timeout` are stripped with their
-//! options (tables in the `wrappers` module); `find -exec` commands are found too.
+//! `su -c`, `flock -c`, `watch`, `script -c`, `sg` and `env -S` (parsed recursively,
+//! depth-limited). Programs that run another program (wrappers such as `env`, `sudo`,
+//! `prlimit`, `xargs`; `git -c core.pager=…`, `tar --to-command`, `find -exec`, …) are looked
+//! through with the reviewed tables of the `wrappers`, `git` and `runners` modules, and
+//! assignments to variables that name a program (`GIT_EXTERNAL_DIFF`, `PAGER`, …) are judged as
+//! that program running (`variables` module).
 //!
 //! Words are resolved the way bash would before running the command: quotes removed,
 //! backslash escapes and `$'…'` decoded. A word whose value is only known at run time
 //! (parameter or command substitution, glob, brace expansion) is [`Word::Dynamic`]; a command
 //! NAME that is dynamic makes the script unanalysable, as do `source`, `alias`, `enable`,
 //! `hash -p`, `fc`, `mapfile -C`, shells reading a script file or standard input, and
-//! assignments to variables that change what runs (`PATH`, `LD_PRELOAD`, `BASH_ENV`, `PS4`, …).
+//! assignments to variables that load code the analyser cannot see (`PATH`, `LD_PRELOAD`,
+//! `BASH_ENV`, `PYTHONPATH`, …).
 //!
-//! What it cannot see (documented in the README): programs that run other programs by their
-//! own means (interpreters, `make`, `git` aliases, `sed`'s `e` command, …) and bash's
-//! arithmetic evaluation of variable contents. The OS sandbox is the hard boundary.
+//! What it cannot see (documented in policies/README.md): programs that run other programs by
+//! their own means (interpreters, `make`, `npm run`), settings programs read from their own
+//! files, and bash's arithmetic evaluation of variable contents. The OS sandbox is the hard
+//! boundary.
 
+mod git;
+mod runners;
+mod variables;
 mod wrappers;
 
 pub use wrappers::{SYSTEM_BIN_DIRS, is_system_program_path};
@@ -49,22 +57,6 @@ pub const MAX_OPENERS: usize = 2_000;
 pub const ANALYSIS_STACK_BYTES: usize = 256 << 20;
 /// The share of [`ANALYSIS_STACK_BYTES`] one nesting level may use (128 KiB).
 const STACK_PER_LEVEL: usize = ANALYSIS_STACK_BYTES / MAX_OPENERS;
-
-/// Variables whose assignment changes which program runs or injects code into later commands.
-const SENSITIVE_VARIABLES: &[&str] = &[
-    "PATH",
-    "LD_PRELOAD",
-    "LD_LIBRARY_PATH",
-    "LD_AUDIT",
-    "BASH_ENV",
-    "ENV",
-    "SHELLOPTS",
-    "BASHOPTS",
-    "PS4",
-    "PROMPT_COMMAND",
-    "BASH_LOADABLES_PATH",
-    "EXECIGNORE",
-];
 
 /// One word of a normalised command line.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -105,6 +97,10 @@ pub struct SimpleCommand {
     pub args: Vec<Word>,
     /// More arguments are appended at run time (e.g. by `xargs`).
     pub open_tail: bool,
+    /// What runs this command, outermost first (`prlimit`, `bash -c`, `env var GIT_PAGER`,
+    /// `git setting core.pager`); empty when the script runs it directly.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub via: Vec<String>,
 }
 
 impl SimpleCommand {
@@ -114,6 +110,19 @@ impl SimpleCommand {
         argv.push(Word::Literal(self.program.clone()));
         argv.extend(self.args.iter().cloned());
         argv
+    }
+}
+
+impl SimpleCommand {
+    /// The command with what runs it: `prlimit → git push`.
+    pub fn chain(&self) -> String {
+        let mut out = String::new();
+        for step in &self.via {
+            out.push_str(step);
+            out.push_str(" → ");
+        }
+        out.push_str(&self.to_string());
+        out
     }
 }
 
@@ -180,6 +189,8 @@ struct Analyser {
     sources: Vec<String>,
     /// Openers counted so far (see [`MAX_OPENERS`]).
     openers: usize,
+    /// What runs the commands being analysed (see [`SimpleCommand::via`]).
+    via: Vec<String>,
 }
 
 impl Analyser {
@@ -188,6 +199,14 @@ impl Analyser {
         if !self.out.unanalysable.contains(&reason) {
             self.out.unanalysable.push(reason);
         }
+    }
+
+    /// Analyse what `step` runs: commands recorded inside carry it in their chain.
+    fn within<R>(&mut self, step: String, inside: impl FnOnce(&mut Self) -> R) -> R {
+        self.via.push(step);
+        let result = inside(self);
+        self.via.pop();
+        result
     }
 
     fn script(&mut self, text: &str, depth: usize) {
@@ -410,22 +429,24 @@ impl Analyser {
         }
     }
 
-    fn assignment_name(&mut self, name: &ast::AssignmentName, depth: usize) {
-        let name = match name {
+    /// The variable an assignment sets (array indices are scanned for substitutions).
+    fn assignment_target<'a>(&mut self, name: &'a ast::AssignmentName, depth: usize) -> &'a str {
+        match name {
             ast::AssignmentName::VariableName(name) => name,
             ast::AssignmentName::ArrayElementName(name, index) => {
                 self.nested_text(index, depth);
                 name
             }
-        };
-        self.check_variable(name);
+        }
     }
 
     fn assignment(&mut self, assignment: &ast::Assignment, depth: usize) {
-        self.assignment_name(&assignment.name, depth);
+        let name = self.assignment_target(&assignment.name, depth);
         match &assignment.value {
             ast::AssignmentValue::Scalar(word) => {
-                self.expand(&word.value, depth);
+                let value = self.expand(&word.value, depth);
+                let value = (!value.dynamic).then_some(value.text);
+                self.check_assignment(name, value.as_deref(), depth);
             }
             ast::AssignmentValue::Array(elements) => {
                 for (key, value) in elements {
@@ -434,15 +455,35 @@ impl Analyser {
                     }
                     self.expand(&value.value, depth);
                 }
+                self.check_assignment(name, None, depth);
             }
         }
     }
 
-    fn check_variable(&mut self, name: &str) {
-        if SENSITIVE_VARIABLES.contains(&name) {
-            self.opaque(format!(
+    /// Judge assigning `value` to `name` (`None`: only known at run time): a variable whose
+    /// value is a command line is analysed as that command running; one that loads code the
+    /// analyser cannot see makes the script unanalysable.
+    fn check_assignment(&mut self, name: &str, value: Option<&str>, depth: usize) {
+        match (variables::effect(name), value) {
+            (variables::Effect::Inert, _) => {}
+            (variables::Effect::Opaque, _) => self.opaque(format!(
                 "the script assigns {name}, which changes which programs run or what they execute"
-            ));
+            )),
+            (variables::Effect::Command, Some(value)) => {
+                let line = variables::command_line(name, value);
+                if !line.trim().is_empty() {
+                    self.within(format!("env var {name}"), |analyser| {
+                        analyser.script(&line, depth + 1)
+                    });
+                }
+            }
+            (variables::Effect::GitKey, Some(key)) if !variables::git_key_runs_program(key) => {}
+            (variables::Effect::GitKey, Some(key)) => self.opaque(format!(
+                "the script sets the git setting {key} through {name}, which makes git run a program; pass it with `git -c {key}=…` instead"
+            )),
+            (variables::Effect::Command | variables::Effect::GitKey, None) => self.opaque(format!(
+                "the script assigns {name} a value only known at run time, and {name} names a program that runs"
+            )),
         }
     }
 
@@ -478,9 +519,14 @@ impl Analyser {
                     self.assignment(assignment, depth);
                 } else {
                     // `export NAME=value`, `declare NAME=value`: an argument of the builtin;
-                    // expanding the whole word finds the value's substitutions once.
-                    self.assignment_name(&assignment.name, depth);
-                    argv.push(self.expand(&word.value, depth));
+                    // expanding the whole word finds the value's substitutions once. A
+                    // literal value is judged when the builtin is recorded.
+                    let name = self.assignment_target(&assignment.name, depth);
+                    let expanded = self.expand(&word.value, depth);
+                    if expanded.dynamic {
+                        self.check_assignment(name, None, depth);
+                    }
+                    argv.push(expanded);
                 }
             }
             ast::CommandPrefixOrSuffixItem::ProcessSubstitution(_, subshell) => {
@@ -525,41 +571,49 @@ impl Analyser {
             program_path,
             args,
             open_tail,
+            via: Vec::new(),
         };
         wrappers::normalise(self, command, depth);
     }
 
-    fn record(&mut self, command: SimpleCommand) {
+    fn record(&mut self, mut command: SimpleCommand, depth: usize) {
         // Builtins that set variables named by their arguments.
-        let literals = || command.args.iter().filter_map(Word::literal);
+        let literals: Vec<String> = command
+            .args
+            .iter()
+            .filter_map(Word::literal)
+            .map(str::to_owned)
+            .collect();
         match command.program.as_str() {
             "export" | "declare" | "typeset" | "local" | "readonly" => {
                 // `export PATH` alone exports the current value: harmless.
-                for text in literals() {
-                    if let Some((name, _)) = text.split_once('=') {
-                        self.check_variable(name.trim_end_matches('+'));
+                for text in &literals {
+                    if let Some((name, value)) = text.split_once('=') {
+                        self.check_assignment(name.trim_end_matches('+'), Some(value), depth);
                     }
                 }
             }
             "read" | "mapfile" | "readarray" | "getopts" => {
-                for text in literals().filter(|text| !text.starts_with('-')) {
-                    self.check_variable(text);
+                for text in literals.iter().filter(|text| !text.starts_with('-')) {
+                    self.check_assignment(text, None, depth);
                 }
             }
             "printf" => {
-                let args: Vec<&str> = literals().collect();
-                for pair in args.windows(2) {
+                for pair in literals.windows(2) {
                     if pair[0] == "-v" {
-                        self.check_variable(pair[1]);
+                        self.check_assignment(&pair[1], None, depth);
                     }
                 }
-                for text in &args {
+                for text in &literals {
                     if let Some(name) = text.strip_prefix("-v").filter(|name| !name.is_empty()) {
-                        self.check_variable(name);
+                        self.check_assignment(name, None, depth);
                     }
                 }
             }
             _ => {}
+        }
+        if command.via.is_empty() {
+            command.via = self.via.clone();
         }
         self.out.commands.push(command);
     }

@@ -7,7 +7,7 @@
 //! option or the wrapped command could be, makes the script unanalysable: guessing where the
 //! real command starts would let `timeout $T git push` hide `git push`.
 
-use super::{Analyser, SimpleCommand, Word};
+use super::{Analyser, SimpleCommand, Word, runners};
 
 /// Directories whose programs are the system's, not something the agent wrote. A wrapper or
 /// builtin named by any other path is treated as an ordinary program (and still unwrapped).
@@ -43,6 +43,9 @@ struct Spec {
     lone_dash: bool,
     /// `bash +x`, `bash +o pipefail`
     plus_options: bool,
+    /// Any `--name=value` is one option word (valgrind's and strace's open-ended sets); a
+    /// long option without `=` must still be in the table.
+    long_any_valued: bool,
 }
 
 const NONE: Spec = Spec {
@@ -55,6 +58,7 @@ const NONE: Spec = Spec {
     numeric_short: false,
     lone_dash: false,
     plus_options: false,
+    long_any_valued: false,
 };
 
 const ENV: Spec = Spec {
@@ -222,6 +226,279 @@ const CHROOT: Spec = Spec {
     long_valued: &["userspec", "groups"],
     ..NONE
 };
+const PRLIMIT: Spec = Spec {
+    short_valued: "po",
+    short_optional: "cdefilmnqrstuvxy",
+    long_flags: &["noheadings", "raw", "verbose", "help", "version"],
+    long_valued: &["pid", "output"],
+    long_optional: &[
+        "as",
+        "core",
+        "cpu",
+        "data",
+        "fsize",
+        "locks",
+        "memlock",
+        "msgqueue",
+        "nice",
+        "nofile",
+        "nproc",
+        "rss",
+        "rtprio",
+        "rttime",
+        "sigpending",
+        "stack",
+    ],
+    ..NONE
+};
+const SETARCH: Spec = Spec {
+    short_flags: "BFILRSTXZ3vh",
+    long_flags: &[
+        "32bit",
+        "fdpic-funcptrs",
+        "short-inode",
+        "addr-compat-layout",
+        "addr-no-randomize",
+        "whole-seconds",
+        "sticky-timeouts",
+        "read-implies-exec",
+        "mmap-page-zero",
+        "3gb",
+        "4gb",
+        "uname-2.6",
+        "verbose",
+        "list",
+        "help",
+        "version",
+    ],
+    long_optional: &["show"],
+    ..NONE
+};
+/// Names `setarch` is installed under (util-linux): each sets that personality.
+const SETARCH_ALIASES: &[&str] = &[
+    "linux32",
+    "linux64",
+    "i386",
+    "i486",
+    "i586",
+    "i686",
+    "athlon",
+    "x86_64",
+    "ia64",
+    "ppc",
+    "ppc32",
+    "ppc64",
+    "ppc64le",
+    "s390",
+    "s390x",
+    "sparc",
+    "sparc32",
+    "sparc32bash",
+    "sparc64",
+    "mips",
+    "mips32",
+    "mips64",
+    "parisc",
+    "parisc32",
+    "parisc64",
+    "arm",
+    "armh",
+    "armv7l",
+    "armv8l",
+    "aarch64",
+    "alpha",
+    "uname26",
+];
+const CHRT: Spec = Spec {
+    short_flags: "abdfiorRmvphV",
+    short_valued: "TPD",
+    long_flags: &[
+        "all-tasks",
+        "batch",
+        "deadline",
+        "fifo",
+        "idle",
+        "other",
+        "rr",
+        "reset-on-fork",
+        "max",
+        "verbose",
+        "pid",
+        "help",
+        "version",
+    ],
+    long_valued: &["sched-runtime", "sched-period", "sched-deadline"],
+    ..NONE
+};
+const STRACE: Spec = Spec {
+    short_flags: "cCdDfFhikNnqrtTvVwxyYzZ",
+    short_valued: "abeEIoOpPsSuUX",
+    long_flags: &[
+        "follow-forks",
+        "output-separately",
+        "summary-only",
+        "summary",
+        "summary-wall-clock",
+        "seccomp-bpf",
+        "no-abbrev",
+        "daemonize",
+        "debug",
+        "help",
+        "version",
+        "instruction-pointer",
+        "stack-traces",
+        "always-show-pid",
+        "successful-only",
+        "failed-only",
+        "absolute-timestamps",
+        "relative-timestamps",
+        "syscall-times",
+        "timestamps",
+        "decode-fds",
+        "decode-pids",
+        "quiet",
+        "kill-on-exit",
+    ],
+    long_valued: &[
+        "output",
+        "trace",
+        "signal",
+        "status",
+        "abbrev",
+        "verbose",
+        "raw",
+        "read",
+        "write",
+        "env",
+        "user",
+        "attach",
+        "string-limit",
+        "trace-path",
+        "inject",
+        "fault",
+        "summary-sort-by",
+        "columns",
+    ],
+    long_any_valued: true,
+    ..NONE
+};
+const LTRACE: Spec = Spec {
+    short_flags: "bcCfhiLrStTV",
+    short_valued: "aADeEFlnopsuxwX",
+    long_flags: &["debug", "demangle", "help", "version", "no-signals"],
+    long_valued: &["align", "indent", "library", "output", "config"],
+    long_any_valued: true,
+    ..NONE
+};
+const VALGRIND: Spec = Spec {
+    short_flags: "qvhd",
+    long_flags: &[
+        "help",
+        "help-debug",
+        "help-dyn-options",
+        "version",
+        "quiet",
+        "verbose",
+    ],
+    long_any_valued: true,
+    ..NONE
+};
+const UNBUFFER: Spec = Spec {
+    short_flags: "p",
+    ..NONE
+};
+const NSENTER: Spec = Spec {
+    short_flags: "aFZecVh",
+    short_valued: "tGSW",
+    short_optional: "muinpCUTrw",
+    long_flags: &[
+        "all",
+        "preserve-credentials",
+        "env",
+        "no-fork",
+        "follow-context",
+        "join-cgroup",
+        "keep-caps",
+        "user-parent",
+        "help",
+        "version",
+    ],
+    long_valued: &["target", "setgid", "setuid", "wdns"],
+    long_optional: &[
+        "mount", "uts", "ipc", "net", "pid", "cgroup", "user", "time", "root", "wd",
+    ],
+    ..NONE
+};
+const UNSHARE: Spec = Spec {
+    short_flags: "frcVh",
+    short_valued: "RwSGl",
+    short_optional: "muinpUCT",
+    long_flags: &[
+        "fork",
+        "map-root-user",
+        "map-current-user",
+        "map-auto",
+        "keep-caps",
+        "help",
+        "version",
+    ],
+    long_valued: &[
+        "propagation",
+        "setgroups",
+        "root",
+        "wd",
+        "setuid",
+        "setgid",
+        "map-user",
+        "map-group",
+        "map-users",
+        "map-groups",
+        "monotonic",
+        "boottime",
+        "load-interp",
+    ],
+    long_optional: &[
+        "mount",
+        "uts",
+        "ipc",
+        "net",
+        "pid",
+        "user",
+        "cgroup",
+        "time",
+        "kill-child",
+        "mount-proc",
+        "mount-binfmt",
+    ],
+    ..NONE
+};
+const SCRIPT: Spec = Spec {
+    short_flags: "aefqhV",
+    short_valued: "cEIOBTmo",
+    short_optional: "t",
+    long_flags: &["append", "return", "flush", "quiet", "help", "version"],
+    long_valued: &[
+        "command",
+        "echo",
+        "log-in",
+        "log-out",
+        "log-io",
+        "log-timing",
+        "logging-format",
+        "output-limit",
+    ],
+    long_optional: &["timing"],
+    ..NONE
+};
+const SG: Spec = Spec {
+    lone_dash: true,
+    ..NONE
+};
+const PKEXEC: Spec = Spec {
+    long_flags: &["disable-internal-agent", "keep-cwd", "help", "version"],
+    long_valued: &["user"],
+    ..NONE
+};
 const XARGS: Spec = Spec {
     short_flags: "0prtxo",
     short_valued: "EILnPsda",
@@ -325,6 +602,11 @@ fn parse_options(spec: &Spec, program: &str, args: &[Word]) -> Result<Parsed, St
                 Some((name, value)) => (name, Some(value.to_owned())),
                 None => (long, None),
             };
+            if spec.long_any_valued && value.is_some() && resolve_long(spec, name).is_none() {
+                options.push((format!("--{name}"), value));
+                i += 1;
+                continue;
+            }
             let name = resolve_long(spec, name).ok_or_else(|| {
                 format!(
                     "`{program}` is given the option `--{name}`, which the analyser does not know"
@@ -421,6 +703,219 @@ fn resolve_long(spec: &Spec, name: &str) -> Option<&'static str> {
     }
 }
 
+/// How a program in [`RUNNERS`] runs another program.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// Options (a [`Spec`]), operands particular to the program, then the command it runs.
+    Wrapper(&'static Spec),
+    /// Like [`Kind::Wrapper`], and changes privileges or the root: a command of its own too,
+    /// so a rule can deny `sudo` and allowlist mode has to allow it explicitly.
+    Privileged(&'static Spec),
+    /// A command of its own that also runs commands named in its options or arguments.
+    Runs(fn(&mut Analyser, &SimpleCommand, usize) -> Result<(), String>),
+    /// A multi-call binary: the first argument names the program (`busybox sh -c …`).
+    MultiCall,
+}
+
+/// One program the analyser looks inside. Reviewed data: for every entry, the test
+/// `every_runner_is_looked_through` analyses `example` and expects to find `finds` (and the
+/// script to be unanalysable when `opaque`).
+// The examples are read by the table's test only.
+#[cfg_attr(not(test), allow(dead_code))]
+struct Runner {
+    names: &'static [&'static str],
+    kind: Kind,
+    example: &'static str,
+    finds: &'static str,
+    opaque: bool,
+}
+
+const fn wrapper_entry(
+    names: &'static [&'static str],
+    spec: &'static Spec,
+    example: &'static str,
+) -> Runner {
+    Runner {
+        names,
+        kind: Kind::Wrapper(spec),
+        example,
+        finds: "git push",
+        opaque: false,
+    }
+}
+
+const fn privileged_entry(
+    names: &'static [&'static str],
+    spec: &'static Spec,
+    example: &'static str,
+) -> Runner {
+    Runner {
+        names,
+        kind: Kind::Privileged(spec),
+        example,
+        finds: "git push",
+        opaque: false,
+    }
+}
+
+const fn runs_entry(
+    names: &'static [&'static str],
+    look: fn(&mut Analyser, &SimpleCommand, usize) -> Result<(), String>,
+    example: &'static str,
+    finds: &'static str,
+    opaque: bool,
+) -> Runner {
+    Runner {
+        names,
+        kind: Kind::Runs(look),
+        example,
+        finds,
+        opaque,
+    }
+}
+
+/// Programs that run another program from their arguments (shells, `eval` and the other
+/// builtins are handled before this table).
+const RUNNERS: &[Runner] = &[
+    wrapper_entry(&["env"], &ENV, "env -i -u B -- A=1 git push"),
+    wrapper_entry(&["command"], &COMMAND, "command -p git push"),
+    wrapper_entry(&["builtin"], &NONE, "builtin eval git push"),
+    wrapper_entry(&["exec"], &EXEC, "exec -a x git push"),
+    wrapper_entry(&["nohup"], &NONE, "nohup git push"),
+    wrapper_entry(&["setsid"], &SETSID, "setsid -w git push"),
+    wrapper_entry(&["stdbuf"], &STDBUF, "stdbuf -oL git push"),
+    wrapper_entry(&["ionice"], &IONICE, "ionice -c 3 git push"),
+    wrapper_entry(&["nice"], &NICE, "nice -n 5 git push"),
+    wrapper_entry(&["timeout"], &TIMEOUT, "timeout -k 1 5 git push"),
+    wrapper_entry(&["time"], &TIME, "time -p git push"),
+    wrapper_entry(&["taskset"], &TASKSET, "taskset -c 0 git push"),
+    wrapper_entry(&["flock"], &FLOCK, "flock -w 1 /tmp/l git push"),
+    wrapper_entry(&["watch"], &WATCH, "watch -n 1 'git push'"),
+    wrapper_entry(&["xargs"], &XARGS, "xargs -0 -I{} git push"),
+    wrapper_entry(&["prlimit"], &PRLIMIT, "prlimit --nofile=64 git push"),
+    wrapper_entry(&["setarch"], &SETARCH, "setarch x86_64 -R git push"),
+    wrapper_entry(SETARCH_ALIASES, &SETARCH, "linux32 git push"),
+    wrapper_entry(&["chrt"], &CHRT, "chrt -o 0 git push"),
+    wrapper_entry(
+        &["strace"],
+        &STRACE,
+        "strace -f -o log --trace=all git push",
+    ),
+    wrapper_entry(&["ltrace"], &LTRACE, "ltrace -f -o log git push"),
+    wrapper_entry(
+        &["valgrind"],
+        &VALGRIND,
+        "valgrind --tool=memcheck -q git push",
+    ),
+    wrapper_entry(&["unbuffer"], &UNBUFFER, "unbuffer -p git push"),
+    privileged_entry(&["sudo"], &SUDO, "sudo -u bob git push"),
+    privileged_entry(&["doas"], &DOAS, "doas -u bob git push"),
+    privileged_entry(&["su"], &SU, "su -c 'git push' bob"),
+    privileged_entry(&["runuser"], &SU, "runuser -u bob -- git push"),
+    privileged_entry(&["chroot"], &CHROOT, "chroot /srv git push"),
+    privileged_entry(&["pkexec"], &PKEXEC, "pkexec --user bob git push"),
+    privileged_entry(&["nsenter"], &NSENTER, "nsenter -t 1 -m git push"),
+    privileged_entry(&["unshare"], &UNSHARE, "unshare -r -n git push"),
+    Runner {
+        names: &["busybox", "toybox"],
+        kind: Kind::MultiCall,
+        example: "busybox nice git push",
+        finds: "git push",
+        opaque: false,
+    },
+    runs_entry(
+        &["find"],
+        find_exec,
+        "find . -okdir git push \\;",
+        "git push",
+        false,
+    ),
+    runs_entry(
+        &["git"],
+        git,
+        "git -c core.pager='git push' log",
+        "git push",
+        false,
+    ),
+    wrapper_entry(&["script"], &SCRIPT, "script -q -c 'git push' /dev/null"),
+    wrapper_entry(&["sg"], &SG, "sg staff -c 'git push'"),
+    runs_entry(
+        &["gdb"],
+        runners::gdb,
+        "gdb -batch --args git push",
+        "git push",
+        true,
+    ),
+    runs_entry(
+        &["parallel"],
+        runners::parallel,
+        "parallel git ::: push",
+        "git …",
+        false,
+    ),
+    runs_entry(
+        &["tar"],
+        runners::tar,
+        "tar --to-command='git push' -xf x.tar",
+        "git push",
+        false,
+    ),
+    runs_entry(
+        &["rsync"],
+        runners::rsync,
+        "rsync -av -e 'git push' a b:c",
+        "git push",
+        false,
+    ),
+    runs_entry(
+        &["ssh", "scp", "sftp"],
+        runners::ssh,
+        "ssh -o ProxyCommand='git push' h",
+        "git push",
+        false,
+    ),
+    runs_entry(
+        &["rg"],
+        runners::rg,
+        "rg --pre 'git push' x",
+        "git push",
+        false,
+    ),
+    runs_entry(
+        &["sort"],
+        runners::sort,
+        "sort --compress-program='git push' x",
+        "git push",
+        false,
+    ),
+    runs_entry(
+        &["go"],
+        runners::go,
+        "go test -exec 'git push' ./...",
+        "git push",
+        false,
+    ),
+    runs_entry(
+        &["cargo"],
+        runners::cargo,
+        "cargo --config 'target.x.runner=\"git push\"' test",
+        "",
+        true,
+    ),
+    runs_entry(
+        &["awk", "gawk", "mawk", "nawk"],
+        runners::awk,
+        "awk 'BEGIN { system(\"git push\") }'",
+        "",
+        true,
+    ),
+    runs_entry(&["sed"], runners::sed, "sed 's/x/git push/e' f", "", true),
+];
+
+fn git(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Result<(), String> {
+    analyser.git(&command.args, depth)
+}
+
 /// Normalise `command` and hand every command it runs to the analyser.
 pub(super) fn normalise(analyser: &mut Analyser, command: SimpleCommand, depth: usize) {
     // A wrapper or builtin named by a path outside the system directories may be anything
@@ -430,7 +925,6 @@ pub(super) fn normalise(analyser: &mut Analyser, command: SimpleCommand, depth: 
         .as_deref()
         .is_none_or(is_system_program_path);
     let program = command.program.clone();
-    let mut recorded = false;
     let result = match program.as_str() {
         name if SHELLS.contains(&name) => shell(analyser, &command, depth),
         "eval" if system_named => eval(analyser, &command, depth),
@@ -438,7 +932,7 @@ pub(super) fn normalise(analyser: &mut Analyser, command: SimpleCommand, depth: 
             "`{program}` runs code the analyser cannot see; run the commands directly"
         )),
         "trap" if system_named => trap(analyser, &command, depth),
-        "alias" if system_named => alias(analyser, command.clone()),
+        "alias" if system_named => alias(analyser, command.clone(), depth),
         "hash" | "mapfile" | "readarray" if system_named => {
             let flag = if program == "hash" { 'p' } else { 'C' };
             let sets_hook = |text: &str| {
@@ -453,69 +947,69 @@ pub(super) fn normalise(analyser: &mut Analyser, command: SimpleCommand, depth: 
                     "`{program} -{flag}` can make later commands run code the analyser cannot see"
                 ))
             } else {
-                analyser.record(command.clone());
+                analyser.record(command.clone(), depth);
                 Ok(())
             }
         }
-        "find" => {
-            analyser.record(command.clone());
-            find_exec(analyser, &command, depth);
-            Ok(())
-        }
-        "busybox" => match command.args.first() {
-            Some(_) => {
-                if !system_named {
-                    analyser.record(command.clone());
-                }
-                analyser.run_with_tail(command.args.clone(), command.open_tail, depth);
-                Ok(())
-            }
+        name => match RUNNERS.iter().find(|runner| runner.names.contains(&name)) {
+            Some(runner) => look_inside(analyser, runner.kind, &command, system_named, depth),
             None => {
-                analyser.record(command.clone());
+                analyser.record(command.clone(), depth);
                 Ok(())
             }
         },
-        "env" | "command" | "builtin" | "exec" | "nohup" | "setsid" | "stdbuf" | "ionice"
-        | "nice" | "timeout" | "time" | "taskset" | "flock" | "watch" | "xargs" | "sudo"
-        | "doas" | "su" | "runuser" | "chroot" => {
-            if !system_named
-                || matches!(
-                    program.as_str(),
-                    "sudo" | "doas" | "su" | "runuser" | "chroot"
-                )
-            {
-                // Privilege-changing wrappers are commands of their own too: a rule can deny
-                // `sudo`, and allowlist mode has to allow it explicitly.
-                analyser.record(command.clone());
-                recorded = true;
-            }
-            match wrapper(analyser, &command) {
-                Ok(Inner::Nothing) => {
-                    // Nothing wrapped (`env`, `exec 3>&1`, `command -v x`): the wrapper is the
-                    // program that runs.
-                    if !recorded {
-                        analyser.record(command.clone());
-                    }
-                    Ok(())
-                }
-                Ok(Inner::Script(script)) => {
-                    analyser.script(&script, depth + 1);
-                    Ok(())
-                }
-                Ok(Inner::Command(words, open_tail)) => {
-                    analyser.run_with_tail(words, open_tail, depth);
-                    Ok(())
-                }
-                Err(reason) => Err(reason),
-            }
-        }
-        _ => {
-            analyser.record(command.clone());
-            Ok(())
-        }
     };
     if let Err(reason) = result {
         analyser.opaque(reason);
+    }
+}
+
+fn look_inside(
+    analyser: &mut Analyser,
+    kind: Kind,
+    command: &SimpleCommand,
+    system_named: bool,
+    depth: usize,
+) -> Result<(), String> {
+    let step = command.program.clone();
+    match kind {
+        Kind::Runs(look) => {
+            analyser.record(command.clone(), depth);
+            analyser.within(step, |analyser| look(analyser, command, depth))
+        }
+        Kind::MultiCall => {
+            if !system_named || command.args.is_empty() {
+                analyser.record(command.clone(), depth);
+            }
+            if !command.args.is_empty() {
+                analyser.within(step, |analyser| {
+                    analyser.run_with_tail(command.args.clone(), command.open_tail, depth)
+                });
+            }
+            Ok(())
+        }
+        Kind::Wrapper(spec) | Kind::Privileged(spec) => {
+            let recorded = !system_named || matches!(kind, Kind::Privileged(_));
+            if recorded {
+                analyser.record(command.clone(), depth);
+            }
+            match wrapper(analyser, spec, command, depth)? {
+                Inner::Nothing => {
+                    // Nothing wrapped (`env`, `exec 3>&1`, `command -v x`): the wrapper is
+                    // the program that runs.
+                    if !recorded {
+                        analyser.record(command.clone(), depth);
+                    }
+                }
+                Inner::Script(script) => {
+                    analyser.within(step, |analyser| analyser.script(&script, depth + 1))
+                }
+                Inner::Command(words, open_tail) => analyser.within(step, |analyser| {
+                    analyser.run_with_tail(words, open_tail, depth)
+                }),
+            }
+            Ok(())
+        }
     }
 }
 
@@ -529,44 +1023,42 @@ enum Inner {
     Command(Vec<Word>, bool),
 }
 
-fn wrapper(analyser: &mut Analyser, command: &SimpleCommand) -> Result<Inner, String> {
+fn wrapper(
+    analyser: &mut Analyser,
+    spec: &Spec,
+    command: &SimpleCommand,
+    depth: usize,
+) -> Result<Inner, String> {
     let program = command.program.as_str();
-    let args = &command.args;
-    let spec = match program {
-        "env" => &ENV,
-        "command" => &COMMAND,
-        "exec" => &EXEC,
-        "setsid" => &SETSID,
-        "stdbuf" => &STDBUF,
-        "ionice" => &IONICE,
-        "nice" => &NICE,
-        "timeout" => &TIMEOUT,
-        "time" => &TIME,
-        "taskset" => &TASKSET,
-        "flock" => &FLOCK,
-        "watch" => &WATCH,
-        "xargs" => &XARGS,
-        "sudo" => &SUDO,
-        "doas" => &DOAS,
-        "su" | "runuser" => &SU,
-        "chroot" => &CHROOT,
-        // builtin, nohup
-        _ => &NONE,
-    };
+    let mut args: &[Word] = &command.args;
+    // `setarch ARCH [options] [command]`: the architecture comes first.
+    if program == "setarch"
+        && let Some(Word::Literal(arch)) = args.first()
+        && !arch.starts_with('-')
+    {
+        args = &args[1..];
+    }
     let parsed = parse_options(spec, program, args)?;
     let mut rest: Vec<Word> = args[parsed.operands..].to_vec();
     let mut open_tail = command.open_tail;
     match program {
         "env" => {
+            if let Some(Some(split)) = parsed.value(&["-S", "--split-string"]) {
+                let mut words = split_literal_words(split).ok_or_else(|| {
+                    format!("`env -S {split}` splits a string the analyser cannot resolve")
+                })?;
+                words.extend(rest);
+                rest = words;
+            }
             // NAME=VALUE words before the command.
             while let Some(Word::Literal(text)) = rest.first() {
-                let Some((name, _)) = text.split_once('=') else {
+                let Some((name, value)) = text.split_once('=') else {
                     break;
                 };
                 if !is_variable_name(name) {
                     break;
                 }
-                analyser.check_variable(name);
+                analyser.check_assignment(name, Some(value), depth);
                 rest.remove(0);
             }
             if rest.iter().take(1).any(|word| word.literal().is_none()) {
@@ -575,13 +1067,70 @@ fn wrapper(analyser: &mut Analyser, command: &SimpleCommand) -> Result<Inner, St
                     display(&rest[0])
                 ));
             }
-            if let Some(Some(split)) = parsed.value(&["-S", "--split-string"]) {
-                let mut words = split_literal_words(split).ok_or_else(|| {
-                    format!("`env -S {split}` splits a string the analyser cannot resolve")
-                })?;
-                words.extend(rest);
-                rest = words;
+        }
+        "prlimit" if parsed.has(&["-p", "--pid"]) => return Ok(Inner::Nothing),
+        "setarch" if parsed.has(&["--list", "--show"]) => return Ok(Inner::Nothing),
+        "setarch" if args.len() == command.args.len() => {
+            // The architecture came after the options.
+            take_operand(&mut rest, program, "ARCH")?;
+            if rest.is_empty() {
+                return Err(format!(
+                    "`{program}` without a command starts a shell that reads commands the analyser cannot see"
+                ));
             }
+        }
+        name if (name == "setarch" || SETARCH_ALIASES.contains(&name)) && rest.is_empty() => {
+            return Err(format!(
+                "`{program}` without a command starts a shell that reads commands the analyser cannot see"
+            ));
+        }
+        "chrt"
+            if parsed.has(&[
+                "-p",
+                "--pid",
+                "-m",
+                "--max",
+                "-h",
+                "--help",
+                "-V",
+                "--version",
+            ]) =>
+        {
+            return Ok(Inner::Nothing);
+        }
+        "chrt" => take_operand(&mut rest, program, "PRIORITY")?,
+        "script" => {
+            return match parsed.value(&["-c", "--command"]) {
+                Some(Some(script)) => Ok(Inner::Script(script.to_owned())),
+                Some(None) | None => Err(
+                    "`script` without -c starts a shell that reads commands the analyser cannot see"
+                        .to_owned(),
+                ),
+            };
+        }
+        "sg" => {
+            // sg [-] GROUP [-c] COMMAND: the command is one string run by /bin/sh -c.
+            take_operand(&mut rest, program, "GROUP")?;
+            if rest.first().and_then(Word::literal) == Some("-c") {
+                rest.remove(0);
+            }
+            if rest.is_empty() {
+                return Err(
+                    "`sg` without a command starts a shell that reads commands the analyser cannot see"
+                        .to_owned(),
+                );
+            }
+            let words = rest
+                .iter()
+                .map(|word| word.literal().map(str::to_owned))
+                .collect::<Option<Vec<String>>>()
+                .ok_or_else(|| "`sg` is given a command computed at run time".to_owned())?;
+            return Ok(Inner::Script(words.join(" ")));
+        }
+        "nsenter" | "unshare" | "pkexec" if rest.is_empty() => {
+            return Err(format!(
+                "`{program}` without a command starts a shell that reads commands the analyser cannot see"
+            ));
         }
         // `command -v x` only looks a program up.
         "command" if parsed.has(&["-v", "-V"]) => return Ok(Inner::Nothing),
@@ -657,8 +1206,8 @@ fn wrapper(analyser: &mut Analyser, command: &SimpleCommand) -> Result<Inner, St
             }
             while let Some(Word::Literal(text)) = rest.first() {
                 match text.split_once('=') {
-                    Some((name, _)) if is_variable_name(name) => {
-                        analyser.check_variable(name);
+                    Some((name, value)) if is_variable_name(name) => {
+                        analyser.check_assignment(name, Some(value), depth);
                         rest.remove(0);
                     }
                     _ => break,
@@ -705,14 +1254,16 @@ fn shell(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Resu
         .as_deref()
         .is_none_or(is_system_program_path);
     if !system_named {
-        analyser.record(command.clone());
+        analyser.record(command.clone(), depth);
     }
     let parsed = parse_options(&SHELL, program, &command.args)?;
     let operands = &command.args[parsed.operands..];
     if parsed.has(&["-c"]) {
         return match operands.first() {
             Some(Word::Literal(script)) => {
-                analyser.script(script, depth + 1);
+                analyser.within(format!("{program} -c"), |analyser| {
+                    analyser.script(script, depth + 1)
+                });
                 Ok(())
             }
             Some(Word::Dynamic(source)) => Err(format!(
@@ -754,7 +1305,7 @@ fn eval(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Resul
 }
 
 fn trap(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Result<(), String> {
-    analyser.record(command.clone());
+    analyser.record(command.clone(), depth);
     let args = &command.args;
     let mut index = 0;
     while let Some(Word::Literal(text)) = args.get(index) {
@@ -784,7 +1335,7 @@ fn trap(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Resul
     }
 }
 
-fn alias(analyser: &mut Analyser, command: SimpleCommand) -> Result<(), String> {
+fn alias(analyser: &mut Analyser, command: SimpleCommand, depth: usize) -> Result<(), String> {
     if command
         .args
         .iter()
@@ -795,11 +1346,11 @@ fn alias(analyser: &mut Analyser, command: SimpleCommand) -> Result<(), String> 
                 .to_owned(),
         );
     }
-    analyser.record(command);
+    analyser.record(command, depth);
     Ok(())
 }
 
-fn find_exec(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) {
+fn find_exec(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> Result<(), String> {
     let args = &command.args;
     let mut i = 0;
     while i < args.len() {
@@ -826,6 +1377,7 @@ fn find_exec(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) {
         analyser.run_with_tail(nested, false, depth);
         i = end + 1;
     }
+    Ok(())
 }
 
 fn is_variable_name(name: &str) -> bool {
@@ -838,7 +1390,7 @@ fn is_variable_name(name: &str) -> bool {
 
 /// Split a string into literal words with shell quoting rules; `None` if any word is dynamic
 /// or the string contains operators.
-fn split_literal_words(text: &str) -> Option<Vec<Word>> {
+pub(super) fn split_literal_words(text: &str) -> Option<Vec<Word>> {
     let tokens = brush_parser::tokenize_str(text).ok()?;
     let mut analyser = Analyser::default();
     let mut words = Vec::new();
@@ -920,8 +1472,8 @@ mod tests {
             ("xargs", &["echo …"]),
             ("sudo git push", &["sudo git push", "git push"]),
             (
-                "sudo -u bob -E HOME=/x git push",
-                &["sudo -u bob -E HOME=/x git push", "git push"],
+                "sudo -u bob -E FOO=/x git push",
+                &["sudo -u bob -E FOO=/x git push", "git push"],
             ),
             (
                 "doas -u bob git push",
@@ -946,6 +1498,62 @@ mod tests {
         for (script, expected) in cases {
             assert_eq!(&commands(script), expected, "{script}");
         }
+    }
+
+    #[test]
+    fn every_runner_is_looked_through() {
+        for runner in super::RUNNERS {
+            let analysis = analyse_script(runner.example);
+            let found: Vec<String> = analysis.commands.iter().map(ToString::to_string).collect();
+            let names = runner.names.join("/");
+            assert!(
+                runner.finds.is_empty() || found.iter().any(|c| c == runner.finds),
+                "{names}: {:?} should find {:?} in {found:?} ({:?})",
+                runner.example,
+                runner.finds,
+                analysis.unanalysable
+            );
+            assert_eq!(
+                !analysis.is_complete(),
+                runner.opaque,
+                "{names}: {:?}: {:?}",
+                runner.example,
+                analysis.unanalysable
+            );
+            // Every name of the entry is looked through the same way.
+            for name in runner.names.iter().skip(1) {
+                let example = runner.example.replacen(runner.names[0], name, 1);
+                assert_eq!(
+                    analyse_script(&example).is_complete(),
+                    analysis.is_complete(),
+                    "{example}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn new_wrappers_need_their_command() {
+        assert!(opaque("setarch x86_64").contains("shell"));
+        assert!(opaque("linux32").contains("shell"));
+        assert!(opaque("nsenter -t 1 -a").contains("shell"));
+        assert!(opaque("unshare -r").contains("shell"));
+        assert!(opaque("pkexec").contains("shell"));
+        assert!(opaque("script -q log").contains("-c"));
+        assert!(opaque("sg staff").contains("shell"));
+        assert!(opaque("prlimit --frob git push").contains("--frob"));
+        assert_eq!(commands("setarch -R x86_64 git push"), ["git push"]);
+        assert_eq!(
+            commands("prlimit -p 1 --nofile=5"),
+            ["prlimit -p 1 --nofile=5"]
+        );
+        assert_eq!(commands("chrt -p 1"), ["chrt -p 1"]);
+        assert_eq!(commands("strace -p 1"), ["strace -p 1"]);
+        assert_eq!(commands("pkexec git push"), ["pkexec git push", "git push"]);
+        assert_eq!(
+            commands("env -S 'GIT_PAGER=cat git log'"),
+            ["cat", "git log"]
+        );
     }
 
     #[test]

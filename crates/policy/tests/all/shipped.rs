@@ -265,8 +265,11 @@ fn ci_untrusted_policy_behaves_as_documented() {
         ("bash ./build.sh", "cannot be fully checked"),
         ("./cargo test", "not by a path"),
         ("cargo test; rm -rf ~", "`rm -rf ~` is not allowed"),
-        ("sed -i 's/a/b/e' x", "not allowed"),
-        ("git -c core.pager=sh log", "not allowed"),
+        ("sed -i 's/a/b/e' x", "the `e` command or flag"),
+        (
+            "git -c core.pager=sh log",
+            "`sh` without -c reads commands from standard input",
+        ),
         ("find . -exec rm {} \\;", "`rm {}` is not allowed"),
     ];
     for (script, reason) in denied {

@@ -1,0 +1,93 @@
+//! Programs and environment variables that make an allowed command run another one: the
+//! inner program is judged like any other command, or the script is unanalysable.
+
+use cordon_policy::Decision;
+
+use crate::support::{bash, policy, shipped};
+
+const BLOCKLIST: &str = r#"version = 1
+default = "allow"
+
+[[rules]]
+command = ["git", "push"]
+decision = "deny"
+"#;
+
+#[test]
+fn wrappers_that_run_a_command_do_not_hide_a_denied_one() {
+    let p = policy(BLOCKLIST);
+    for script in [
+        "prlimit git push",
+        "prlimit --nofile=64 git push origin",
+        "setarch x86_64 git push",
+        "x86_64 git push",
+        "linux32 -R git push",
+        "chrt -o 0 git push",
+        "tar --to-command='git push' -xf x.tar",
+        "tar -xf x.tar --checkpoint-action=exec='git push'",
+        "strace -f git push",
+        "ltrace git push",
+        "script -qc 'git push' /dev/null",
+        "sg staff -c 'git push'",
+        "pkexec git push",
+        "valgrind -q git push",
+        "unbuffer git push",
+        "nsenter -t 1 -n git push",
+        "unshare -r git push",
+        "toybox nice git push",
+        "find . -ok git push \\;",
+        "git -c core.pager='git push' log",
+        "git -c alias.x='!git push' x",
+        "git -c alias.p=push p",
+        "GIT_PAGER='git push' git log",
+        "export GIT_EXTERNAL_DIFF='git push'; git diff",
+        "env GIT_SSH_COMMAND='git push' git fetch",
+        "rsync -e 'git push' a b:c",
+        "ssh -o ProxyCommand='git push' h",
+    ] {
+        let got = bash(&p, script);
+        assert_eq!(got.decision, Decision::Deny, "{script:?}: {got:?}");
+    }
+}
+
+#[test]
+fn allowlist_does_not_let_allowed_programs_run_others() {
+    let p = shipped("ci-untrusted.toml");
+    for script in [
+        "GIT_EXTERNAL_DIFF='sh x' git diff",
+        "GIT_EXTERNAL_DIFF=./x git diff",
+        "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=diff.external GIT_CONFIG_VALUE_0='sh x' git diff",
+        "GIT_CONFIG_PARAMETERS=\"'core.pager'='sh x'\" git log",
+        "git -c core.pager='sh -c x' log",
+        "git -c diff.external=./x diff",
+        "PAGER=./x git log",
+        "export GIT_PAGER=./x; git log",
+        "env EDITOR=./x git status",
+        "RUSTC_WRAPPER=./x cargo build",
+        "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER=./x cargo test",
+        "cargo test --config 'target.x.runner=\"./x\"'",
+        "LD_PRELOAD=./x.so cargo test",
+        "PYTHONPATH=. pytest",
+        "NODE_OPTIONS='--require ./x.js' npm test",
+        "HOME=. git log",
+        "rg --pre ./x pattern",
+        "sort --compress-program=./x f",
+        "go test -exec ./x ./...",
+        "find . -okdir ./x \\;",
+        "git -c credential.helper='!./x' status",
+    ] {
+        let got = bash(&p, script);
+        assert_eq!(got.decision, Decision::Deny, "{script:?}: {got:?}");
+    }
+    // Everyday forms stay allowed.
+    for script in [
+        "git diff",
+        "GIT_PAGER=cat git log",
+        "PAGER= git log --oneline",
+        "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=color.ui GIT_CONFIG_VALUE_0=never git diff",
+        "cargo test --config profile.dev.debug=0",
+    ] {
+        let got = bash(&p, script);
+        assert_eq!(got.decision, Decision::Allow, "{script:?}: {got:?}");
+    }
+}
