@@ -518,6 +518,53 @@ fn policy_check_and_explain() {
 }
 
 #[test]
+fn policy_explain_shows_what_runs_each_command() {
+    let ws = Ws::new();
+    let policy = ws.path("policy.toml");
+    std::fs::write(&policy, POLICY).expect("write");
+    let policy = policy.to_string_lossy().into_owned();
+    let explain = |script: &str| {
+        let args = json!({ "command": script }).to_string();
+        let out = cordon_in(
+            ws.dir.path(),
+            &["policy", "explain", &policy, "bash", &args],
+            None,
+        );
+        assert_eq!(out.code, 0, "{out:#?}");
+        out.stdout
+    };
+    let text = explain("prlimit --nofile=64 git push");
+    assert!(text.starts_with("decision: deny\n"), "{text}");
+    assert!(text.contains("\ncommand: prlimit → git push\n"), "{text}");
+    let text = explain("GIT_EXTERNAL_DIFF='sh -c \"git push\"' git diff");
+    assert!(text.starts_with("decision: deny\n"), "{text}");
+    assert!(
+        text.contains("\ncommand: env var GIT_EXTERNAL_DIFF → sh -c → git push\n"),
+        "{text}"
+    );
+    assert!(text.contains("\ncommand: git diff\n"), "{text}");
+    let text = explain("git -c core.pager='less -R' log");
+    assert!(
+        text.contains("\ncommand: git → git setting core.pager → less -R\n"),
+        "{text}"
+    );
+    let json = cordon_in(
+        ws.dir.path(),
+        &[
+            "policy",
+            "explain",
+            &policy,
+            "bash",
+            r#"{"command":"chrt -o 0 git push"}"#,
+            "--json",
+        ],
+        None,
+    );
+    let value = &json.json_lines()[0];
+    assert_eq!(value["script"]["commands"][0]["via"], json!(["chrt"]));
+}
+
+#[test]
 fn audit_verify_detects_tampering() {
     let ws = Ws::new();
     ws.put("a.txt", "a\n");

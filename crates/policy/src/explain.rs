@@ -108,8 +108,9 @@ impl Explanation {
             ));
         }
         if let Some(script) = &self.script {
+            // Each command with what runs it: `command: prlimit → git push`.
             for command in &script.commands {
-                out.push_str(&format!("command: {command}\n"));
+                out.push_str(&format!("command: {}\n", command.chain()));
             }
         }
         out
