@@ -1,6 +1,7 @@
 //! No network with the default policy (`[network] enabled = false`): TCP and UDP to the
 //! host's loopback listeners, DNS, and host Unix sockets (pathname and abstract) all fail,
-//! and the listeners see nothing arrive.
+//! and the listeners see nothing arrive. With the network on, host Unix sockets stay out of
+//! reach unless the policy names them.
 
 use std::io::ErrorKind;
 use std::net::{TcpListener, UdpSocket};
@@ -131,4 +132,91 @@ async fn host_unix_sockets_are_refused() {
         assert_no_connection(what, listener.accept());
         assert_no_connection(what, abstract_listener.accept());
     }
+}
+
+/// A policy with the network on, naming `allowed` as reachable host sockets.
+fn networked_policy(allowed: &[String]) -> String {
+    let list: Vec<String> = allowed.iter().map(|path| format!("{path:?}")).collect();
+    format!(
+        "version = 1\ndefault = \"allow\"\n[network]\nenabled = true\nunix_sockets = [{}]\n",
+        list.join(", ")
+    )
+}
+
+#[tokio::test]
+async fn host_unix_sockets_stay_refused_with_the_network_on() {
+    require_tool("python3", "python3");
+    let name = format!("cordon-escape-net-{}", std::process::id());
+    let h = Harness::with_policy(|_| networked_policy(&[])).await;
+    let path = h.outside.join("host.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let abstract_listener =
+        UnixListener::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
+    abstract_listener.set_nonblocking(true).unwrap();
+    let connect = |target: &str| {
+        format!(
+            "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"{target}\")'"
+        )
+    };
+    let mut targets = vec![
+        (
+            "pathname socket outside the workspace",
+            connect(&path.display().to_string()),
+        ),
+        ("abstract socket", connect(&format!("\\0{name}"))),
+        ("docker socket", connect("/var/run/docker.sock")),
+    ];
+    // The private dockerd the test machines run, when there is one.
+    if let Some(socket) = std::env::var("DOCKER_HOST")
+        .ok()
+        .and_then(|host| host.strip_prefix("unix://").map(str::to_owned))
+    {
+        targets.push(("DOCKER_HOST socket", connect(&socket)));
+    }
+    for (what, command) in &targets {
+        h.bash_fails(what, command).await;
+        assert_no_connection(what, listener.accept());
+        assert_no_connection(what, abstract_listener.accept());
+    }
+    // The network itself is on: a loopback listener on the host is reachable.
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = tcp.local_addr().unwrap().port();
+    let result = h
+        .bash(&format!(
+            "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 5)'"
+        ))
+        .await;
+    assert!(
+        !result.is_error,
+        "TCP with the network on: {}",
+        result.text()
+    );
+}
+
+#[tokio::test]
+async fn a_host_unix_socket_the_policy_names_is_reachable() {
+    require_tool("python3", "python3");
+    let mut socket_path = None;
+    let h = Harness::with_policy(|outside| {
+        let path = outside.join("allowed.sock");
+        socket_path = Some(path.clone());
+        networked_policy(&[path.display().to_string()])
+    })
+    .await;
+    let path = socket_path.unwrap();
+    let listener = UnixListener::bind(&path).unwrap();
+    let served = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        std::io::Write::write_all(&mut stream, b"allowed-reply").unwrap();
+    });
+    let result = h
+        .bash(&format!(
+            "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"{}\"); print(s.recv(64).decode())'",
+            path.display()
+        ))
+        .await;
+    served.join().unwrap();
+    assert!(!result.is_error, "{}", result.text());
+    assert!(result.text().contains("allowed-reply"), "{}", result.text());
 }

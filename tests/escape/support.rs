@@ -43,6 +43,18 @@ impl Harness {
 
     /// A harness whose workspace is an empty directory.
     pub async fn bare() -> Harness {
+        Harness::build(|_| None).await
+    }
+
+    /// A harness whose session runs the policy `policy(outside)` returns (TOML text, written
+    /// next to the workspace), over a git repository.
+    pub async fn with_policy(policy: impl FnOnce(&Path) -> String) -> Harness {
+        let harness = Harness::build(|outside| Some(policy(outside))).await;
+        harness.git_init();
+        harness
+    }
+
+    async fn build(policy: impl FnOnce(&Path) -> Option<String>) -> Harness {
         let dir = tempfile::tempdir().expect("create temp dir");
         let base = dir.path().canonicalize().unwrap();
         let ws = base.join("ws");
@@ -51,7 +63,12 @@ impl Harness {
         std::fs::create_dir(&outside).unwrap();
         let victim = outside.join("victim.txt");
         std::fs::write(&victim, "untouched victim\n").unwrap();
-        let options = SessionOptions::local(&ws);
+        let mut options = SessionOptions::local(&ws);
+        if let Some(text) = policy(&outside) {
+            let path = base.join("policy.toml");
+            std::fs::write(&path, text).unwrap();
+            options.policy = Some(path);
+        }
         assert!(!options.allow_degraded, "the suite runs the full sandbox");
         let session = Session::open(options).await.expect("open a local session");
         assert!(
