@@ -55,6 +55,12 @@ pub enum DockerError {
         /// The walk's limit.
         limit: usize,
     },
+    /// The configuration would let the container reach a host Unix socket.
+    #[error("failed to keep host Unix sockets out of the container: {reason}")]
+    HostSocket {
+        /// What would expose which socket, and what to change.
+        reason: String,
+    },
     /// A Docker API call failed.
     #[error("failed to {step}: {source}")]
     Api {

@@ -326,6 +326,12 @@ impl DockerBackend {
                 .collect(),
             WorkspaceMode::Copy => Vec::new(),
         };
+        let daemon_socket = host.strip_prefix("unix://").map(Path::new);
+        if let Some(reason) =
+            plan::host_socket_exposure(&spec, network.as_deref(), &extra_roots, daemon_socket)
+        {
+            return Err(DockerError::HostSocket { reason });
+        }
         let spill_dir = PathBuf::from(SPILL_DIR);
         let mut extra = vec![Root {
             path: spill_dir.clone(),

@@ -211,6 +211,62 @@ pub fn container_body(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
     }
 }
 
+/// Why a container of this configuration could reach a host Unix socket (`None`: it cannot).
+/// The container has its own mount and network namespaces, so only what is bound in or
+/// shared can reach the host: an extra root holding the daemon's socket (root on the host) or
+/// the host's socket directories, or a network namespace shared with the host (its abstract
+/// sockets). The backend binds no host socket itself; `[network] unix_sockets` is not
+/// supported here.
+pub fn host_socket_exposure(
+    spec: &SandboxSpec,
+    network: Option<&str>,
+    extra_roots: &[(PathBuf, bool)],
+    daemon_socket: Option<&Path>,
+) -> Option<String> {
+    if let Some(socket) = spec.unix_sockets.first() {
+        return Some(format!(
+            "the docker backend cannot grant host Unix sockets (`[network] unix_sockets` lists \
+             `{socket}`); remove the list or use the local backend"
+        ));
+    }
+    match spec.network {
+        NetworkMode::Disabled => {}
+        NetworkMode::Enabled => {
+            if let Some(mode) =
+                network.filter(|mode| *mode == "host" || mode.starts_with("container:"))
+            {
+                return Some(format!(
+                    "network `{mode}` shares a network namespace and with it abstract Unix \
+                     sockets; use a bridge network"
+                ));
+            }
+        }
+    }
+    for (root, _) in extra_roots {
+        if let Some(socket) = daemon_socket.filter(|socket| socket.starts_with(root)) {
+            return Some(format!(
+                "the extra root {} contains the Docker daemon's socket {}, which is root on \
+                 the host; grant a narrower directory",
+                root.display(),
+                socket.display()
+            ));
+        }
+        let socket_dir = ["/run", "/var/run", "/tmp", "/var/tmp"]
+            .iter()
+            .map(Path::new)
+            .find(|dir| dir.starts_with(root) || (root.starts_with(dir) && !dir.ends_with("tmp")));
+        if let Some(dir) = socket_dir {
+            return Some(format!(
+                "the extra root {} exposes {}, where host services keep their Unix sockets; \
+                 grant a narrower directory",
+                root.display(),
+                dir.display()
+            ));
+        }
+    }
+    None
+}
+
 /// The protected globs that name a fixed path (`dir/**` or a literal path relative to the
 /// workspace); these can be mounted read-only so that commands cannot change them either.
 /// Globs with wildcards elsewhere are enforced for file operations only.
@@ -428,5 +484,51 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(container_body(&plan), expected);
+    }
+
+    #[test]
+    fn configurations_that_would_expose_a_host_socket_are_named() {
+        let on = SandboxSpec {
+            network: NetworkMode::Enabled,
+            ..SandboxSpec::default()
+        };
+        let daemon = Some(Path::new("/var/tmp/cordon-docker/docker.sock"));
+        let roots = |paths: &[&str]| -> Vec<(PathBuf, bool)> {
+            paths.iter().map(|p| (PathBuf::from(p), false)).collect()
+        };
+        // Fine: a bridge network, roots away from sockets.
+        assert_eq!(
+            host_socket_exposure(&on, None, &roots(&["/opt/sdk", "/tmp/build"]), daemon),
+            None
+        );
+        assert_eq!(
+            host_socket_exposure(&on, Some("cordon-net"), &[], daemon),
+            None
+        );
+        let exposure = |spec: &SandboxSpec, network: Option<&str>, paths: &[&str]| {
+            host_socket_exposure(spec, network, &roots(paths), daemon).unwrap_or_default()
+        };
+        assert!(exposure(&on, Some("host"), &[]).contains("network `host`"));
+        assert!(exposure(&on, Some("container:other"), &[]).contains("container:other"));
+        // Without the network the mode is `none` whatever was configured.
+        assert_eq!(
+            host_socket_exposure(&SandboxSpec::default(), Some("host"), &[], daemon),
+            None
+        );
+        assert!(
+            exposure(&on, None, &["/var/tmp/cordon-docker"]).contains("Docker daemon's socket")
+        );
+        assert!(exposure(&on, None, &["/"]).contains("Docker daemon's socket"));
+        for root in ["/run", "/run/user/1000", "/var/run/postgresql", "/tmp"] {
+            assert!(
+                exposure(&on, None, &[root]).contains("where host services keep"),
+                "{root}"
+            );
+        }
+        let listed = SandboxSpec {
+            unix_sockets: vec!["/run/app.sock".to_owned()],
+            ..on.clone()
+        };
+        assert!(exposure(&listed, None, &[]).contains("cannot grant host Unix sockets"));
     }
 }

@@ -323,3 +323,43 @@ async fn spill_volumes_of_deleted_roots_are_removed() {
     );
     next.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_networked_container_reaches_no_host_unix_socket() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let mut config = support::config(&host, ws.path());
+    config.spec.network = cordon_core::sandbox::NetworkMode::Enabled;
+    let backend = DockerBackend::start(config).await.expect("start");
+    let daemon_socket = host
+        .strip_prefix("unix://")
+        .unwrap_or("/var/run/docker.sock");
+    let ran = run(
+        &backend,
+        &format!(
+            "for s in {daemon_socket} /var/run/docker.sock /run/docker.sock; do \
+               [ -e \"$s\" ] && echo \"visible $s\"; done; \
+             find / -xdev -type s 2>/dev/null | sed 's/^/socket /'; echo done"
+        ),
+    )
+    .await;
+    assert!(ran.output.contains("done"), "{}", ran.output);
+    assert!(!ran.output.contains("visible"), "{}", ran.output);
+    assert!(!ran.output.contains("socket "), "{}", ran.output);
+    drop(backend);
+
+    // A configuration that would bind the daemon's socket in is refused before any container
+    // exists.
+    let mut config = support::config(&host, ws.path());
+    config.spec.network = cordon_core::sandbox::NetworkMode::Enabled;
+    let parent = std::path::Path::new(daemon_socket)
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    config.spec.readable_roots = vec![parent];
+    let err = DockerBackend::start(config)
+        .await
+        .expect_err("the daemon socket must not be mountable");
+    assert!(matches!(err, DockerError::HostSocket { .. }), "{err:?}");
+}
