@@ -3,5 +3,6 @@
 
 mod cli;
 mod doctor;
+mod hostfiles;
 mod mcp;
 mod run;

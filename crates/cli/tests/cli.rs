@@ -568,7 +568,9 @@ fn policy_explain_shows_what_runs_each_command() {
 fn audit_verify_detects_tampering() {
     let ws = Ws::new();
     ws.put("a.txt", "a\n");
-    let audit = ws.path("audit.jsonl");
+    // Outside the workspace: an audit log the sandbox can write is refused.
+    let logs = tempfile::tempdir().expect("temp dir");
+    let audit = logs.path().join("audit.jsonl");
     let audit = audit.to_string_lossy().into_owned();
     let read = ws.run(&["exec", "read", r#"{"path":"a.txt"}"#, "--audit", &audit]);
     assert_eq!(read.code, 0);

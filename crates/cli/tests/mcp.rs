@@ -214,7 +214,9 @@ fn python_client_sees_only_the_tools_the_policy_enables() {
 #[test]
 fn python_client_calls_write_read_edit_bash_through_the_audited_pipeline() {
     let dir = workspace();
-    let audit = dir.path().join("audit.jsonl");
+    // Outside the workspace: an audit log the sandbox can write is refused.
+    let logs = tempfile::tempdir().expect("temp dir");
+    let audit = logs.path().join("audit.jsonl");
     python_scenario("calls", dir.path(), &["--audit", audit.to_str().unwrap()]);
     assert_eq!(
         std::fs::read_to_string(dir.path().join("notes/todo.txt")).unwrap(),

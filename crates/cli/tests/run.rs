@@ -237,7 +237,7 @@ async fn openai_run_edits_writes_and_shows_the_terminal_view() {
         "- Use read to examine files instead of cat or sed.",
         &format!("Workspace root: {} ", root.display()),
         "- Network: off.",
-        "- Protected (readable, never writable, also by commands): .git/**.",
+        "- Protected (readable, never writable, also by commands): .git/**, .cordon/**.",
         "**/.env",
     ] {
         assert!(
@@ -529,13 +529,15 @@ async fn save_writes_a_transcript_that_replay_reexecutes() {
         stream("openai_final.sse"),
     ])
     .await;
-    let transcript = ws.path().join("session.jsonl");
+    // Outside the workspace: a transcript the sandbox can write is refused.
+    let saves = tempfile::tempdir().expect("temp dir");
+    let transcript = saves.path().join("session.jsonl");
     let mut args = openai_run(&server, "Fix answer() and write notes.");
     args.extend(["--save".into(), transcript.display().to_string()]);
     let output = finish(&mut cordon(ws.path(), &refs(&args), &[])).await;
     assert_exit(&output, 0);
 
-    let saved = read(ws.path(), "session.jsonl");
+    let saved = read(saves.path(), "session.jsonl");
     let lines: Vec<Value> = saved
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())

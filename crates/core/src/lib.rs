@@ -9,6 +9,7 @@
 //! - [`sandbox`]: the plain, serialisable sandbox specification every backend enforces;
 //! - [`excerpt`]: short quotations of model input in error texts;
 //! - [`validate`]: lenient coercion and JSON Schema validation of tool arguments;
+//! - [`hostfile`]: opening Cordon's own files on the host (no symlinks, no FIFOs, owner checks);
 //! - [`executor`]: one assistant message's tool calls as a batch, with every SPEC §2 rule;
 //! - [`agent`]: the multi-turn loop over a [`provider::ModelProvider`];
 //! - [`replay`]: `cordon replay` semantics, the loop without a model;
@@ -23,6 +24,8 @@ pub mod event;
 pub mod excerpt;
 pub mod executor;
 pub mod hooks;
+#[cfg(unix)]
+pub mod hostfile;
 pub mod protocol;
 pub mod provider;
 pub mod replay;

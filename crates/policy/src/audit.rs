@@ -158,6 +158,26 @@ pub enum AuditProblem {
     /// An empty line inside the log.
     #[error("empty line")]
     EmptyLine,
+    /// The recorded head is not the hash of any line of the log.
+    #[error(
+        "the recorded head {expected} is not in this log: the log was truncated, replaced or re-chained since that head was recorded"
+    )]
+    HeadNotFound {
+        /// The recorded head.
+        expected: String,
+    },
+    /// The recorded head is in the log, but not after the number of lines recorded with it.
+    #[error(
+        "the recorded head {head} was recorded after {expected} lines but is line {found} of this log: lines before it were removed or inserted"
+    )]
+    HeadPosition {
+        /// The recorded head.
+        head: String,
+        /// The line count recorded with it.
+        expected: usize,
+        /// Its position in this log.
+        found: usize,
+    },
     /// The chain is intact but ends before the expected head.
     #[error(
         "the log ends at head {found} but {expected} was expected: lines were removed from the end"
@@ -245,10 +265,196 @@ pub fn verify_audit_log_with_head(text: &str, head: &str) -> Result<AuditReport,
     Ok(report)
 }
 
+/// The head of a log as recorded outside the sandbox's reach at the end of a session: the
+/// hash of the last line and the number of lines ([`GENESIS`] and 0 for an empty log).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditHead {
+    /// Hex SHA-256 of the last line.
+    pub sha256: String,
+    /// Number of lines up to and including it.
+    pub lines: usize,
+}
+
+impl AuditHead {
+    /// The head file's content: `SHA256 LINES` and a newline.
+    pub fn to_line(&self) -> String {
+        format!("{} {}\n", self.sha256, self.lines)
+    }
+
+    /// Parse a head file's content (see [`AuditHead::to_line`]).
+    pub fn parse(text: &str) -> Option<AuditHead> {
+        let mut words = text.split_ascii_whitespace();
+        let sha256 = words.next()?;
+        let lines = words.next()?.parse().ok()?;
+        let hex = sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit());
+        (hex && words.next().is_none()).then(|| AuditHead {
+            sha256: sha256.to_ascii_lowercase(),
+            lines,
+        })
+    }
+}
+
+/// A verified log that contains a recorded head.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeadReport {
+    /// The whole log.
+    pub report: AuditReport,
+    /// The line the recorded head hashes (0 for [`GENESIS`]).
+    pub head_line: usize,
+}
+
+impl HeadReport {
+    /// The text `cordon audit verify --expect-head` prints on success.
+    pub fn to_text(&self) -> String {
+        format!(
+            "{}; the recorded head is line {}, {} lines follow it",
+            self.report.to_text(),
+            self.head_line,
+            self.report.lines - self.head_line
+        )
+    }
+}
+
+/// [`verify_audit_log`], and `head` (a hash, with the line count recorded with it if known)
+/// must be the hash of one of the log's lines — at that line count when one is given. Lines
+/// appended after the head are reported, not refused: a later session continues the log.
+/// Truncating the log before the head, replacing it, or re-chaining it (recomputing every
+/// `prev` after removing lines) is caught: no line then hashes to the recorded head.
+pub fn verify_audit_log_from_head(
+    text: &str,
+    head: &str,
+    lines: Option<usize>,
+) -> Result<HeadReport, AuditError> {
+    let report = verify_audit_log(text)?;
+    let head = head.to_ascii_lowercase();
+    let found = if head == GENESIS {
+        Some(0)
+    } else {
+        text.split_terminator('\n')
+            .position(|line| sha256_hex(line.as_bytes()) == head)
+            .map(|index| index + 1)
+    };
+    let Some(found) = found else {
+        return Err(AuditError {
+            line: report.lines + 1,
+            problem: AuditProblem::HeadNotFound { expected: head },
+        });
+    };
+    if let Some(expected) = lines
+        && expected != found
+    {
+        return Err(AuditError {
+            line: found,
+            problem: AuditProblem::HeadPosition {
+                head,
+                expected,
+                found,
+            },
+        });
+    }
+    Ok(HeadReport {
+        report,
+        head_line: found,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    fn chain(records: usize) -> (String, Vec<String>) {
+        let mut prev = GENESIS.to_owned();
+        let mut text = String::new();
+        let mut heads = Vec::new();
+        for index in 0..records {
+            let record = AuditRecord {
+                ts: "2026-01-01T00:00:00.000Z".into(),
+                backend: "local:/ws".into(),
+                tool_call_id: format!("c{index}"),
+                tool: "bash".into(),
+                args_sha256: "0".repeat(64),
+                decision: Decision::Allow,
+                rule: "p:1".into(),
+                reason: "ok".into(),
+                is_error: None,
+                duration_ms: None,
+            };
+            let line = audit_line(&record, &prev, None);
+            text.push_str(&line.text);
+            text.push('\n');
+            prev = line.sha256.clone();
+            heads.push(line.sha256);
+        }
+        (text, heads)
+    }
+
+    #[test]
+    fn a_recorded_head_must_be_in_the_log_at_its_line() {
+        let (text, heads) = chain(4);
+        let report = verify_audit_log_from_head(&text, &heads[1], Some(2)).unwrap();
+        assert_eq!(report.head_line, 2);
+        assert!(
+            report.to_text().ends_with("2 lines follow it"),
+            "{}",
+            report.to_text()
+        );
+        assert_eq!(
+            verify_audit_log_from_head(&text, GENESIS, Some(0))
+                .unwrap()
+                .head_line,
+            0
+        );
+        let wrong_place = verify_audit_log_from_head(&text, &heads[1], Some(3)).unwrap_err();
+        assert!(matches!(
+            wrong_place.problem,
+            AuditProblem::HeadPosition { .. }
+        ));
+        // Truncated before the head: a valid chain that no longer holds it.
+        let (short, _) = chain(1);
+        let truncated = verify_audit_log_from_head(&short, &heads[3], None).unwrap_err();
+        assert!(matches!(
+            truncated.problem,
+            AuditProblem::HeadNotFound { .. }
+        ));
+    }
+
+    #[test]
+    fn a_rechained_log_does_not_contain_the_recorded_head() {
+        let (text, heads) = chain(3);
+        // Drop the middle line and recompute every `prev` after it: the chain is intact.
+        let mut lines: Vec<Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        lines.remove(1);
+        let mut prev = GENESIS.to_owned();
+        let mut forged = String::new();
+        for mut line in lines {
+            line["prev"] = Value::String(prev.clone());
+            let text = serde_json::to_string(&line).unwrap();
+            prev = sha256_hex(text.as_bytes());
+            forged.push_str(&text);
+            forged.push('\n');
+        }
+        verify_audit_log(&forged).expect("a re-chained log has an intact chain");
+        let error = verify_audit_log_from_head(&forged, &heads[2], Some(3)).unwrap_err();
+        assert!(
+            matches!(error.problem, AuditProblem::HeadNotFound { .. }),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn head_lines_round_trip() {
+        let head = AuditHead {
+            sha256: "ab".repeat(32),
+            lines: 7,
+        };
+        assert_eq!(AuditHead::parse(&head.to_line()), Some(head));
+        assert_eq!(AuditHead::parse("xyz 7\n"), None);
+        assert_eq!(AuditHead::parse(&format!("{} 7 8", "ab".repeat(32))), None);
+    }
 
     #[test]
     fn timestamps_are_rfc3339_utc() {

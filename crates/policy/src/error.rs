@@ -14,9 +14,10 @@ pub enum PolicyError {
     Read {
         /// The file.
         path: PathBuf,
-        /// The I/O error.
+        /// What went wrong: I/O, or the file is a symlink, not a regular file, not the
+        /// user's or root's, writable by others, too large or not UTF-8.
         #[source]
-        source: std::io::Error,
+        source: cordon_core::hostfile::HostFileError,
     },
     /// The text is not valid TOML.
     #[error("{file}:{line}:{column}: failed to parse TOML: {message}")]

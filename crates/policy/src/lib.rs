@@ -53,5 +53,7 @@ pub mod shell;
 pub use decision::{Decision, DecisionRequest, Op, PathAccess, PolicyDecision, RuleRef};
 pub use error::PolicyError;
 pub use paths::{KNOWN_TOOLS, PATH_TOOLS, lexical_accesses, paths_of, resolve_lexically};
-pub use policy::{CompiledPolicy, DEFAULT_POLICY_NAME, DEFAULT_POLICY_TOML, EnvMap};
+pub use policy::{
+    CompiledPolicy, DEFAULT_POLICY_NAME, DEFAULT_POLICY_TOML, EnvMap, MAX_POLICY_BYTES,
+};
 pub use redact::Redactor;

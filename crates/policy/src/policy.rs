@@ -29,6 +29,9 @@ pub const DEFAULT_POLICY_NAME: &str = "builtin:default.toml";
 /// Host environment variables, by name (e.g. `std::env::vars().collect()`).
 pub type EnvMap = HashMap<String, String>;
 
+/// The largest policy file [`CompiledPolicy::load`] reads.
+pub const MAX_POLICY_BYTES: u64 = 4 << 20;
+
 /// A policy ready to judge tool calls. Immutable; cheap to share behind an `Arc`.
 #[derive(Clone, Debug)]
 pub struct CompiledPolicy {
@@ -45,6 +48,8 @@ pub struct CompiledPolicy {
     write_at: RuleRef,
     deny: Vec<PathGlob>,
     protect: Vec<PathGlob>,
+    /// Files protected for the session by the runtime ([`CompiledPolicy::protect_literal`]).
+    session_protect: Vec<PathGlob>,
     rules: Vec<Rule>,
     redactor: Redactor,
     spec: SandboxSpec,
@@ -207,8 +212,17 @@ fn decided(decision: Decision, rule: &RuleRef, reason: String) -> PolicyDecision
 
 impl CompiledPolicy {
     /// Read and compile a policy file. `env` supplies the values of `[redact] env` variables.
+    ///
+    /// The file is trusted configuration: it is opened without following a symlink or
+    /// blocking on a FIFO, and must be a regular file of at most [`MAX_POLICY_BYTES`], owned
+    /// by the current user or root and not writable by group or others.
     pub fn load(path: &Path, env: &EnvMap) -> Result<CompiledPolicy, PolicyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+        let text = cordon_core::hostfile::read_to_string(
+            path,
+            cordon_core::hostfile::Trust::Owned,
+            MAX_POLICY_BYTES,
+        )
+        .map_err(|source| PolicyError::Read {
             path: path.to_path_buf(),
             source,
         })?;
@@ -265,6 +279,31 @@ impl CompiledPolicy {
         self.rules.len()
     }
 
+    /// Keep `path` read-only for the session, as if the policy listed it under
+    /// `[filesystem] protect`: the file tools are refused writes to it and commands see it
+    /// read-only. `path` is relative to the workspace root or absolute, and is taken
+    /// literally (a path holding glob characters is refused: it could not be protected
+    /// exactly). The runtime uses it for the policy file itself when that lies in a writable
+    /// root.
+    pub fn protect_literal(&mut self, path: &str) -> Result<(), PolicyError> {
+        let builtin = SourceMap::new(&self.file, "");
+        if path.contains(['*', '?', '[', ']', '{', '}', '\\', '\n']) {
+            return Err(builtin.bad_glob(
+                0,
+                path,
+                "the path holds glob characters and cannot be protected literally; rename it"
+                    .to_owned(),
+            ));
+        }
+        let mut glob = PathGlob::compile(path, 0, &builtin)?;
+        glob.line = 0;
+        if !self.spec.protected.iter().any(|known| known == path) {
+            self.spec.protected.push(path.to_owned());
+        }
+        self.session_protect.push(glob);
+        Ok(())
+    }
+
     /// The OS/container view of the same policy (see the README for the mapping).
     pub fn sandbox_spec(&self) -> SandboxSpec {
         self.spec.clone()
@@ -304,6 +343,22 @@ impl CompiledPolicy {
         }
         match access.op {
             Op::Write => {
+                if self
+                    .session_protect
+                    .iter()
+                    .any(|g| g.matches(path, context, true))
+                {
+                    return decided(
+                        Decision::Deny,
+                        &RuleRef {
+                            file: Arc::from("builtin:policy-file"),
+                            line: 0,
+                        },
+                        format!(
+                            "{verb} {shown} is not allowed: it is the policy file this session runs with, which stays read-only for the whole session; do not try to change it another way"
+                        ),
+                    );
+                }
                 if let Some(glob) = self.protect.iter().find(|g| g.matches(path, context, true)) {
                     return decided(
                         Decision::Deny,
@@ -862,7 +917,7 @@ fn compile(map: &SourceMap, raw: RawPolicy, env: &EnvMap) -> Result<CompiledPoli
     let read = compile_globs(fs_read.as_ref(), &["**"], map)?;
     let write = compile_globs(fs_write.as_ref(), &["**"], map)?;
     let deny = compile_globs(fs_deny.as_ref(), &[], map)?;
-    let protect = compile_globs(fs_protect.as_ref(), &[".git/**"], map)?;
+    let protect = compile_globs(fs_protect.as_ref(), &[".git/**", ".cordon/**"], map)?;
 
     let (network_enabled, raw_unix_sockets) = match network {
         Some(network) => (network.enabled, network.unix_sockets),
@@ -944,6 +999,7 @@ fn compile(map: &SourceMap, raw: RawPolicy, env: &EnvMap) -> Result<CompiledPoli
         write_at,
         deny,
         protect,
+        session_protect: Vec::new(),
         rules: Vec::new(),
         redactor,
         spec,

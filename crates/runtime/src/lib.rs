@@ -10,6 +10,11 @@
 //!   sandbox is stated in the details, the finished call is audited.
 //! - partial results (`on_update`) are redacted too, by wrapping each tool.
 //!
+//! Cordon's own host files are kept out of the sandbox's reach: an audit log (or, through
+//! [`Session::refuse_in_writable_root`], a transcript) inside a directory the sandbox can
+//! write is refused, and a policy file there is made read-only to the session. The audit log
+//! is held open, checked for replacement before every line and ends with a recorded head.
+//!
 //! It owns no policy logic (`cordon-policy`), no tool logic (`cordon-tools`) and no backend
 //! logic (`backends/*`).
 #![warn(missing_docs)]
@@ -17,11 +22,13 @@
 mod approval;
 mod audit;
 mod hooks;
+mod hostpaths;
 mod registry;
 mod session;
 
 pub use approval::{Approval, ApprovalRequest, Approver};
-pub use audit::{AuditError, AuditLog};
+pub use audit::{AuditError, AuditLog, head_file_path};
 pub use session::{
-    BackendChoice, DockerOptions, RuntimeError, Session, SessionOptions, SshOptions, WorkspaceMode,
+    BackendChoice, DockerOptions, InsideWritableRoot, RuntimeError, Session, SessionOptions,
+    SshOptions, WorkspaceMode,
 };

@@ -1,8 +1,8 @@
 //! [`Session`]: one backend, its tools and the policy hooks, opened once per entry point run.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub use cordon_backend_docker::WorkspaceMode;
 use cordon_backend_docker::{DockerBackend, DockerConfig};
@@ -15,12 +15,14 @@ use cordon_core::protocol::{
 };
 use cordon_core::sandbox::SandboxSpec;
 use cordon_core::tool::{AgentTool, ExecutionMode};
+use cordon_policy::audit::AuditHead;
 use cordon_policy::{CompiledPolicy, EnvMap, PolicyError};
 use cordon_tools::ops::Backend;
 
 use crate::approval::Approver;
 use crate::audit::{AuditError, AuditLog};
 use crate::hooks::RuntimeHooks;
+use crate::hostpaths::{protected_name, writable_host_roots, writable_root_of};
 use crate::registry::build_tools;
 
 /// Which backend a session runs on.
@@ -120,6 +122,37 @@ pub enum RuntimeError {
     /// The SSH backend could not connect (unknown host key, authentication, …).
     #[error("failed to start the ssh backend: {0}")]
     Ssh(#[source] cordon_backend_ssh::SshError),
+    /// A file Cordon writes (audit log, transcript) lies where sandboxed commands can write.
+    #[error(transparent)]
+    InsideWritableRoot(#[from] InsideWritableRoot),
+    /// The policy file lies in a writable root under a name that cannot be protected.
+    #[error(
+        "failed to protect the policy file {}: it is inside the writable root {} but its path is not UTF-8; move it outside the workspace",
+        path.display(),
+        root.display()
+    )]
+    PolicyName {
+        /// The policy file.
+        path: PathBuf,
+        /// The writable root it lies in.
+        root: PathBuf,
+    },
+}
+
+/// A file Cordon writes (audit log, transcript) lies where sandboxed commands can write.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "failed to use {} as the {file}: it is inside {}, which sandboxed commands can write, so a command could replace or rewrite it; put it outside the workspace and the policy's writable roots",
+    path.display(),
+    root.display()
+)]
+pub struct InsideWritableRoot {
+    /// What the file is for (`audit log`, `transcript (--save)`).
+    pub file: &'static str,
+    /// The file.
+    pub path: PathBuf,
+    /// The writable root it lies in.
+    pub root: PathBuf,
 }
 
 /// An open session: backend + tools + policy hooks.
@@ -129,6 +162,11 @@ pub struct Session {
     spec: SandboxSpec,
     tools: Vec<Arc<dyn AgentTool>>,
     hooks: Arc<RuntimeHooks>,
+    /// Host directories the sandbox can write (canonical).
+    writable_roots: Vec<PathBuf>,
+    audit: Option<Arc<AuditLog>>,
+    /// The audit head recorded at shutdown.
+    audit_head: OnceLock<Result<AuditHead, String>>,
 }
 
 impl Session {
@@ -143,12 +181,33 @@ impl Session {
             allow_degraded,
         } = options;
         let env: EnvMap = std::env::vars().collect();
-        let policy = Arc::new(match &policy {
+        let mut compiled = match &policy {
             Some(path) => CompiledPolicy::load(path, &env)?,
             None => CompiledPolicy::builtin_default(&env)?,
-        });
+        };
+        // Host files matter only where the sandbox's writable directories are host ones.
+        let writable_roots = match &backend {
+            BackendChoice::Local | BackendChoice::Docker(_) => {
+                let home = std::env::var_os("HOME").map(PathBuf::from);
+                writable_host_roots(&root, home.as_deref(), &compiled.sandbox_spec())
+            }
+            BackendChoice::Ssh(_) => Vec::new(),
+        };
+        if let Some(path) = &policy
+            && let Some(inside) = writable_root_of(&writable_roots, path)
+        {
+            let name = protected_name(&root, path).ok_or_else(|| RuntimeError::PolicyName {
+                path: path.clone(),
+                root: inside.to_path_buf(),
+            })?;
+            compiled.protect_literal(&name)?;
+        }
+        let policy = Arc::new(compiled);
         let mut spec = policy.sandbox_spec();
         spec.allow_degraded |= allow_degraded;
+        if let Some(path) = &audit {
+            refuse_inside(&writable_roots, path, "audit log")?;
+        }
         let audit = audit
             .as_deref()
             .map(AuditLog::open)
@@ -207,7 +266,7 @@ impl Session {
             files: backend.files(),
             backend: backend.id().clone(),
             missing_layers: backend.missing_layers(),
-            audit,
+            audit: audit.clone(),
             approver,
             approved_rules: Mutex::new(HashSet::new()),
             in_flight: Mutex::new(HashMap::new()),
@@ -218,7 +277,29 @@ impl Session {
             spec,
             tools,
             hooks,
+            writable_roots,
+            audit,
+            audit_head: OnceLock::new(),
         })
+    }
+
+    /// Refuse `path` as a file Cordon writes (`file` says which, e.g. `transcript`) when it
+    /// lies in a directory this session's commands can write.
+    pub fn refuse_in_writable_root(
+        &self,
+        path: &Path,
+        file: &'static str,
+    ) -> Result<(), InsideWritableRoot> {
+        refuse_inside(&self.writable_roots, path, file)
+    }
+
+    /// The audit head recorded by [`Session::shutdown`] (`None` without an audit log or
+    /// before shutdown): the hash of the last line and the line count, also written to
+    /// `FILE.head`; or why it could not be recorded.
+    pub fn audit_head(&self) -> Option<(&Path, Result<&AuditHead, &str>)> {
+        let log = self.audit.as_ref()?;
+        let head = self.audit_head.get()?;
+        Some((log.path(), head.as_ref().map_err(String::as_str)))
     }
 
     /// The agent-loop configuration: this session's tools and hooks.
@@ -280,8 +361,28 @@ impl Session {
             .expect("a batch of one call yields one result")
     }
 
-    /// Release backend resources (containers, connections). Idempotent.
+    /// Release backend resources (containers, connections) and record the audit head next
+    /// to the audit log (see [`Session::audit_head`]). Idempotent.
     pub async fn shutdown(&self) {
         self.backend.shutdown().await;
+        if let Some(log) = &self.audit {
+            self.audit_head
+                .get_or_init(|| log.finish().map_err(|error| error.to_string()));
+        }
+    }
+}
+
+fn refuse_inside(
+    roots: &[PathBuf],
+    path: &Path,
+    file: &'static str,
+) -> Result<(), InsideWritableRoot> {
+    match writable_root_of(roots, path) {
+        Some(root) => Err(InsideWritableRoot {
+            file,
+            path: path.to_path_buf(),
+            root: root.to_path_buf(),
+        }),
+        None => Ok(()),
     }
 }

@@ -1,29 +1,75 @@
-//! `cordon audit verify FILE`: check an audit log's hash chain.
+//! `cordon audit verify FILE [--expect-head SHA | --head-file F]`: check an audit log's hash
+//! chain and, given a head recorded at the end of a session, that the log still contains it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use clap::Subcommand;
+use cordon_core::hostfile::{self, Trust};
+use cordon_policy::audit::{AuditHead, verify_audit_log, verify_audit_log_from_head};
+
+/// The largest head file read (one line).
+const MAX_HEAD_FILE_BYTES: u64 = 4096;
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
-    /// Verify an audit log's hash chain (detects removed, altered or reordered lines).
+    /// Verify an audit log's hash chain (detects removed, altered or reordered lines). With a
+    /// recorded head it also detects a log truncated, replaced or re-chained since then.
     Verify {
         /// Audit log file.
         file: PathBuf,
+        /// The head a session printed at its end (`head SHA`): the log must contain the line
+        /// with this hash.
+        #[arg(long, value_name = "SHA", conflicts_with = "head_file")]
+        expect_head: Option<String>,
+        /// The head file a session wrote next to the log (`FILE.head`): the log must contain
+        /// its head at the line count it records.
+        #[arg(long, value_name = "FILE")]
+        head_file: Option<PathBuf>,
     },
 }
 
 /// Run `cordon audit …`.
 pub fn audit(command: AuditCommand) -> anyhow::Result<ExitCode> {
     match command {
-        AuditCommand::Verify { file } => {
-            let text = std::fs::read_to_string(&file)
+        AuditCommand::Verify {
+            file,
+            expect_head,
+            head_file,
+        } => {
+            let expected = match (expect_head, head_file) {
+                (Some(sha), _) => {
+                    let sha = sha.trim().to_ascii_lowercase();
+                    if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        bail!("--expect-head {sha:?}: expected a SHA-256 as 64 hex digits");
+                    }
+                    Some((sha, None))
+                }
+                (None, Some(path)) => {
+                    let text = hostfile::read_to_string(&path, Trust::Any, MAX_HEAD_FILE_BYTES)?;
+                    let Some(AuditHead { sha256, lines }) = AuditHead::parse(&text) else {
+                        bail!(
+                            "--head-file {}: not a head file (expected `SHA256 LINES`)",
+                            path.display()
+                        );
+                    };
+                    Some((sha256, Some(lines)))
+                }
+                (None, None) => None,
+            };
+            // An audit log can be large; it is read whole, as verifying needs every line.
+            let text = hostfile::read_to_string(&file, Trust::Any, u64::MAX)
                 .with_context(|| format!("failed to read {}", file.display()))?;
-            match cordon_policy::audit::verify_audit_log(&text) {
-                Ok(report) => {
-                    println!("{}", report.to_text());
+            let verified = match &expected {
+                None => verify_audit_log(&text).map(|report| report.to_text()),
+                Some((sha, lines)) => {
+                    verify_audit_log_from_head(&text, sha, *lines).map(|report| report.to_text())
+                }
+            };
+            match verified {
+                Ok(text) => {
+                    println!("{text}");
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(error) => {

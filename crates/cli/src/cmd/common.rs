@@ -144,6 +144,26 @@ impl CommonArgs {
     }
 }
 
+/// After [`Session::shutdown`]: state the audit head on stderr (the hash of the log's last
+/// line and its line count, also written to `FILE.head`), so it is kept outside the
+/// sandbox's reach; `cordon audit verify FILE --expect-head SHA` checks a log against it.
+pub fn report_audit_head(session: &Session) {
+    match session.audit_head() {
+        None => {}
+        Some((path, Ok(head))) => eprintln!(
+            "cordon: audit log {}: head {} ({} lines), recorded in {}",
+            path.display(),
+            head.sha256,
+            head.lines,
+            cordon_runtime::head_file_path(path).display()
+        ),
+        Some((path, Err(error))) => eprintln!(
+            "cordon: warning: audit log {}: no head recorded: {error}",
+            path.display()
+        ),
+    }
+}
+
 /// A token cancelled by the first Ctrl-C (running tools are killed and report it); a second
 /// Ctrl-C exits at once.
 pub fn cancel_on_ctrl_c() -> CancellationToken {

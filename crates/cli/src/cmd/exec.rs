@@ -11,7 +11,7 @@ use cordon_core::executor::RunControl;
 use cordon_core::protocol::ToolCall;
 use serde_json::Value;
 
-use crate::cmd::common::{CommonArgs, cancel_on_ctrl_c};
+use crate::cmd::common::{CommonArgs, cancel_on_ctrl_c, report_audit_head};
 use crate::output::{print_json_line, result_text};
 
 #[derive(Debug, Args)]
@@ -52,6 +52,7 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     };
     let result = session.call(call, &control).await;
     session.shutdown().await;
+    report_audit_head(&session);
     if json {
         print_json_line(&result);
     } else {

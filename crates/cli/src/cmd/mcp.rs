@@ -13,7 +13,7 @@ use clap::Args;
 use cordon_core::CancellationToken;
 use cordon_mcp::{AccessToken, HTTP_PATH, McpServer, ServeOptions};
 
-use crate::cmd::common::CommonArgs;
+use crate::cmd::common::{CommonArgs, report_audit_head};
 
 /// Environment variable holding the bearer token for `--http` (otherwise one is generated
 /// and printed on stderr).
@@ -86,6 +86,8 @@ pub async fn mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
                 .await?;
         }
     }
+    // The server shut the session down, which recorded the audit head.
+    report_audit_head(&session);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -15,7 +15,7 @@ use cordon_core::protocol::{AssistantMessage, Message};
 use cordon_core::tool::ExecutionMode;
 use serde_json::Value;
 
-use crate::cmd::common::{CommonArgs, cancel_on_ctrl_c};
+use crate::cmd::common::{CommonArgs, cancel_on_ctrl_c, report_audit_head};
 use crate::output::print_json_line;
 
 #[derive(Debug, Args)]
@@ -87,6 +87,7 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     );
     cordon_core::replay(&config, messages, &control).await;
     session.shutdown().await;
+    report_audit_head(&session);
     Ok(ExitCode::SUCCESS)
 }
 

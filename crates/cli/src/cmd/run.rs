@@ -38,7 +38,7 @@ use cordon_model::{ProviderOptions, parse_model_spec, provider_from_env};
 use cordon_runtime::{Approver, Session};
 use tokio::sync::mpsc;
 
-use crate::cmd::common::CommonArgs;
+use crate::cmd::common::{CommonArgs, report_audit_head};
 use crate::output::print_json_line;
 
 use self::approve::TerminalApprover;
@@ -177,6 +177,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .is_terminal()
         .then(|| Arc::new(TerminalApprover::new(cancel.clone())) as Arc<dyn Approver>);
     let session = Session::open(options).await?;
+    if let Some(path) = &save
+        && let Err(error) = session.refuse_in_writable_root(path, "transcript (--save)")
+    {
+        session.shutdown().await;
+        return Err(error.into());
+    }
     let missing = session.backend().missing_layers();
     if !missing.is_empty() {
         eprintln!(
@@ -200,6 +206,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let control = RunControl::new(cancel, event_sink(json, transcript.clone()));
     let added = agent.prompt(&[], UserMessage::text(prompt), &control).await;
     session.shutdown().await;
+    report_audit_head(&session);
 
     let outcome = Outcome::of(&added, max_turns);
     if let Some(line) = outcome.report() {

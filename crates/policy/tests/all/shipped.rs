@@ -155,7 +155,7 @@ fn default_policy_sandbox_spec() {
                 "~/.gradle/caches",
             ]),
             writable_roots: vec![],
-            protected: strings(&[".git/**"]),
+            protected: strings(&[".git/**", ".cordon/**"]),
             denied: strings(&[
                 "**/.env",
                 "**/.env.*",
@@ -301,6 +301,7 @@ fn ci_untrusted_policy_behaves_as_documented() {
         spec.protected,
         strings(&[
             ".git/**",
+            ".cordon/**",
             ".github/**",
             ".gitlab-ci.yml",
             ".circleci/**",

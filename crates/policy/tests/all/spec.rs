@@ -114,3 +114,54 @@ fn compiled_policies_are_shareable_across_threads() {
         assert_eq!(handle.join().unwrap(), cordon_policy::Decision::Deny);
     }
 }
+
+#[test]
+fn the_default_protect_list_covers_git_and_the_project_config() {
+    let p = policy("version = 1\n[filesystem]\nwrite = [\"**\"]\n");
+    assert_eq!(
+        p.sandbox_spec().protected,
+        strings(&[".git/**", ".cordon/**"])
+    );
+    let denied = crate::support::call(
+        &p,
+        "write",
+        &serde_json::json!({"path": ".cordon/policy.toml", "content": "x"}),
+    );
+    assert_eq!(denied.decision, cordon_policy::Decision::Deny, "{denied:?}");
+}
+
+#[test]
+fn a_literal_path_is_protected_for_the_session() {
+    let mut p = policy("version = 1\n[filesystem]\nwrite = [\"**\"]\nprotect = []\n");
+    let write = serde_json::json!({"path": "conf/policy.toml", "content": "x"});
+    let before = crate::support::call(&p, "write", &write);
+    assert_eq!(
+        before.decision,
+        cordon_policy::Decision::Allow,
+        "{before:?}"
+    );
+    p.protect_literal("conf/policy.toml").unwrap();
+    assert_eq!(p.sandbox_spec().protected, strings(&["conf/policy.toml"]));
+    let after = crate::support::call(&p, "write", &write);
+    assert_eq!(after.decision, cordon_policy::Decision::Deny, "{after:?}");
+    assert!(
+        after
+            .reason
+            .contains("the policy file this session runs with"),
+        "{}",
+        after.reason
+    );
+    assert_eq!(after.rule.to_string(), "builtin:policy-file:0");
+    let sibling = crate::support::call(
+        &p,
+        "write",
+        &serde_json::json!({"path": "conf/other.toml", "content": "x"}),
+    );
+    assert_eq!(
+        sibling.decision,
+        cordon_policy::Decision::Allow,
+        "only that file"
+    );
+    let error = p.protect_literal("conf/p[1].toml").unwrap_err();
+    assert!(error.to_string().contains("glob characters"), "{error}");
+}

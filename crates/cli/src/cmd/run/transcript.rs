@@ -7,14 +7,19 @@
 //! path is checked before the run, but the file is only created (or an existing one replaced)
 //! when the first message is recorded: a configuration error found after the check leaves an
 //! existing file as it was.
+//!
+//! The file is opened without following a symlink or blocking on a FIFO, must be a regular
+//! file of the current user (or root) that group and others cannot write, and must not lie
+//! where sandboxed commands can write (checked by the caller once the session is open).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use anyhow::Context;
 use cordon_core::event::AgentEvent;
+use cordon_core::hostfile::{self, WriteMode};
 use cordon_core::protocol::Message;
 
 /// An open transcript file.
@@ -36,17 +41,10 @@ impl Transcript {
     /// starts if it cannot be written.
     pub fn create(path: &Path) -> anyhow::Result<Transcript> {
         let failed = || format!("failed to create the transcript {}", path.display());
-        if path.exists() {
-            OpenOptions::new()
-                .write(true)
-                .open(path)
-                .with_context(failed)?;
+        if std::fs::symlink_metadata(path).is_ok() {
+            hostfile::open_write(path, WriteMode::Existing).with_context(failed)?;
         } else {
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(path)
-                .with_context(failed)?;
+            hostfile::open_write(path, WriteMode::Truncate).with_context(failed)?;
             std::fs::remove_file(path).with_context(failed)?;
         }
         Ok(Transcript {
@@ -73,7 +71,9 @@ impl Transcript {
         let State { file, failure } = &mut *state;
         let written = match file {
             Some(file) => Ok(file),
-            None => File::create(&self.path).map(|created| file.insert(created)),
+            None => hostfile::open_write(&self.path, WriteMode::Truncate)
+                .map_err(std::io::Error::other)
+                .map(|created| file.insert(created)),
         }
         .and_then(|file| file.write_all(&transcript_line(message)?));
         if let Err(error) = written {
@@ -155,6 +155,13 @@ mod tests {
         );
 
         let fresh = dir.path().join("fresh.jsonl");
+        let link = dir.path().join("link.jsonl");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let refused = Transcript::create(&link).err().unwrap();
+        assert!(
+            format!("{refused:#}").contains("symbolic link"),
+            "{refused:#}"
+        );
         Transcript::create(&fresh).unwrap().finish().unwrap();
         assert!(!fresh.exists(), "nothing recorded, nothing created");
     }
