@@ -174,6 +174,68 @@ fn an_audit_log_inside_the_workspace_is_a_usage_error() {
     run.assert_usage_error("which sandboxed commands can write");
 }
 
+#[test]
+fn docker_an_audit_log_inside_the_bind_mounted_workspace_is_a_usage_error() {
+    if std::env::var("CORDON_SKIP_DOCKER").as_deref() == Ok("1") {
+        eprintln!("CORDON_SKIP_DOCKER=1: not testing the docker backend");
+        return;
+    }
+    let host = cordon_tests::infra::docker_host().unwrap_or_else(|error| panic!("{error}"));
+    let setup = Setup::new();
+    let inside = setup.ws.join("audit.jsonl");
+    let run = cordon_env(
+        &setup.ws,
+        &[
+            "exec",
+            "bash",
+            r#"{"command":"touch ran"}"#,
+            "--backend",
+            "docker",
+            "--root",
+            setup.ws.to_str().unwrap(),
+            "--audit",
+            inside.to_str().unwrap(),
+        ],
+        &[("DOCKER_HOST", &host)],
+    );
+    run.assert_usage_error("which sandboxed commands can write");
+    assert!(!inside.exists());
+    assert!(!setup.ws.join("ran").exists(), "nothing ran");
+}
+
+#[test]
+fn a_policy_symlink_or_fifo_is_refused_without_blocking() {
+    let setup = Setup::new();
+    let real = setup.outside.join("real.toml");
+    std::fs::write(&real, POLICY).unwrap();
+    let link = setup.outside.join("link.toml");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let fifo = setup.outside.join("fifo.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let shared = setup.outside.join("shared.toml");
+    std::fs::write(&shared, POLICY).unwrap();
+    std::fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    for (policy, why) in [
+        (&link, "symbolic link"),
+        (&fifo, "FIFO"),
+        (&shared, "writable by group or others"),
+    ] {
+        let run = cordon(
+            &setup.ws,
+            &[
+                "exec",
+                "read",
+                r#"{"path":"a.txt"}"#,
+                "--root",
+                setup.ws.to_str().unwrap(),
+                "--policy",
+                policy.to_str().unwrap(),
+            ],
+        );
+        run.assert_usage_error(why);
+    }
+}
+
 /// Drop line `drop` (0-based) and recompute every `prev` after it: an intact chain without it.
 fn rechain_without(text: &str, drop: usize) -> String {
     let mut prev = GENESIS.to_owned();

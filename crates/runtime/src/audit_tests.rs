@@ -133,3 +133,89 @@ fn a_symlinked_head_file_is_refused() {
     assert!(matches!(log.finish().unwrap_err(), AuditError::Head(_)));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
 }
+
+/// A 64 KiB tmpfs on a fresh directory, unmounted on drop (needs root, as the suite runs).
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount() -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "mounting a tmpfs needs root");
+        SmallDisk { dir }
+    }
+
+    /// Fill the disk until a write fails.
+    fn fill(&self) {
+        let mut filler = File::create(self.dir.path().join("filler")).unwrap();
+        while filler.write_all(&[0u8; 512]).is_ok() {}
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[test]
+fn a_failed_write_is_cut_back_to_the_last_whole_line() {
+    let disk = SmallDisk::mount();
+    let path = disk.dir.path().join("audit.jsonl");
+    let log = AuditLog::open(&path).unwrap();
+    log.append(&record("a"), None).unwrap();
+    disk.fill();
+    let mut failed = 0;
+    for index in 0..64 {
+        if log.append(&record(&format!("r{index}")), None).is_err() {
+            failed += 1;
+            break;
+        }
+    }
+    assert_eq!(failed, 1, "the disk never filled");
+    let text = std::fs::read_to_string(&path).unwrap();
+    verify_audit_log(&text).expect("no torn line");
+    assert_eq!(text.lines().count(), log.head().lines);
+    // Not poisoned: once there is room again, the chain goes on.
+    std::fs::remove_file(disk.dir.path().join("filler")).unwrap();
+    log.append(&record("after"), None).unwrap();
+    verify_audit_log(&std::fs::read_to_string(&path).unwrap()).unwrap();
+}
+
+#[test]
+fn a_failed_write_that_cannot_be_cut_back_poisons_the_log() {
+    let disk = SmallDisk::mount();
+    let path = disk.dir.path().join("audit.jsonl");
+    let log = AuditLog::open(&path).unwrap();
+    log.append(&record("a"), None).unwrap();
+    // Append-only: writes still work, truncating fails (EPERM).
+    let chattr = std::process::Command::new("chattr")
+        .arg("+a")
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(chattr.success(), "chattr +a failed");
+    disk.fill();
+    let error = (0..64)
+        .find_map(|index| log.append(&record(&format!("r{index}")), None).err())
+        .expect("the disk never filled");
+    assert!(matches!(error, AuditError::Write { .. }), "{error}");
+    std::fs::remove_file(disk.dir.path().join("filler")).unwrap();
+    let later = log.append(&record("later"), None).unwrap_err();
+    assert!(
+        matches!(&later, AuditError::Poisoned { reason, .. } if reason.contains("could not be removed")),
+        "{later}"
+    );
+    assert!(
+        later.to_string().contains("no further calls run"),
+        "{later}"
+    );
+}
