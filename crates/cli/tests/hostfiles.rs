@@ -483,6 +483,44 @@ fn a_policy_file_inside_the_workspace_is_read_only_to_the_session() {
 }
 
 #[test]
+fn a_policy_file_in_an_extra_writable_root_is_read_only_to_the_session() {
+    let setup = Setup::new();
+    let extra = setup.outside.join("cache");
+    std::fs::create_dir(&extra).unwrap();
+    let policy = extra.join("policy.toml");
+    let text = POLICY.replace(
+        "write = [\"**\"]",
+        &format!("write = [\"**\", \"{}/**\"]", extra.display()),
+    );
+    std::fs::write(&policy, &text).unwrap();
+    let target = policy.to_str().unwrap();
+    let calls = [
+        ("write", json!({"path": target, "content": "version = 1\n"})),
+        (
+            "bash",
+            json!({"command": format!("echo '[network]' >> {target}")}),
+        ),
+        (
+            "bash",
+            json!({"command": format!("echo ok > {}/other.txt", extra.display())}),
+        ),
+    ];
+    let ends = replay(&setup.outside, &setup.ws, &policy, &calls, &[], &[]);
+    assert_eq!(ends[0]["isError"], true, "{:#}", ends[0]);
+    assert_eq!(ends[1]["isError"], true, "{:#}", ends[1]);
+    assert_eq!(
+        ends[2]["isError"], false,
+        "the root stays writable: {:#}",
+        ends[2]
+    );
+    assert_eq!(std::fs::read_to_string(&policy).unwrap(), text);
+    assert_eq!(
+        std::fs::read_to_string(extra.join("other.txt")).unwrap(),
+        "ok\n"
+    );
+}
+
+#[test]
 fn docker_a_policy_file_inside_the_workspace_is_read_only_to_the_container() {
     if std::env::var("CORDON_SKIP_DOCKER").as_deref() == Ok("1") {
         eprintln!("CORDON_SKIP_DOCKER=1: not testing the docker backend");
