@@ -17,10 +17,10 @@
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use memchr::memmem;
-use similar::{Algorithm, DiffOp, TextDiff};
+use similar::{Algorithm, DiffOp, DiffTag};
 use unicode_normalization::UnicodeNormalization;
 
 /// Context lines around changes, in the display diff and the patch.
@@ -589,11 +589,14 @@ impl<'a> Doc<'a> {
         let mut out = String::with_capacity(self.original.len() + added);
         let mut cursor = 0;
         for piece in pieces {
-            out.push_str(&self.original[self.to_original(cursor)..self.to_original(piece.start)]);
+            push_unmerged(
+                &mut out,
+                &self.original[self.to_original(cursor)..self.to_original(piece.start)],
+            );
             self.push_with_endings(&mut out, piece);
             cursor = piece.end;
         }
-        out.push_str(&self.original[self.to_original(cursor)..]);
+        push_unmerged(&mut out, &self.original[self.to_original(cursor)..]);
         out
     }
 
@@ -630,12 +633,23 @@ impl<'a> Doc<'a> {
                     } else {
                         pool.get(k).copied().unwrap_or(dominant)
                     };
-                    out.push_str(ending.as_str());
+                    push_unmerged(out, ending.as_str());
                 }
                 None => out.push_str(part),
             }
         }
     }
+}
+
+/// Append `text` to `out`. A `\n` right after a lone `\r` line break would turn the two breaks
+/// into one `\r\n` (a line lost, e.g. an empty line inserted after a `\r`-ended line, or the
+/// text between a `\r` and a `\n` deleted), so that `\n` is written as `\r\n`. (Text in `out`
+/// never ends with a `\r` other than a line break: line bodies hold none.)
+fn push_unmerged(out: &mut String, text: &str) {
+    if text.starts_with('\n') && out.ends_with('\r') {
+        out.push('\r');
+    }
+    out.push_str(text);
 }
 
 /// The fuzzy view of an LF text: each line normalised, same number of lines.
@@ -815,11 +829,31 @@ impl<'a> Window<'a> {
         }
     }
 
-    fn diff(&self) -> TextDiff<'a, 'a, str> {
-        TextDiff::configure()
-            .algorithm(Algorithm::Myers)
-            .timeout(DIFF_DEADLINE)
-            .diff_lines(self.old, self.new)
+    fn diff(&self) -> LineDiff<'a> {
+        let old: Vec<&'a str> = self.old.split_inclusive('\n').collect();
+        let new: Vec<&'a str> = self.new.split_inclusive('\n').collect();
+        let deadline = Instant::now().checked_add(DIFF_DEADLINE);
+        let ops = similar::capture_diff_slices_deadline(Algorithm::Myers, &old, &new, deadline);
+        LineDiff { old, new, ops }
+    }
+}
+
+/// A diff of lines that each end at a `\n` (the last one may lack it): the line model of
+/// `diff -u` and `patch`, in which a lone `\r` is an ordinary byte. (Splitting at a lone `\r`
+/// too would write a patch whose lines `patch` cannot find in the file.)
+struct LineDiff<'a> {
+    old: Vec<&'a str>,
+    new: Vec<&'a str>,
+    ops: Vec<DiffOp>,
+}
+
+impl<'a> LineDiff<'a> {
+    fn old_slice(&self, index: usize) -> Option<&'a str> {
+        self.old.get(index).copied()
+    }
+
+    fn new_slice(&self, index: usize) -> Option<&'a str> {
+        self.new.get(index).copied()
     }
 }
 
@@ -862,12 +896,12 @@ fn render_display(
     old: &str,
     new: &str,
     window: &Window<'_>,
-    diff: &TextDiff<'_, '_, str>,
+    diff: &LineDiff<'_>,
     context: usize,
 ) -> (String, Option<usize>) {
     let total_lines = |text: &str| memchr::memchr_iter(b'\n', text.as_bytes()).count() + 1;
     let width = total_lines(old).max(total_lines(new)).to_string().len();
-    let mut parts = diff_parts(diff.ops());
+    let mut parts = diff_parts(&diff.ops);
     // Lines outside the window are unchanged lines of the first and last runs.
     if window.lines_before > 0 {
         match parts.first_mut() {
@@ -886,7 +920,7 @@ fn render_display(
         match parts.last_mut() {
             Some(Part::Equal { hidden_after, .. }) => *hidden_after = 1,
             _ => {
-                let end = diff.old_len();
+                let end = diff.old.len();
                 parts.push(Part::Equal {
                     hidden_before: 0,
                     range: end..end,
@@ -976,7 +1010,7 @@ fn render_display(
 }
 
 /// The unified patch of a windowed diff, hunk line numbers shifted to the whole file.
-fn format_patch(path: &str, window: &Window<'_>, diff: &TextDiff<'_, '_, str>) -> String {
+fn format_patch(path: &str, window: &Window<'_>, diff: &LineDiff<'_>) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     // `-start,len` (1-based), `-start` for one line, `-before,0` for none (as `diff -u`).
@@ -989,7 +1023,14 @@ fn format_patch(path: &str, window: &Window<'_>, diff: &TextDiff<'_, '_, str>) -
             _ => format!("{},{len}", start + 1),
         }
     };
-    for hunk in diff.grouped_ops(DIFF_CONTEXT_LINES) {
+    let line = |out: &mut String, sign: char, text: &str| {
+        out.push(sign);
+        out.push_str(text);
+        if !text.ends_with('\n') {
+            out.push_str("\n\\ No newline at end of file\n");
+        }
+    };
+    for hunk in similar::group_diff_ops(diff.ops.clone(), DIFF_CONTEXT_LINES) {
         let (Some(first), Some(last)) = (hunk.first(), hunk.last()) else {
             continue;
         };
@@ -1003,11 +1044,23 @@ fn format_patch(path: &str, window: &Window<'_>, diff: &TextDiff<'_, '_, str>) -
             range(first.new_range().start, last.new_range().end)
         );
         for op in &hunk {
-            for change in diff.iter_changes(op) {
-                let _ = write!(out, "{}{}", change.tag(), change.value());
-                if change.missing_newline() {
-                    out.push_str("\n\\ No newline at end of file\n");
+            let (tag, old_range, new_range) = op.as_tag_tuple();
+            let (removed, added) = match tag {
+                DiffTag::Equal => {
+                    for text in &diff.old[old_range] {
+                        line(&mut out, ' ', text);
+                    }
+                    continue;
                 }
+                DiffTag::Delete => (old_range, 0..0),
+                DiffTag::Insert => (0..0, new_range),
+                DiffTag::Replace => (old_range, new_range),
+            };
+            for text in &diff.old[removed] {
+                line(&mut out, '-', text);
+            }
+            for text in &diff.new[added] {
+                line(&mut out, '+', text);
             }
         }
     }
@@ -1557,7 +1610,7 @@ mod tests {
             if old == new {
                 continue;
             }
-            let reference = TextDiff::from_lines(&old, &new)
+            let reference = similar::TextDiff::from_lines(&old, &new)
                 .unified_diff()
                 .context_radius(DIFF_CONTEXT_LINES)
                 .header("f", "f")
@@ -1568,6 +1621,32 @@ mod tests {
                 "{old:?} -> {new:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_line_break_next_to_a_lone_carriage_return_is_not_merged_into_crlf() {
+        // Deleting the text between a `\r` break and a `\n` break keeps both breaks.
+        let out = content(edit("a\rb\nc\n", "b", ""));
+        assert_eq!(to_lf(&out), "a\n\nc\n");
+        assert_eq!(out, "a\r\r\nc\n");
+        // An inserted empty line ended with the dominant `\r` before an original `\n`.
+        let out = content(edit("a\rb\rc\nd", "c", "\n"));
+        assert_eq!(to_lf(&out), "a\nb\n\n\nd");
+        // An inserted `\n` ending right after an original `\r` break.
+        let out = content(edit("a\rb\nc\nd\n", "b", "\nx"));
+        assert_eq!(to_lf(&out), "a\n\nx\nc\nd\n");
+    }
+
+    #[test]
+    fn a_lone_carriage_return_does_not_end_a_patch_line() {
+        // `patch` reads lines up to `\n`; a `\r` line break inside one is an ordinary byte.
+        let patch = unified_patch("f", "a\nx\ry\n", "b\nx\ry\n");
+        assert_eq!(patch, "--- f\n+++ f\n@@ -1,2 +1,2 @@\n-a\n+b\n x\ry\n");
+        let patch = unified_patch("f", "a\rb", "a\rc");
+        assert_eq!(
+            patch,
+            "--- f\n+++ f\n@@ -1 +1 @@\n-a\rb\n\\ No newline at end of file\n+a\rc\n\\ No newline at end of file\n"
+        );
     }
 
     #[test]

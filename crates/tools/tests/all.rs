@@ -1,0 +1,9 @@
+//! Integration tests of `cordon-tools` that exercise its public engines from outside: the
+//! property tests of edit matching and patch generation, and of path resolution.
+
+#[path = "all/edit_properties.rs"]
+mod edit_properties;
+#[path = "all/path_properties.rs"]
+mod path_properties;
+#[path = "all/support.rs"]
+mod support;
