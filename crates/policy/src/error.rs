@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+use cordon_core::excerpt::excerpt;
+
 /// A policy file that cannot be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
@@ -126,6 +128,37 @@ impl PolicyError {
     }
 }
 
+/// Characters of an error message kept whole; a longer one (a huge value from the file quoted
+/// in it) keeps its start and its end, which says what to change.
+const MAX_MESSAGE_CHARS: usize = 1_000;
+
+/// Characters kept from the end of a cut message.
+const MESSAGE_TAIL_CHARS: usize = 200;
+
+/// `message` cut to about [`MAX_MESSAGE_CHARS`] characters: its start, the size of what was
+/// left out, and its last [`MESSAGE_TAIL_CHARS`] characters.
+fn bounded(message: String) -> String {
+    let count = message.chars().count();
+    if count <= MAX_MESSAGE_CHARS {
+        return message;
+    }
+    let head_chars = MAX_MESSAGE_CHARS - MESSAGE_TAIL_CHARS;
+    let head_end = message
+        .char_indices()
+        .nth(head_chars)
+        .map_or(message.len(), |(at, _)| at);
+    let tail_start = message
+        .char_indices()
+        .nth(count - MESSAGE_TAIL_CHARS)
+        .map_or(message.len(), |(at, _)| at);
+    format!(
+        "{} … ({} bytes left out) … {}",
+        &message[..head_end],
+        tail_start - head_end,
+        &message[tail_start..]
+    )
+}
+
 /// Maps byte offsets of a policy text to 1-based line and column numbers.
 #[derive(Clone, Debug)]
 pub(crate) struct SourceMap {
@@ -177,7 +210,7 @@ impl SourceMap {
             file: self.file.clone(),
             line,
             column,
-            message: message.into(),
+            message: bounded(message.into()),
         }
     }
 
@@ -187,8 +220,8 @@ impl SourceMap {
             file: self.file.clone(),
             line,
             column,
-            glob: glob.to_owned(),
-            message,
+            glob: excerpt(glob).into_owned(),
+            message: bounded(message),
         }
     }
 
@@ -198,8 +231,8 @@ impl SourceMap {
             file: self.file.clone(),
             line,
             column,
-            regex: regex.to_owned(),
-            message,
+            regex: excerpt(regex).into_owned(),
+            message: bounded(message),
         }
     }
 
@@ -208,7 +241,7 @@ impl SourceMap {
         let offset = error.span().map_or(0, |span| span.start);
         let (line, column) = self.position(offset);
         let file = self.file.clone();
-        let message = error.message().trim().to_owned();
+        let message = bounded(error.message().trim().to_owned());
         if syntax {
             return PolicyError::Syntax {
                 file,
@@ -263,6 +296,25 @@ mod tests {
         assert_eq!(map.position(5), (2, 2));
         assert_eq!(map.position(12), (4, 1));
         assert_eq!(map.position(999), (4, 2));
+    }
+
+    #[test]
+    fn long_messages_keep_their_start_and_end() {
+        let map = SourceMap::new("p.toml", "x = 1\n");
+        let long = format!(
+            "the example `{}` does not match, listed under `match`",
+            "(".repeat(50_000)
+        );
+        let shown = map.bad_value(0, long).to_string();
+        assert!(shown.len() < 2 * MAX_MESSAGE_CHARS, "{}", shown.len());
+        assert!(
+            shown.starts_with("p.toml:1:1: bad value: the example `((("),
+            "{shown}"
+        );
+        assert!(shown.ends_with("listed under `match`"), "{shown}");
+        assert!(shown.contains("bytes left out"), "{shown}");
+        let glob = map.bad_glob(0, &"*".repeat(10_000), "too long".to_owned());
+        assert!(glob.to_string().len() < 400, "{glob}");
     }
 
     #[test]

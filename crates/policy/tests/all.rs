@@ -1,6 +1,7 @@
 //! Integration tests of the policy engine: table-driven decisions, the obfuscation set,
 //! symlink smuggling, the shipped policies, load errors, redaction, the audit chain,
-//! `explain`/`check` output and the sandbox spec.
+//! `explain`/`check` output, the sandbox spec, and properties of loading random and mutated
+//! policy files.
 
 #[path = "all/audit.rs"]
 mod audit;
@@ -16,6 +17,8 @@ mod errors;
 mod explain;
 #[path = "all/obfuscation.rs"]
 mod obfuscation;
+#[path = "all/properties.rs"]
+mod properties;
 #[path = "all/redaction.rs"]
 mod redaction;
 #[path = "all/shipped.rs"]

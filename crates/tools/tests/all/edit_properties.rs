@@ -12,9 +12,8 @@ use std::process::{Command, Stdio};
 use cordon_tools::edit_diff::{EditFailure, Replacement, apply_edits, edit_diff, to_lf};
 use proptest::prelude::*;
 use proptest::sample::{Index, select};
-use proptest::test_runner::TestRunner;
 
-use crate::support::config;
+use crate::support::check;
 
 /// Pieces of lines: repeats (so uniqueness matters), fuzzy-equivalent spellings (smart
 /// quotes, dashes, no-break spaces, NFC/NFD), trailing blanks and multi-byte characters.
@@ -161,41 +160,39 @@ fn exact_edits_match_a_splice_of_the_line_feed_view_and_their_patch_applies() {
         prop::collection::vec((any::<Index>(), any::<Index>()), 1..4),
         prop::collection::vec(new_text(), 3),
     );
-    TestRunner::new(config(192))
-        .run(&strategy, |(original, picks, news)| {
-            let lf = to_lf(&original).into_owned();
-            let ranges = ranges(&lf, &picks);
-            let olds: Vec<&str> = ranges.iter().map(|&(s, e)| &lf[s..e]).collect();
-            let edits: Vec<Replacement<'_>> = olds
-                .iter()
-                .zip(&news)
-                .map(|(old, new)| Replacement {
-                    old_text: old,
-                    new_text: new,
-                })
-                .collect();
-            let unique = olds.iter().all(|old| occurrences(&lf, old) == 1);
-            let news_lf: Vec<String> = news.iter().map(|n| to_lf(n).into_owned()).collect();
-            let expected = splice(&lf, &ranges, &news_lf);
-            match apply_edits(&original, &edits, "f.txt") {
-                Ok(applied) => {
-                    prop_assert!(unique, "applied an ambiguous edit");
-                    prop_assert!(applied.fuzzy_edits.is_empty());
-                    prop_assert_eq!(to_lf(&applied.content), expected.as_str());
-                    check_patch(dir.path(), &original, &applied.content)?;
-                }
-                Err(EditFailure::NoChange { .. }) => {
-                    prop_assert!(unique);
-                    prop_assert_eq!(expected.as_str(), lf.as_str());
-                }
-                Err(EditFailure::Ambiguous { .. }) => prop_assert!(!unique),
-                Err(other) => {
-                    return Err(TestCaseError::fail(format!("unexpected failure: {other}")));
-                }
+    check(192, &strategy, |(original, picks, news)| {
+        let lf = to_lf(&original).into_owned();
+        let ranges = ranges(&lf, &picks);
+        let olds: Vec<&str> = ranges.iter().map(|&(s, e)| &lf[s..e]).collect();
+        let edits: Vec<Replacement<'_>> = olds
+            .iter()
+            .zip(&news)
+            .map(|(old, new)| Replacement {
+                old_text: old,
+                new_text: new,
+            })
+            .collect();
+        let unique = olds.iter().all(|old| occurrences(&lf, old) == 1);
+        let news_lf: Vec<String> = news.iter().map(|n| to_lf(n).into_owned()).collect();
+        let expected = splice(&lf, &ranges, &news_lf);
+        match apply_edits(&original, &edits, "f.txt") {
+            Ok(applied) => {
+                prop_assert!(unique, "applied an ambiguous edit");
+                prop_assert!(applied.fuzzy_edits.is_empty());
+                prop_assert_eq!(to_lf(&applied.content), expected.as_str());
+                check_patch(dir.path(), &original, &applied.content)?;
             }
-            Ok(())
-        })
-        .unwrap();
+            Err(EditFailure::NoChange { .. }) => {
+                prop_assert!(unique);
+                prop_assert_eq!(expected.as_str(), lf.as_str());
+            }
+            Err(EditFailure::Ambiguous { .. }) => prop_assert!(!unique),
+            Err(other) => {
+                return Err(TestCaseError::fail(format!("unexpected failure: {other}")));
+            }
+        }
+        Ok(())
+    });
 }
 
 /// The fuzzy spelling a model might send for `text`: ASCII quotes and dashes, plain spaces,
@@ -222,45 +219,43 @@ fn plain_spelling(text: &str) -> String {
 fn fuzzy_edits_rewrite_only_the_lines_they_touch_and_their_patch_applies() {
     let dir = tempfile::tempdir().unwrap();
     let strategy = (file(&["\n"]), (any::<Index>(), any::<Index>()), new_text());
-    TestRunner::new(config(192))
-        .run(&strategy, |(original, pick, new)| {
-            let ranges = ranges(&original, &[pick]);
-            let Some(&(start, end)) = ranges.first() else {
-                return Ok(());
-            };
-            let old = plain_spelling(&original[start..end]);
-            let edits = [Replacement {
-                old_text: &old,
-                new_text: &new,
-            }];
-            let Ok(applied) = apply_edits(&original, &edits, "f.txt") else {
-                return Ok(());
-            };
-            // Whole lines before the first touched line and after the last one are kept.
-            let line_start = original[..start].rfind('\n').map_or(0, |at| at + 1);
-            let line_end = original[end..]
-                .find('\n')
-                .map_or(original.len(), |at| end + at);
-            if applied.fuzzy_edits.is_empty() {
-                // The plain spelling was in the file already, once: an exact edit there.
-                prop_assert_eq!(occurrences(&original, &old), 1);
-                let expected = original.replacen(&old, &to_lf(&new), 1);
-                prop_assert_eq!(applied.content.as_str(), expected.as_str());
-            } else {
-                prop_assert!(
-                    applied.content.starts_with(&original[..line_start]),
-                    "lines before the edit changed: {:?}",
-                    applied.content
-                );
-                prop_assert!(
-                    applied.content.ends_with(&original[line_end..]),
-                    "lines after the edit changed: {:?}",
-                    applied.content
-                );
-            }
-            check_patch(dir.path(), &original, &applied.content)
-        })
-        .unwrap();
+    check(192, &strategy, |(original, pick, new)| {
+        let ranges = ranges(&original, &[pick]);
+        let Some(&(start, end)) = ranges.first() else {
+            return Ok(());
+        };
+        let old = plain_spelling(&original[start..end]);
+        let edits = [Replacement {
+            old_text: &old,
+            new_text: &new,
+        }];
+        let Ok(applied) = apply_edits(&original, &edits, "f.txt") else {
+            return Ok(());
+        };
+        // Whole lines before the first touched line and after the last one are kept.
+        let line_start = original[..start].rfind('\n').map_or(0, |at| at + 1);
+        let line_end = original[end..]
+            .find('\n')
+            .map_or(original.len(), |at| end + at);
+        if applied.fuzzy_edits.is_empty() {
+            // The plain spelling was in the file already, once: an exact edit there.
+            prop_assert_eq!(occurrences(&original, &old), 1);
+            let expected = original.replacen(&old, &to_lf(&new), 1);
+            prop_assert_eq!(applied.content.as_str(), expected.as_str());
+        } else {
+            prop_assert!(
+                applied.content.starts_with(&original[..line_start]),
+                "lines before the edit changed: {:?}",
+                applied.content
+            );
+            prop_assert!(
+                applied.content.ends_with(&original[line_end..]),
+                "lines after the edit changed: {:?}",
+                applied.content
+            );
+        }
+        check_patch(dir.path(), &original, &applied.content)
+    });
 }
 
 #[test]
@@ -270,7 +265,7 @@ fn the_patch_of_any_two_texts_applies() {
         file(&["\n", "\n", "\r\n", "\r"]),
         file(&["\n", "\n", "\r\n", "\r"]),
     );
-    TestRunner::new(config(128))
-        .run(&strategy, |(old, new)| check_patch(dir.path(), &old, &new))
-        .unwrap();
+    check(128, &strategy, |(old, new)| {
+        check_patch(dir.path(), &old, &new)
+    });
 }

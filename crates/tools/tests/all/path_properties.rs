@@ -10,9 +10,8 @@ use std::path::{Component, Path, PathBuf};
 use cordon_tools::paths::{normalize_unicode_spaces, resolve_to_cwd};
 use proptest::prelude::*;
 use proptest::sample::select;
-use proptest::test_runner::TestRunner;
 
-use crate::support::config;
+use crate::support::check;
 
 const ROOT: &str = "/work/ws";
 const HOME: &str = "/home/model";
@@ -72,54 +71,50 @@ fn percent_encode(text: &str) -> String {
 
 #[test]
 fn resolved_paths_are_absolute_normal_and_stay_under_the_root_unless_they_climb_out() {
-    TestRunner::new(config(512))
-        .run(&relative_path(), |parts| {
-            let path = parts.join("/");
-            let resolved = resolve(&path);
-            prop_assert!(resolved.is_absolute(), "{path:?} -> {resolved:?}");
-            prop_assert!(
-                resolved
-                    .components()
-                    .all(|c| matches!(c, Component::RootDir | Component::Normal(_))),
-                "{path:?} -> {resolved:?}"
-            );
-            // A path starting with `~`, `~/` or `@` is decorated, not plain relative.
-            let decorated = path == "~" || path.starts_with("~/") || path.starts_with('@');
-            if !decorated && !climbs_out(&parts) {
-                prop_assert!(resolved.starts_with(ROOT), "{path:?} -> {resolved:?}");
-            }
-            prop_assert_eq!(resolve(resolved.to_str().unwrap()), resolved.clone());
-            Ok(())
-        })
-        .unwrap();
+    check(512, &relative_path(), |parts| {
+        let path = parts.join("/");
+        let resolved = resolve(&path);
+        prop_assert!(resolved.is_absolute(), "{path:?} -> {resolved:?}");
+        prop_assert!(
+            resolved
+                .components()
+                .all(|c| matches!(c, Component::RootDir | Component::Normal(_))),
+            "{path:?} -> {resolved:?}"
+        );
+        // A path starting with `~`, `~/` or `@` is decorated, not plain relative.
+        let decorated = path == "~" || path.starts_with("~/") || path.starts_with('@');
+        if !decorated && !climbs_out(&parts) {
+            prop_assert!(resolved.starts_with(ROOT), "{path:?} -> {resolved:?}");
+        }
+        prop_assert_eq!(resolve(resolved.to_str().unwrap()), resolved.clone());
+        Ok(())
+    });
 }
 
 #[test]
 fn at_file_url_and_tilde_spellings_resolve_like_the_plain_path() {
-    TestRunner::new(config(512))
-        .run(&relative_path(), |parts| {
-            let path = parts.join("/");
-            if path.starts_with('@') || path.starts_with('~') {
-                return Ok(());
-            }
-            let plain = resolve(&path);
-            prop_assert_eq!(resolve(&format!("@{path}")), plain.clone());
-            let absolute = format!("{ROOT}/{path}");
-            // Unicode spaces are read as spaces before a URL is decoded; an encoded one stays.
-            let url = format!(
-                "file://{}",
-                percent_encode(&normalize_unicode_spaces(&absolute))
-            );
-            prop_assert_eq!(resolve(&url), resolve(&absolute), "{}", url);
-            prop_assert_eq!(
-                resolve(&url.replacen("file://", "file://localhost", 1)),
-                resolve(&absolute)
-            );
-            prop_assert_eq!(
-                resolve(&format!("~/{path}")),
-                resolve(&format!("{HOME}/{path}"))
-            );
-            Ok(())
-        })
-        .unwrap();
+    check(512, &relative_path(), |parts| {
+        let path = parts.join("/");
+        if path.starts_with('@') || path.starts_with('~') {
+            return Ok(());
+        }
+        let plain = resolve(&path);
+        prop_assert_eq!(resolve(&format!("@{path}")), plain.clone());
+        let absolute = format!("{ROOT}/{path}");
+        // Unicode spaces are read as spaces before a URL is decoded; an encoded one stays.
+        let url = format!(
+            "file://{}",
+            percent_encode(&normalize_unicode_spaces(&absolute))
+        );
+        prop_assert_eq!(resolve(&url), resolve(&absolute), "{}", url);
+        prop_assert_eq!(
+            resolve(&url.replacen("file://", "file://localhost", 1)),
+            resolve(&absolute)
+        );
+        prop_assert_eq!(
+            resolve(&format!("~/{path}")),
+            resolve(&format!("{HOME}/{path}"))
+        );
+        Ok(())
+    });
 }
