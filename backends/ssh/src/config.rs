@@ -208,6 +208,27 @@ struct Eval<'a> {
     depth: usize,
 }
 
+/// The largest ssh config or known_hosts file read.
+const MAX_SSH_FILE_BYTES: u64 = 16 << 20;
+
+/// Read an OpenSSH file (config, an `Include`d file, known_hosts) the way OpenSSH accepts it:
+/// a symlink is followed (dotfile managers link these), but a FIFO or anything else that is
+/// not a regular file is refused without blocking, and the file must belong to the user or
+/// root and not be writable by group or others (a writable known_hosts lets others add
+/// keys). A missing file is `None`.
+pub(crate) fn read_ssh_file(path: &Path) -> std::io::Result<Option<String>> {
+    use cordon_core::hostfile::{HostFileError, Trust, read_following_to_string};
+    match read_following_to_string(path, Trust::Owned, MAX_SSH_FILE_BYTES) {
+        Ok(text) => Ok(Some(text)),
+        Err(HostFileError::Open { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Ok(None)
+        }
+        Err(error) => Err(std::io::Error::other(error)),
+    }
+}
+
 /// Resolve `alias` through the config file at `path` (a missing file gives no settings).
 pub fn resolve(path: &Path, alias: &str, home: Option<&Path>) -> Result<HostSettings, SshError> {
     let mut eval = Eval {
@@ -216,9 +237,9 @@ pub fn resolve(path: &Path, alias: &str, home: Option<&Path>) -> Result<HostSett
         home: home.map(Path::to_path_buf),
         depth: 0,
     };
-    match std::fs::read_to_string(path) {
-        Ok(text) => eval.file(path, &text)?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+    match read_ssh_file(path) {
+        Ok(Some(text)) => eval.file(path, &text)?,
+        Ok(None) => {}
         Err(source) => {
             return Err(SshError::ReadConfig {
                 path: path.to_path_buf(),
@@ -422,14 +443,14 @@ impl Eval<'_> {
             files.push(full);
         }
         for file in files {
-            match std::fs::read_to_string(&file) {
-                Ok(text) => {
+            match read_ssh_file(&file) {
+                Ok(Some(text)) => {
                     self.depth += 1;
                     let result = self.file(&file, &text);
                     self.depth -= 1;
                     result?;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Ok(None) => {}
                 Err(source) => return Err(SshError::ReadConfig { path: file, source }),
             }
         }
@@ -625,6 +646,38 @@ Match all
         .unwrap();
         let s = resolve(&main, "inc", None).unwrap();
         assert_eq!(s.hostname.as_deref(), Some("10.0.0.1"));
+    }
+
+    #[test]
+    fn a_fifo_or_a_shared_config_is_refused_without_blocking() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("config");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // Without a writer, a blocking open of the FIFO would never return.
+        let error = resolve(&fifo, "h", None).unwrap_err();
+        assert!(error.to_string().contains("FIFO"), "{error}");
+        let shared = dir.path().join("shared");
+        std::fs::write(&shared, "Host h\n  Port 2222\n").unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let error = resolve(&shared, "h", None).unwrap_err();
+        assert!(
+            error.to_string().contains("writable by group or others"),
+            "{error}"
+        );
+        // A symlink to a private file is followed, as OpenSSH does.
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&shared, &link).unwrap();
+        assert_eq!(resolve(&link, "h", None).unwrap().port, Some(2222));
+        assert_eq!(
+            resolve(&dir.path().join("missing"), "h", None).unwrap(),
+            HostSettings::default()
+        );
     }
 
     #[test]

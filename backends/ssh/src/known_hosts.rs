@@ -130,9 +130,9 @@ impl KnownHosts {
     pub fn check(&self, host: &str, port: u16, key: &PublicKey) -> Result<(), SshError> {
         let mut entries = Vec::new();
         for file in &self.files {
-            match std::fs::read_to_string(file) {
-                Ok(text) => parse_file(file, &text, &mut entries),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            match crate::config::read_ssh_file(file) {
+                Ok(Some(text)) => parse_file(file, &text, &mut entries),
+                Ok(None) => {}
                 Err(source) => {
                     return Err(SshError::ReadKnownHosts {
                         path: file.clone(),

@@ -278,7 +278,31 @@ pub fn open_dir(path: &Path, trust: Trust) -> Result<File, HostFileError> {
 
 /// Read a whole regular file as UTF-8 text, at most `limit` bytes.
 pub fn read_to_string(path: &Path, trust: Trust, limit: u64) -> Result<String, HostFileError> {
-    let file = open_read(path, trust)?;
+    read_file(open_read(path, trust)?, path, limit)
+}
+
+/// [`read_to_string`] for configuration Cordon shares with other programs that follow
+/// symlinks (the OpenSSH client's `~/.ssh/config` and `known_hosts`, often links into a
+/// dotfiles checkout): a symlink is followed, everything else is checked the same way — no
+/// blocking on a FIFO, a regular file, and `trust` on what the link leads to.
+pub fn read_following_to_string(
+    path: &Path,
+    trust: Trust,
+    limit: u64,
+) -> Result<String, HostFileError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .map_err(|source| HostFileError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+    check(&file, path, false, trust)?;
+    read_file(file, path, limit)
+}
+
+fn read_file(file: File, path: &Path, limit: u64) -> Result<String, HostFileError> {
     let mut bytes = Vec::new();
     file.take(limit.saturating_add(1))
         .read_to_end(&mut bytes)

@@ -158,3 +158,36 @@ fn read_to_string_is_bounded() {
         HostFileError::TooLarge { limit: 4, .. }
     ));
 }
+
+#[test]
+fn shared_configuration_follows_symlinks_but_not_into_fifos() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("config");
+    std::fs::write(&real, "Host a\n").unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    assert_eq!(
+        read_following_to_string(&link, Trust::Owned, 100).unwrap(),
+        "Host a\n"
+    );
+    let pipe = dir.path().join("fifo");
+    fifo(&pipe);
+    let to_pipe = dir.path().join("to-fifo");
+    std::os::unix::fs::symlink(&pipe, &to_pipe).unwrap();
+    let error = read_following_to_string(&to_pipe, Trust::Owned, 100).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            HostFileError::WrongType {
+                found: "a FIFO",
+                ..
+            }
+        ),
+        "{error}"
+    );
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o646)).unwrap();
+    assert!(matches!(
+        read_following_to_string(&link, Trust::Owned, 100).unwrap_err(),
+        HostFileError::Writable { .. }
+    ));
+}
