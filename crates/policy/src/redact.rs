@@ -126,7 +126,9 @@ impl Redactor {
         }
         let details = match details {
             Some(Value::Object(mut map)) => {
-                map.insert("redactions".to_owned(), Value::from(count));
+                // Redactions the tool made itself (before truncating) add to these.
+                let earlier = map.get("redactions").and_then(Value::as_u64).unwrap_or(0);
+                map.insert("redactions".to_owned(), Value::from(earlier + count as u64));
                 Value::Object(map)
             }
             None | Some(Value::Null) => serde_json::json!({ "redactions": count }),

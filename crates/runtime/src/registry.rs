@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cordon_core::protocol::ToolDefinition;
+use cordon_core::protocol::{Content, ToolDefinition};
 use cordon_core::sandbox::SandboxSpec;
 use cordon_core::tool::{
     AgentTool, AgentToolResult, ExecutionMode, ToolError, ToolInvocation, UpdateCallback,
@@ -36,14 +36,26 @@ pub(crate) fn build_tools(
         .map(|name| -> Arc<dyn AgentTool> {
             match *name {
                 "read" => Arc::new(ReadTool::new(files.clone(), ReadOptions::default())),
-                "bash" => Arc::new(BashTool::new(
-                    backend.bash(),
-                    files.clone(),
-                    BashOptions {
-                        default_timeout: spec.limits.default_timeout,
-                        max_timeout: spec.limits.max_timeout,
-                    },
-                )),
+                "bash" => {
+                    let tool = BashTool::new(
+                        backend.bash(),
+                        files.clone(),
+                        BashOptions {
+                            default_timeout: spec.limits.default_timeout,
+                            max_timeout: spec.limits.max_timeout,
+                        },
+                    );
+                    if policy.redactor().is_empty() {
+                        Arc::new(tool)
+                    } else {
+                        // Redacted before the 50 KB tail is cut, so a secret straddling the
+                        // cut cannot show its remainder.
+                        let policy = policy.clone();
+                        Arc::new(tool.with_redaction(Arc::new(move |text: &str| {
+                            policy.redactor().redact_text(text)
+                        })))
+                    }
+                }
                 "edit" => Arc::new(EditTool::new(files.clone())),
                 "write" => Arc::new(WriteTool::new(files.clone())),
                 "grep" => Arc::new(GrepTool::new(backend.search(), files.clone())),
@@ -72,9 +84,40 @@ struct RedactingTool {
     policy: Arc<CompiledPolicy>,
 }
 
+/// Bytes at the end of a partial result's text that are held back until more output (or the
+/// final result) arrives: a secret still being written would otherwise show its beginning
+/// (`ghp_AAAA…`) before the rest makes it match.
+const UPDATE_HOLD_BACK_BYTES: usize = 1024;
+
+/// `text` without its last, possibly unfinished line — or, when that line is longer than
+/// [`UPDATE_HOLD_BACK_BYTES`], without its last that many bytes.
+fn hold_back_tail(text: &str) -> &str {
+    let line_start = text.rfind('\n').map_or(0, |index| index + 1);
+    let mut cut = if text.len() - line_start <= UPDATE_HOLD_BACK_BYTES {
+        line_start
+    } else {
+        text.len() - UPDATE_HOLD_BACK_BYTES
+    };
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &text[..cut]
+}
+
+/// Redact a partial result, then hold back the end of each text block (see
+/// [`hold_back_tail`]); the final result shows everything, redacted as a whole.
 fn redact_partial(redactor: &Redactor, mut partial: AgentToolResult) -> AgentToolResult {
     if let Some(patch) = redactor.redact_result(&partial) {
         patch.apply(&mut partial);
+    }
+    for block in &mut partial.content {
+        match block {
+            Content::Text { text } => {
+                let kept = hold_back_tail(text).len();
+                text.truncate(kept);
+            }
+            Content::Image { .. } => {}
+        }
     }
     partial
 }
@@ -126,5 +169,69 @@ impl AgentTool for RedactingTool {
                 on_update: redacted,
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redactor() -> Arc<CompiledPolicy> {
+        Arc::new(
+            CompiledPolicy::from_toml(
+                "p.toml",
+                "version = 1\n[redact]\npatterns = [\"ghp_[A-Za-z0-9]{36,}\"]\n",
+                &cordon_policy::EnvMap::new(),
+            )
+            .unwrap(),
+        )
+    }
+
+    fn partial(text: &str) -> AgentToolResult {
+        AgentToolResult {
+            content: vec![Content::text(text)],
+            ..Default::default()
+        }
+    }
+
+    fn shown(result: &AgentToolResult) -> &str {
+        result.content[0].as_text().unwrap()
+    }
+
+    #[test]
+    fn a_secret_arriving_in_pieces_never_shows_its_beginning() {
+        let policy = redactor();
+        let token = format!("ghp_{}", "A".repeat(36));
+        // Each update is the whole output so far, as bash sends them.
+        let mut so_far = String::from("line one\nexport TOKEN=");
+        let mut updates = Vec::new();
+        for piece in token.as_bytes().chunks(7) {
+            so_far.push_str(std::str::from_utf8(piece).unwrap());
+            updates.push(redact_partial(policy.redactor(), partial(&so_far)));
+        }
+        so_far.push_str("\nline three");
+        updates.push(redact_partial(policy.redactor(), partial(&so_far)));
+        for update in &updates {
+            assert!(!shown(update).contains("ghp_"), "{:?}", shown(update));
+            assert!(!shown(update).contains("AAAA"), "{:?}", shown(update));
+        }
+        assert_eq!(shown(&updates[0]), "line one\n");
+        assert_eq!(
+            shown(updates.last().unwrap()),
+            "line one\nexport TOKEN=[REDACTED]\n"
+        );
+    }
+
+    #[test]
+    fn a_long_unfinished_line_holds_back_a_window_only() {
+        let text = format!(
+            "{}é{}",
+            "a".repeat(3000),
+            "b".repeat(UPDATE_HOLD_BACK_BYTES - 1)
+        );
+        let kept = hold_back_tail(&text);
+        assert_eq!(kept, "a".repeat(3000));
+        assert_eq!(hold_back_tail("done\n"), "done\n");
+        assert_eq!(hold_back_tail(""), "");
     }
 }

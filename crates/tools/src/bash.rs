@@ -26,7 +26,9 @@ use crate::bounds::MAX_COMMAND_CHARS;
 use crate::ops::{
     BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FileOperations, Termination,
 };
-use crate::output::{AccumulatorStats, FinalOutput, FullOutput, OutputAccumulator, Snapshot};
+use crate::output::{
+    AccumulatorStats, FinalOutput, FullOutput, OutputAccumulator, Redact, Snapshot,
+};
 use crate::truncate::{DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Limits};
 
 /// Partial updates are sent at most this often (a final one is always sent).
@@ -226,6 +228,7 @@ pub struct BashTool {
     files: Arc<dyn FileOperations>,
     options: BashOptions,
     parameters: Value,
+    redact: Option<Redact>,
     last_stats: Mutex<Option<AccumulatorStats>>,
 }
 
@@ -255,8 +258,16 @@ impl BashTool {
             files,
             options,
             parameters,
+            redact: None,
             last_stats: Mutex::new(None),
         }
+    }
+
+    /// Redact the output with `redact` before it is truncated (see [`Redact`]); results are
+    /// still redacted as a whole afterwards by whoever set the redaction up.
+    pub fn with_redaction(mut self, redact: Redact) -> Self {
+        self.redact = Some(redact);
+        self
     }
 
     /// Output volume and memory high-water marks of the most recently finished call (for
@@ -322,6 +333,9 @@ impl AgentTool for BashTool {
                 max_bytes: DEFAULT_MAX_BYTES,
             },
         );
+        if let Some(redact) = &self.redact {
+            output.redact_with(redact.clone());
+        }
         let mut updates = Throttle::new(on_update.clone());
         let exec = self.bash.exec(request, cancel, sender);
         tokio::pin!(exec);
@@ -488,6 +502,9 @@ fn build_result(
     }
     if let Some(clamped) = timeout.clamped_to {
         details.insert("timeoutClampedTo".into(), seconds_json(clamped));
+    }
+    if snapshot.redactions > 0 {
+        details.insert("redactions".into(), json!(snapshot.redactions));
     }
     let exit_code = match &outcome {
         Ok(ExecOutcome { status, .. }) => status.map(ExitStatus::code),

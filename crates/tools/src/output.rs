@@ -95,6 +95,8 @@ pub struct Snapshot {
     pub last_line_bytes: usize,
     /// Where the full output is.
     pub full_output: FullOutput,
+    /// Secrets replaced in the held window before truncation (see [`Redact`]).
+    pub redactions: usize,
 }
 
 impl Snapshot {
@@ -186,10 +188,16 @@ struct TailView {
     at_line_start: bool,
 }
 
+/// Removes secrets from a text (the policy's redaction), applied to the held tail *before*
+/// it is truncated, so a secret cut by the truncation point cannot show its remainder.
+/// Returns the redacted text and the number of replacements.
+pub type Redact = Arc<dyn Fn(&str) -> (String, usize) + Send + Sync>;
+
 /// Accumulates one command's output; see the module docs.
 pub struct OutputAccumulator {
     files: Arc<dyn FileOperations>,
     limits: Limits,
+    redact: Option<Redact>,
     keep: usize,
     pending: Vec<u8>,
     raw_bytes: u64,
@@ -215,6 +223,7 @@ impl OutputAccumulator {
         OutputAccumulator {
             files,
             limits,
+            redact: None,
             keep: keep.max(limits.max_bytes),
             pending: Vec::new(),
             raw_bytes: 0,
@@ -229,6 +238,12 @@ impl OutputAccumulator {
             spill: Spill::Buffering(Vec::new()),
             stats: AccumulatorStats::default(),
         }
+    }
+
+    /// Redact every snapshot's text with `redact` before truncating it (the held window is
+    /// much larger than what is shown, so a secret straddling the cut is whole when redacted).
+    pub fn redact_with(&mut self, redact: Redact) {
+        self.redact = Some(redact);
     }
 
     /// Take one raw chunk. Awaits the spill file's writes (back-pressure).
@@ -592,6 +607,10 @@ impl OutputAccumulator {
             }
         };
         let clean = sanitize(visible).into_owned();
+        let (clean, redactions) = match &self.redact {
+            Some(redact) => redact(&clean),
+            None => (clean, 0),
+        };
         let mut truncation = truncate_tail(&clean, self.limits);
         if !view.complete {
             truncation.truncated = true;
@@ -631,6 +650,7 @@ impl OutputAccumulator {
             truncation,
             last_line_bytes,
             full_output,
+            redactions,
         };
         (snapshot, clean)
     }
@@ -786,6 +806,52 @@ pub(crate) mod tests {
         assert_eq!(out.snapshot.last_line_bytes, 64 * 64 * 1024 + 3);
         assert!(out.snapshot.footer().unwrap().contains("(line is 4.0MB)"));
         assert!(stats.tail_capacity_high_water <= 256 * 1024 + 2 * SEGMENT_BYTES);
+    }
+
+    #[tokio::test]
+    async fn a_secret_cut_by_the_tail_is_redacted_whole() {
+        // One long line; the shown tail starts inside the token, so only its body is shown
+        // unless redaction sees the held window before the cut.
+        let token = format!("ghp_{}", "A".repeat(36));
+        let filler = 50 * 1024 - 20;
+        let mut line = "x".repeat(1000);
+        line.push_str(&token);
+        line.push_str(&"y".repeat(filler));
+        let redact: Redact = Arc::new(|text: &str| {
+            let mut out = String::new();
+            let mut rest = text;
+            let mut count = 0;
+            while let Some(start) = rest.find("ghp_") {
+                count += 1;
+                out.push_str(&rest[..start]);
+                let end = rest[start + 4..]
+                    .find(|c: char| !c.is_ascii_alphanumeric())
+                    .map_or(rest.len(), |i| start + 4 + i);
+                out.push_str("[REDACTED]");
+                rest = &rest[end..];
+            }
+            out.push_str(rest);
+            (out, count)
+        });
+        for with_redaction in [false, true] {
+            let (_dir, files) = files();
+            let mut acc = OutputAccumulator::new(files, Limits::default());
+            if with_redaction {
+                acc.redact_with(redact.clone());
+            }
+            acc.push(line.clone().into_bytes()).await;
+            let snapshot = acc.snapshot();
+            let (out, _) = acc.finish().await;
+            for text in [&snapshot.text, &out.snapshot.text, &out.structured_output] {
+                assert_eq!(
+                    text.contains("AAAAAAAAAAAAAAAAAAAA"),
+                    !with_redaction,
+                    "redaction {with_redaction}: {}",
+                    &text[..80]
+                );
+            }
+            assert_eq!(out.snapshot.redactions, usize::from(with_redaction));
+        }
     }
 
     #[tokio::test]
