@@ -151,3 +151,28 @@ macro_rules! conformance_tests {
 conformance_tests!(local, cordon_tests::Local);
 conformance_tests!(docker, cordon_tests::Docker);
 conformance_tests!(ssh, cordon_tests::Ssh);
+
+/// `host_workspace_tests!(backend, harness)`: cases about what host programs find in the
+/// workspace after a session, for the backends whose workspace is on this host. (An SSH
+/// workspace is on the remote host, where Cordon does not sweep yet.)
+macro_rules! host_workspace_tests {
+    ($backend:ident, $harness:expr) => {
+        mod $backend {
+            conformance_tests!(@groups $harness;
+                git_metadata: [
+                    nested_repository_config_does_not_run_on_the_host,
+                    bare_repository_in_the_root_does_not_run_on_the_host,
+                    hooks_path_of_a_nested_repository_does_not_run_on_commit,
+                    file_tools_refuse_nested_git_metadata,
+                    operator_nested_repository_is_kept_usable_and_read_only,
+                    allowed_nested_repository_is_kept,
+                ],
+            );
+        }
+    };
+}
+
+mod host_workspace {
+    host_workspace_tests!(local, cordon_tests::Local);
+    host_workspace_tests!(docker, cordon_tests::Docker);
+}

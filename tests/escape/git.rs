@@ -2,6 +2,8 @@
 //! no replacement of the directory, through bash or through edit/write — and none of it is
 //! modified afterwards. Reading it stays allowed (`git log` works).
 
+use std::os::unix::fs::OpenOptionsExt;
+
 use serde_json::json;
 
 use crate::support::{Harness, Snapshot, names, snapshot};
@@ -148,4 +150,68 @@ async fn git_cannot_be_created_in_a_plain_workspace() {
         !h.at(".git").exists(),
         "a .git directory was left in the workspace after the session"
     );
+}
+
+/// Nothing of a command survives its end, so nothing can add git metadata after the sweep
+/// that follows it: a background process waiting on a FIFO to run `git init` is gone when
+/// the result arrives (opening the FIFO for writing finds no reader).
+#[tokio::test(flavor = "multi_thread")]
+async fn no_process_of_a_command_outlives_its_git_sweep() {
+    let h = Harness::new().await;
+    let gate = h.at("gate");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&gate)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let started = h
+        .bash("(read line < gate; git init -q late) >/dev/null 2>&1 & setsid sh -c 'read line < gate; git init -q later' >/dev/null 2>&1 & echo started")
+        .await;
+    assert!(!started.is_error, "{}", started.text());
+    let writer = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc_o_nonblock())
+        .open(&gate);
+    match writer {
+        Err(error) => assert_eq!(error.raw_os_error(), Some(6), "ENXIO expected: {error}"),
+        Ok(_) => panic!("a process of the finished command is still waiting on the FIFO"),
+    }
+    assert!(!h.at("late/.git").exists() && !h.at("later/.git").exists());
+}
+
+/// `O_NONBLOCK` (no libc dependency in this crate).
+fn libc_o_nonblock() -> i32 {
+    0o4000
+}
+
+/// The file tools refuse the last piece of a bare repository layout (`HEAD` next to
+/// `objects` and `refs`, or next to `commondir`), in whatever order the pieces come.
+#[tokio::test(flavor = "multi_thread")]
+async fn file_tools_cannot_complete_a_bare_repository() {
+    let h = Harness::bare().await;
+    for (path, allowed) in [
+        ("data/objects/a", true),
+        ("data/HEAD", true),
+        ("data/refs/heads/main", false),
+        ("other/commondir", true),
+        ("other/HEAD", false),
+        ("third/HEAD", true),
+        ("third/commondir", false),
+    ] {
+        let result = h
+            .call(
+                "write",
+                json!({"path": path, "content": "ref: refs/heads/main\n"}),
+            )
+            .await;
+        assert_eq!(!result.is_error, allowed, "{path}: {}", result.text());
+        if !allowed {
+            assert!(
+                result.text().contains("refused to write git metadata"),
+                "{path}: {}",
+                result.text()
+            );
+            assert!(!h.at(path).exists(), "{path} was written");
+        }
+    }
 }

@@ -261,6 +261,14 @@ impl Workspace {
         self.session = Some(session);
     }
 
+    /// Shut the session down, as the end of a run does (host programs then see what it left
+    /// behind); calls panic until [`Workspace::restart`].
+    pub async fn close(&mut self) {
+        if let Some(old) = self.session.take() {
+            old.shutdown().await;
+        }
+    }
+
     /// The session.
     pub fn session(&self) -> &Session {
         self.session.as_ref().expect("the session is open")

@@ -103,6 +103,7 @@ impl BashOperations for Inner {
             return Ok(ExecOutcome {
                 status: None,
                 termination: cordon_tools::ops::Termination::Cancelled,
+                notes: Vec::new(),
             });
         }
         let ExecLine { tag, id, line } =
@@ -166,9 +167,12 @@ impl BashOperations for Inner {
         {
             return Err(ExecError::Backend { reason });
         }
+        // Processes a command left in the background can still add metadata after this
+        // sweep; the next command's sweep or the one after the container is removed finds it.
         Ok(ExecOutcome {
             status,
             termination: outcome.termination,
+            notes: self.sweep_git().await.into_iter().collect(),
         })
     }
 }

@@ -80,6 +80,14 @@ pub enum DockerError {
         /// What went wrong.
         reason: String,
     },
+    /// The git metadata in the bind-mounted workspace could not be recorded at start (set
+    /// `nested_git = "allow"` to run without the check).
+    #[error("{source}")]
+    GitGuard {
+        /// What failed.
+        #[from]
+        source: cordon_backend_local::git_guard::GitGuardError,
+    },
     /// Copying the workspace in or out failed.
     #[error("failed to copy the workspace {direction} {path}: {reason}")]
     Copy {

@@ -34,7 +34,8 @@ use async_trait::async_trait;
 use bollard::Docker;
 use bollard::models::VolumeCreateRequest;
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
-use cordon_core::sandbox::SandboxSpec;
+use cordon_backend_local::git_guard::{self, GitGuard};
+use cordon_core::sandbox::{NestedGit, RootAccess, SandboxSpec};
 use cordon_remote::files::{PathRules, Root};
 use cordon_tools::ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
 
@@ -126,6 +127,42 @@ pub(crate) struct Inner {
     closed: tokio::sync::Mutex<bool>,
     closed_flag: std::sync::atomic::AtomicBool,
     workers: Arc<workers::Workers>,
+    /// Bind mode without nested repositories allowed: the host-side git metadata guard of
+    /// the workspace and the writable extra roots.
+    git: Option<Arc<std::sync::Mutex<GitGuard>>>,
+}
+
+impl Inner {
+    /// Sweep the bind-mounted writable roots for git metadata commands made (on a blocking
+    /// thread): the note for the model, if anything was quarantined or the sweep failed.
+    pub(crate) async fn sweep_git(&self) -> Option<String> {
+        let guard = Arc::clone(self.git.as_ref()?);
+        let swept = tokio::task::spawn_blocking(move || {
+            guard
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .sweep()
+        })
+        .await;
+        match swept {
+            Ok(Ok(quarantined)) => git_guard::quarantine_note(&quarantined, |path| {
+                match path.strip_prefix(&self.host_root) {
+                    Ok(rel) if rel.as_os_str().is_empty() => self.workspace.clone(),
+                    Ok(rel) => self.workspace.join(rel),
+                    Err(_) => path.to_path_buf(),
+                }
+            }),
+            Ok(Err(error)) => {
+                tracing::error!(%error, "git guard: sweep failed");
+                Some(format!(
+                    "Cordon could not finish checking for git metadata: {error}"
+                ))
+            }
+            Err(join) => Some(format!(
+                "Cordon could not finish checking for git metadata: {join}"
+            )),
+        }
+    }
 }
 
 /// One Docker session: a container and the operations running in it.
@@ -363,10 +400,48 @@ impl DockerBackend {
             }
             WorkspaceMode::Bind | WorkspaceMode::Copy => Vec::new(),
         };
-        let protected_rel: Vec<PathBuf> = plan::mountable_protected(&spec.protected)
+        // In bind mode the workspace is this host's: git metadata present now is the
+        // operator's (kept read-only below), anything a command adds is quarantined.
+        let git = match (mode, spec.nested_git) {
+            (WorkspaceMode::Bind, NestedGit::Quarantine) => {
+                let mut writable = Vec::new();
+                if spec.workspace == RootAccess::ReadWrite {
+                    writable.push(host_root.clone());
+                }
+                writable.extend(
+                    extra_roots
+                        .iter()
+                        .filter(|(_, w)| *w)
+                        .map(|(p, _)| p.clone()),
+                );
+                // The workspace's own `.git`, when protected and present, is mounted read-only
+                // below; a missing one is not pinned here, so one a command makes counts.
+                let top = host_root.join(".git");
+                let exempt: Vec<PathBuf> = (rules.is_protected(&workspace.join(".git"))
+                    && std::fs::symlink_metadata(&top).is_ok_and(|m| !m.file_type().is_symlink()))
+                .then_some(top)
+                .into_iter()
+                .collect();
+                Some(GitGuard::start(&writable, &exempt, None)?.0)
+            }
+            (WorkspaceMode::Bind, NestedGit::Allow) | (WorkspaceMode::Copy, _) => None,
+        };
+        let mut protected_rel: Vec<PathBuf> = plan::mountable_protected(&spec.protected)
             .into_iter()
             .filter(|rel| std::fs::symlink_metadata(host_root.join(rel)).is_ok())
             .collect();
+        if let Some(guard) = &git {
+            protected_rel.extend(
+                guard
+                    .protected_paths()
+                    .iter()
+                    .filter_map(|path| path.strip_prefix(&host_root).ok())
+                    .filter(|rel| !rel.as_os_str().is_empty())
+                    .map(Path::to_path_buf),
+            );
+            protected_rel.sort();
+            protected_rel.dedup();
+        }
         let (source, protected, copy_state) = match mode {
             WorkspaceMode::Bind => {
                 let protected: Vec<(PathBuf, String)> = protected_rel
@@ -514,6 +589,7 @@ impl DockerBackend {
             closed: tokio::sync::Mutex::new(false),
             closed_flag: std::sync::atomic::AtomicBool::new(false),
             workers: Arc::new(workers::Workers::default()),
+            git: git.map(|guard| Arc::new(std::sync::Mutex::new(guard))),
         };
         match inner.probe().await {
             Ok(has_rg) => inner.has_rg = has_rg,
@@ -582,6 +658,10 @@ impl DockerBackend {
             .map(|c| c.volumes.clone())
             .unwrap_or_default();
         remove_container_and_volumes(&self.inner.docker, &self.inner.container, &volumes).await;
+        // The container and every process in it are gone: this sweep is the last word.
+        if let Some(note) = self.inner.sweep_git().await {
+            tracing::warn!(note, "git guard: sweep at shutdown");
+        }
         *closed = true;
         self.inner
             .closed_flag

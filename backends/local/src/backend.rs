@@ -7,13 +7,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cordon_core::sandbox::SandboxSpec;
+use cordon_core::sandbox::{NestedGit, SandboxSpec};
 use cordon_tools::ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
 use cordon_tools::paths::normalize_lexically;
 
 use crate::exec::{self, CommandSandbox, LocalBash};
 use crate::expand::Expander;
 use crate::files::LocalFiles;
+use crate::git_guard::{self, GitGuard};
 use crate::layout::{Layout, LayoutInputs, RootSpec};
 use crate::roots::{
     Access, Identity, PathRules, Root, RootKind, Roots, current_umask, open_root_dir, probe_openat2,
@@ -62,6 +63,91 @@ pub(crate) struct Shared {
     expander: std::sync::OnceLock<std::sync::Mutex<Expander>>,
     /// What both layers grant.
     pub layout: Layout,
+    /// The git metadata guard; `None` when the spec allows nested repositories.
+    pub git: Option<std::sync::Mutex<GitState>>,
+    /// The git metadata recorded at start (the operator's): read-only for both layers.
+    pub git_protected: Vec<PathBuf>,
+    /// Commands running now: a shutdown while one runs keeps the git baseline, so the next
+    /// session on this root checks again.
+    pub running: std::sync::atomic::AtomicUsize,
+}
+
+/// The git metadata guard and the failure of its last sweep, if it failed (commands then
+/// fail closed until a sweep succeeds).
+#[derive(Debug)]
+pub(crate) struct GitState {
+    pub guard: GitGuard,
+    pub failure: Option<String>,
+}
+
+impl Shared {
+    /// Sweep the writable roots for git metadata commands made: the note for the model, if
+    /// anything was quarantined or the sweep failed.
+    pub(crate) fn sweep_git(&self) -> Option<String> {
+        let state = self.git.as_ref()?;
+        let mut state = state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match state.guard.sweep() {
+            Ok(quarantined) => {
+                state.failure = None;
+                git_guard::quarantine_note(&quarantined, Path::to_path_buf)
+            }
+            Err(error) => {
+                tracing::error!(%error, "git guard: sweep failed; commands fail until one succeeds");
+                let text = error.to_string();
+                state.failure = Some(text.clone());
+                Some(format!(
+                    "Cordon could not finish checking for git metadata: {text}"
+                ))
+            }
+        }
+    }
+
+    /// Why commands cannot run now because of the git guard, if they cannot.
+    pub(crate) fn git_failure(&self) -> Option<String> {
+        let state = self.git.as_ref()?;
+        state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .failure
+            .clone()
+    }
+
+    /// The last sweep, at shutdown; the baseline file is removed only when no command runs
+    /// any more (otherwise the next session on this root checks again).
+    pub(crate) fn finish_git(&self) {
+        let Some(state) = self.git.as_ref() else {
+            return;
+        };
+        let mut state = state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let result = if self.running.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            state.guard.finish()
+        } else {
+            state.guard.sweep()
+        };
+        match result {
+            Ok(quarantined) if !quarantined.is_empty() => tracing::warn!(
+                entries = quarantined.len(),
+                "git guard: quarantined git metadata at shutdown"
+            ),
+            Ok(_) => {}
+            Err(error) => tracing::error!(%error, "git guard: the sweep at shutdown failed"),
+        }
+    }
+
+    /// Whether the last sweep was small enough to run on the async worker.
+    pub(crate) fn git_sweep_is_small(&self, entries: usize) -> bool {
+        self.git.as_ref().is_none_or(|state| {
+            state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .guard
+                .was_small(entries)
+        })
+    }
 }
 
 impl Shared {
@@ -82,7 +168,9 @@ impl Shared {
                     .readable_trees()
                     .map(Path::to_path_buf)
                     .collect();
-                std::sync::Mutex::new(Expander::new(Arc::clone(&self.rules), reach))
+                let mut expander = Expander::new(Arc::clone(&self.rules), reach);
+                expander.protect_also(self.git_protected.clone());
+                std::sync::Mutex::new(expander)
             })
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -210,6 +298,41 @@ impl LocalBackend {
             layout.host_denied.clone(),
         )?);
         let shell = exec::find_shell();
+        let git = match spec.nested_git {
+            NestedGit::Allow => None,
+            NestedGit::Quarantine => {
+                let writable: Vec<PathBuf> = roots
+                    .iter()
+                    .filter(|root| {
+                        matches!(
+                            (root.kind, root.access),
+                            (RootKind::Workspace | RootKind::Extra, Access::ReadWrite)
+                        )
+                    })
+                    .map(|root| root.path.clone())
+                    .collect();
+                // The workspace's own `.git` under a literal protected pattern is read-only to
+                // both layers, and pinned by a placeholder while it does not exist.
+                let exempt: Vec<PathBuf> = protects_literally(&spec.protected, ".git")
+                    .then(|| canonical.join(".git"))
+                    .into_iter()
+                    .collect();
+                let (guard, quarantined) =
+                    GitGuard::start(&writable, &exempt, Some(&state.git_path))?;
+                for entry in &quarantined {
+                    tracing::warn!(
+                        path = %entry.path.display(),
+                        renamed_to = %entry.renamed_to.display(),
+                        "git guard: quarantined git metadata left by a session that did not shut down"
+                    );
+                }
+                Some(guard)
+            }
+        };
+        let git_protected = git
+            .as_ref()
+            .map(GitGuard::protected_paths)
+            .unwrap_or_default();
         let shared = Arc::new(Shared {
             id: BackendId::new(format!("local:{}", canonical.display())),
             root: canonical,
@@ -228,6 +351,14 @@ impl LocalBackend {
             command_tmp,
             expander: std::sync::OnceLock::new(),
             layout,
+            git: git.map(|guard| {
+                std::sync::Mutex::new(GitState {
+                    guard,
+                    failure: None,
+                })
+            }),
+            git_protected,
+            running: std::sync::atomic::AtomicUsize::new(0),
         });
         Ok(LocalBackend {
             files: Arc::new(LocalFiles::new(shared.clone())),
@@ -320,8 +451,21 @@ impl Backend for LocalBackend {
         if let Some(CommandSandbox::Ready(sandbox)) = self.shared.sandbox.get() {
             sandbox.retire_idle();
         }
+        self.shared.finish_git();
         self.shared.state.tmp.remove();
     }
+}
+
+/// Whether `patterns` protect the workspace entry `name` by a literal pattern (`name`,
+/// `name/**`, `./name/**`).
+pub(crate) fn protects_literally(patterns: &[String], name: &str) -> bool {
+    patterns.iter().any(|pattern| {
+        let mut text = pattern.as_str();
+        while let Some(rest) = text.strip_prefix("./") {
+            text = rest;
+        }
+        text.strip_suffix("/**").unwrap_or(text) == name
+    })
 }
 
 /// The host home: `$HOME` when absolute, else the password database.

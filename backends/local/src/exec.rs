@@ -328,9 +328,17 @@ impl BashOperations for LocalBash {
             return Ok(ExecOutcome {
                 status: None,
                 termination: Termination::Cancelled,
+                notes: Vec::new(),
+            });
+        }
+        if let Some(reason) = self.shared.git_failure() {
+            return Err(ExecError::Sandbox {
+                layer: "filesystem",
+                reason,
             });
         }
         let cwd = self.resolve_cwd(&cwd)?;
+        let running = Running::start(&self.shared);
         let (read_end, write_end) = output_pipe().map_err(|source| ExecError::Spawn { source })?;
         let reader = pipe::Receiver::from_owned_fd(read_end)
             .map_err(|source| ExecError::Spawn { source })?;
@@ -371,7 +379,49 @@ impl BashOperations for LocalBash {
         // Whatever is left (degraded mode: a group member still draining) does not outlive
         // the call; dropping the child kills the tree too, also when this future is dropped.
         let _ = signaller.kill_tree();
+        drop(child);
+        // Every process of the command is gone (the init killed and reaped them before it
+        // reported the status, or died with its namespace): nothing can add git metadata
+        // after this sweep but another command, whose own sweep follows it.
+        let note = if self.shared.git_sweep_is_small(INLINE_EXPANSION_ENTRIES) {
+            self.shared.sweep_git()
+        } else {
+            let shared = Arc::clone(&self.shared);
+            tokio::task::spawn_blocking(move || shared.sweep_git())
+                .await
+                .unwrap_or_else(|join| {
+                    Some(format!(
+                        "Cordon could not finish checking for git metadata: {join}"
+                    ))
+                })
+        };
+        drop(running);
+        let mut outcome = outcome;
+        outcome.notes.extend(note);
         Ok(outcome)
+    }
+}
+
+/// Counts a running command in [`Shared::running`] until dropped (also when the call's
+/// future is dropped).
+struct Running<'a> {
+    shared: &'a Shared,
+}
+
+impl<'a> Running<'a> {
+    fn start(shared: &'a Shared) -> Self {
+        shared
+            .running
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Running { shared }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.shared
+            .running
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -472,6 +522,7 @@ async fn supervise(run: Supervised<'_>) -> ExecOutcome {
     ExecOutcome {
         status: exited.flatten(),
         termination,
+        notes: Vec::new(),
     }
 }
 

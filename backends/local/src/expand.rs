@@ -97,6 +97,9 @@ pub(crate) struct Expander {
     cache: HashMap<PathBuf, CachedDir>,
     /// Entries the last expansion looked at (fresh or cached).
     last_entries: usize,
+    /// Concrete paths protected on top of the patterns (the git metadata recorded at start),
+    /// passed on while they exist.
+    also_protected: Vec<PathBuf>,
 }
 
 /// One expansion's mutable state.
@@ -175,7 +178,13 @@ impl Expander {
             reach,
             cache: HashMap::new(),
             last_entries: usize::MAX,
+            also_protected: Vec::new(),
         }
+    }
+
+    /// Protect these concrete paths too, whenever they exist.
+    pub fn protect_also(&mut self, paths: Vec<PathBuf>) {
+        self.also_protected = paths;
     }
 
     /// Whether the last expansion was small (at most `entries` entries looked at, fresh or
@@ -203,6 +212,11 @@ impl Expander {
                 Ok(_) => walk.out.protected.push(literal.path.clone()),
                 Err(_) if !literal.denied => walk.out.protected.push(literal.path.clone()),
                 Err(_) => {}
+            }
+        }
+        for path in &self.also_protected {
+            if std::fs::symlink_metadata(path).is_ok() {
+                walk.out.protected.push(path.clone());
             }
         }
         let mut result = Ok(());

@@ -144,9 +144,18 @@ impl Shared {
     /// The verdict for a canonical path; Cordon's own spill directory is exempt.
     pub(crate) fn verdict(&self, canonical: &Path) -> Verdict {
         if canonical.starts_with(&self.state.spill_path) {
+            return Verdict::Free;
+        }
+        match self.rules.judge(canonical) {
             Verdict::Free
-        } else {
-            self.rules.judge(canonical)
+                if self
+                    .git_protected
+                    .iter()
+                    .any(|path| canonical.starts_with(path)) =>
+            {
+                Verdict::Protected
+            }
+            verdict => verdict,
         }
     }
 
@@ -189,7 +198,16 @@ impl Shared {
             (RootKind::Spill, _) | (_, Access::ReadOnly) => Err(FsError::PermissionDenied {
                 path: path.to_path_buf(),
             }),
-            (RootKind::Workspace | RootKind::Extra, Access::ReadWrite) => Ok(()),
+            (RootKind::Workspace | RootKind::Extra, Access::ReadWrite) => {
+                if self.git.is_some() && crate::git_guard::makes_git_metadata(canonical, &root.path)
+                {
+                    tracing::info!(path = %canonical.display(), "refused a write of git metadata");
+                    return Err(FsError::GitMetadata {
+                        path: path.to_path_buf(),
+                    });
+                }
+                Ok(())
+            }
         }
     }
 

@@ -79,6 +79,8 @@ mod expand;
 #[cfg(target_os = "linux")]
 mod files;
 #[cfg(target_os = "linux")]
+pub mod git_guard;
+#[cfg(target_os = "linux")]
 mod layout;
 #[cfg(target_os = "linux")]
 mod roots;
@@ -231,6 +233,15 @@ pub enum LocalError {
         path: PathBuf,
         /// Why it is unsafe.
         reason: String,
+    },
+    /// The git metadata under the writable roots could not be recorded at start (set
+    /// `nested_git = "allow"` to run without the check).
+    #[cfg(target_os = "linux")]
+    #[error("{source}")]
+    GitGuard {
+        /// What failed.
+        #[from]
+        source: git_guard::GitGuardError,
     },
     /// Reading a fact about this process (identity, umask) failed.
     #[error("failed to read process {what}: {source}")]

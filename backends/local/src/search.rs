@@ -87,7 +87,10 @@ fn fs_reason(err: &FsError) -> String {
         FsError::NotADirectory { .. } => "not a directory".into(),
         FsError::IsADirectory { .. } => "is a directory".into(),
         FsError::Io { source, .. } => source.to_string(),
-        FsError::Protected { .. } | FsError::Backend { .. } | FsError::Cancelled => err.to_string(),
+        FsError::Protected { .. }
+        | FsError::GitMetadata { .. }
+        | FsError::Backend { .. }
+        | FsError::Cancelled => err.to_string(),
     }
 }
 

@@ -4,7 +4,9 @@
 //!   command output, kept across sessions with the same root so a later `read` can open it,
 //!   deleted at backend start once older than [`SPILL_MAX_AGE`];
 //! - `tmp-<pid>-<16 hex>/`: the private `TMPDIR` of one backend's commands, removed when the
-//!   backend is shut down or dropped, or by a later backend once `<pid>` no longer exists.
+//!   backend is shut down or dropped, or by a later backend once `<pid>` no longer exists;
+//! - `git/<16-hex hash of the root>/`: the git metadata baselines of running sessions on that
+//!   root ([`crate::git_guard`]).
 //!
 //! Every directory level is created 0700 with `mkdirat`, reopened with `O_NOFOLLOW` and
 //! checked to be owned by us: a symlink or a directory owned by someone else (another user
@@ -38,6 +40,8 @@ pub(crate) struct StateDirs {
     pub spill_fd: OwnedFd,
     /// The private temp directory for commands.
     pub tmp: PrivateTmp,
+    /// Where this root's git metadata baselines live.
+    pub git_path: PathBuf,
 }
 
 /// The private `TMPDIR` of one backend; removed on [`PrivateTmp::remove`] or drop.
@@ -92,6 +96,10 @@ pub(crate) fn prepare(
     remove_old_spill_files(spill_fd.as_fd(), SystemTime::now());
     remove_orphaned_tmp_dirs(user_fd.as_fd(), &user_path);
     let tmp = create_private_tmp(user_fd.as_fd(), &user_path, uid)?;
+    let git_parent_path = user_path.join("git");
+    let git_parent_fd = secure_dir(user_fd.as_fd(), &git_parent_path, uid)?;
+    let git_path = git_parent_path.join(root_hash(canonical_root));
+    secure_dir(git_parent_fd.as_fd(), &git_path, uid)?;
     // Canonical spelling, so the spill root matches paths the kernel reports for its fds.
     let spill_path = fd_path(spill_fd.as_fd()).map_err(|source| LocalError::StateDir {
         op: "resolve",
@@ -102,6 +110,7 @@ pub(crate) fn prepare(
         spill_path,
         spill_fd,
         tmp,
+        git_path,
     })
 }
 

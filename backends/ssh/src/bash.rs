@@ -140,6 +140,7 @@ impl BashOperations for Inner {
             return Ok(ExecOutcome {
                 status: None,
                 termination: Termination::Cancelled,
+                notes: Vec::new(),
             });
         }
         let ExecLine { tag, id, line } = ExecLine::new(command, cwd.clone(), self.command_env(env))
@@ -206,6 +207,7 @@ impl BashOperations for Inner {
         Ok(ExecOutcome {
             status: outcome.status,
             termination: outcome.termination,
+            notes: Vec::new(),
         })
     }
 }

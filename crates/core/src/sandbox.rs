@@ -33,6 +33,23 @@ pub enum RootAccess {
     ReadWrite,
 }
 
+/// What happens to git repositories that commands create inside writable roots.
+///
+/// Host `git` runs programs named in a repository's own files (`core.fsmonitor`,
+/// `core.pager`, hooks, …), so a repository the model made would run the model's code the
+/// next time the operator runs `git` there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum NestedGit {
+    /// New git metadata (a `.git` anywhere, a bare repository layout) is renamed to a name
+    /// git ignores after every command and at shutdown; file tools refuse to write it;
+    /// repositories present at session start are read-only.
+    #[default]
+    Quarantine,
+    /// Commands and file tools may create and change nested repositories.
+    Allow,
+}
+
 /// Resource limits. `None` means "no limit beyond the backend's own".
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -114,6 +131,9 @@ pub struct SandboxSpec {
     /// Whether the operator accepted a weaker sandbox when a layer is unavailable.
     /// When `false` (the default) a missing layer is a hard error.
     pub allow_degraded: bool,
+    /// Git repositories created inside writable roots.
+    #[serde(default)]
+    pub nested_git: NestedGit,
 }
 
 impl Default for SandboxSpec {
@@ -129,6 +149,7 @@ impl Default for SandboxSpec {
             limits: Limits::default(),
             env: EnvSpec::default(),
             allow_degraded: false,
+            nested_git: NestedGit::Quarantine,
         }
     }
 }

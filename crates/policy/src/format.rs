@@ -49,6 +49,7 @@ pub(crate) struct RawFilesystem {
     pub write: Option<SpannedList>,
     pub deny: Option<SpannedList>,
     pub protect: Option<SpannedList>,
+    pub nested_git: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cordon_core::sandbox::{EnvSpec, Limits, NetworkMode, RootAccess, SandboxSpec};
+use cordon_core::sandbox::{EnvSpec, Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec};
 use serde_json::Value;
 use toml::Spanned;
 
@@ -908,9 +908,24 @@ fn compile(map: &SourceMap, raw: RawPolicy, env: &EnvMap) -> Result<CompiledPoli
         }
     };
 
-    let (fs_read, fs_write, fs_deny, fs_protect) = match filesystem {
-        Some(fs) => (fs.read, fs.write, fs.deny, fs.protect),
-        None => (None, None, None, None),
+    let (fs_read, fs_write, fs_deny, fs_protect, fs_nested_git) = match filesystem {
+        Some(fs) => (fs.read, fs.write, fs.deny, fs.protect, fs.nested_git),
+        None => (None, None, None, None, None),
+    };
+    let nested_git = match &fs_nested_git {
+        None => NestedGit::Quarantine,
+        Some(value) => match value.get_ref().as_str() {
+            "quarantine" => NestedGit::Quarantine,
+            "allow" => NestedGit::Allow,
+            other => {
+                return Err(map.bad_value(
+                    value.span().start,
+                    format!(
+                        "`filesystem.nested_git` must be \"quarantine\" or \"allow\", found \"{other}\""
+                    ),
+                ));
+            }
+        },
     };
     let read_at = at(line_or_zero(fs_read.as_ref(), map));
     let write_at = at(line_or_zero(fs_write.as_ref(), map));
@@ -982,6 +997,7 @@ fn compile(map: &SourceMap, raw: RawPolicy, env: &EnvMap) -> Result<CompiledPoli
         unix_sockets,
         limits,
         env: env_spec,
+        nested_git,
         ..SandboxSpec::default()
     };
 

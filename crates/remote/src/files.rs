@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cordon_core::sandbox::{RootAccess, SandboxSpec};
+use cordon_core::sandbox::{NestedGit, RootAccess, SandboxSpec};
 use cordon_tools::ops::{DirEntry, FileKind, FsError};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
@@ -370,6 +370,7 @@ pub struct PathRules {
     roots: Vec<Root>,
     protected: GlobSet,
     denied: GlobSet,
+    nested_git: NestedGit,
 }
 
 /// A protected or denied glob that does not parse.
@@ -428,6 +429,7 @@ impl PathRules {
             roots,
             protected: build_globs("protected", &spec.protected)?,
             denied: build_globs("denied", &spec.denied)?,
+            nested_git: spec.nested_git,
         })
     }
 
@@ -506,7 +508,15 @@ impl PathRules {
                 path: path.to_path_buf(),
             });
         }
-        Ok(())
+        let git_component = canonical
+            .strip_prefix(&root.path)
+            .is_ok_and(|rel| rel.components().any(|c| c.as_os_str() == ".git"));
+        match self.nested_git {
+            NestedGit::Quarantine if git_component => Err(FsError::GitMetadata {
+                path: path.to_path_buf(),
+            }),
+            NestedGit::Quarantine | NestedGit::Allow => Ok(()),
+        }
     }
 
     /// Whether the rules allow writing `canonical` (mode bits are judged separately).

@@ -57,6 +57,9 @@ fn refusal_text(raw: &str, root: &Path, error: &FsError) -> String {
              be used.",
             root.display()
         ),
+        FsError::GitMetadata { .. } => {
+            "Do not create or change git repositories inside the workspace.".to_owned()
+        }
         FsError::Protected { .. }
         | FsError::NotFound { .. }
         | FsError::PermissionDenied { .. }

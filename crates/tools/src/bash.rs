@@ -439,6 +439,7 @@ fn failure_message(
     let ExecOutcome {
         status,
         termination,
+        notes: _,
     } = match outcome {
         Ok(outcome) => outcome,
         Err(error) => return Some(exec_message(error)),
@@ -476,12 +477,19 @@ fn build_result(
     }
     let failure = failure_message(&outcome, timeout);
     let is_error = failure.is_some();
-    let text = match failure {
+    let mut text = match failure {
         None if text.is_empty() => "(no output)".to_owned(),
         None => text,
         Some(message) if text.is_empty() => message,
         Some(message) => format!("{text}\n\n{message}"),
     };
+    // What the backend did after the command comes last, so truncation never hides it.
+    if let Ok(ExecOutcome { notes, .. }) = &outcome {
+        for note in notes {
+            text.push_str("\n\n");
+            text.push_str(note);
+        }
+    }
 
     let full_output_path = snapshot
         .full_output
@@ -582,6 +590,7 @@ mod tests {
                 Ok(ExecOutcome {
                     status,
                     termination: Termination::Exited,
+                    notes: Vec::new(),
                 }),
             )
         }
@@ -713,6 +722,7 @@ mod tests {
             Ok(ExecOutcome {
                 status,
                 termination,
+                notes: Vec::new(),
             })
         }
     }
@@ -815,6 +825,7 @@ mod tests {
         Ok(ExecOutcome {
             status: Some(ExitStatus::Signal(9)),
             termination: Termination::TimedOut,
+            notes: Vec::new(),
         })
     }
 
@@ -863,6 +874,25 @@ mod tests {
             }]
         );
         assert!(!h.spill_dir().exists(), "no spill file for small output");
+    }
+
+    #[tokio::test]
+    async fn backend_notes_end_the_result() {
+        let bash = ScriptedBash::new(
+            vec![chunk("made a repo\n")],
+            Ok(ExecOutcome {
+                status: Some(ExitStatus::Code(3)),
+                termination: Termination::Exited,
+                notes: vec!["quarantined src/.git".to_owned()],
+            }),
+        );
+        let h = Harness::new(bash);
+        let result = h.call(json!({"command": "git init src"})).await;
+        assert!(result.is_error);
+        assert_eq!(
+            text(&result),
+            "made a repo\n\n\nCommand exited with code 3\n\nquarantined src/.git"
+        );
     }
 
     #[tokio::test]
@@ -1107,6 +1137,7 @@ mod tests {
             Ok(ExecOutcome {
                 status: Some(ExitStatus::Signal(15)),
                 termination: Termination::Cancelled,
+                notes: Vec::new(),
             }),
         );
         let h = Harness::new(bash);

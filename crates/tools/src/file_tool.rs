@@ -74,7 +74,7 @@ pub(crate) fn fs_error_text(error: &FsError) -> String {
             "Access to {} is denied by the sandbox policy.",
             path.display()
         ),
-        FsError::Backend { .. } => format!("{error}."),
+        FsError::Backend { .. } | FsError::GitMetadata { .. } => format!("{error}."),
         FsError::Cancelled => format!("{ABORTED}."),
     }
 }

@@ -106,6 +106,15 @@ pub enum FsError {
         /// What the transport reported.
         reason: String,
     },
+    /// The path is git metadata (a `.git` entry, or a part of a bare repository layout) and
+    /// the spec does not allow nested repositories.
+    #[error(
+        "refused to write git metadata {path}: host git would run hooks and programs named in it; leave repositories to the operator (policy setting `[filesystem] nested_git = \"allow\"` permits this)"
+    )]
+    GitMetadata {
+        /// The offending path.
+        path: PathBuf,
+    },
     /// The operation was cancelled before it started or while it ran.
     #[error("operation aborted")]
     Cancelled,
@@ -118,6 +127,7 @@ impl FsError {
             FsError::NotFound { .. } => Some("ENOENT"),
             FsError::PermissionDenied { .. }
             | FsError::Protected { .. }
+            | FsError::GitMetadata { .. }
             | FsError::Denied { .. } => Some("EACCES"),
             FsError::NotADirectory { .. } => Some("ENOTDIR"),
             FsError::IsADirectory { .. } => Some("EISDIR"),
@@ -319,6 +329,10 @@ pub struct ExecOutcome {
     pub status: Option<ExitStatus>,
     /// Why it ended.
     pub termination: Termination,
+    /// What the backend did on its own after the command (e.g. git metadata it
+    /// quarantined), for the model: appended to the result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Why a command could not be run at all.

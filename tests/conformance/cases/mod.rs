@@ -5,6 +5,7 @@ pub mod bash;
 pub mod confinement;
 pub mod edit;
 pub mod find;
+pub mod git_metadata;
 pub mod grep;
 pub mod ls;
 pub mod pipeline;

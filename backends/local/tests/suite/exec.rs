@@ -132,7 +132,8 @@ async fn stdout_and_stderr_keep_their_order_on_one_stream() {
         outcome.unwrap(),
         ExecOutcome {
             status: Some(ExitStatus::Code(0)),
-            termination: Termination::Exited
+            termination: Termination::Exited,
+            notes: Vec::new(),
         }
     );
 }
@@ -320,7 +321,8 @@ async fn background_child_holding_the_pipe_does_not_hang() {
         outcome,
         ExecOutcome {
             status: Some(ExitStatus::Code(0)),
-            termination: Termination::Exited
+            termination: Termination::Exited,
+            notes: Vec::new(),
         }
     );
     assert_eq!(output, "late\nmain-done\n");

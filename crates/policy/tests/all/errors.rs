@@ -374,3 +374,14 @@ fn load_errors_name_the_path_given() {
         )
     );
 }
+
+#[test]
+fn nested_git_accepts_only_quarantine_or_allow() {
+    check(
+        "version = 1\n[filesystem]\nnested_git = \"sometimes\"\n",
+        "bad value",
+        3,
+        14,
+        "`filesystem.nested_git` must be \"quarantine\" or \"allow\", found \"sometimes\"",
+    );
+}

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use cordon_core::sandbox::{EnvSpec, Limits, NetworkMode, RootAccess, SandboxSpec};
+use cordon_core::sandbox::{EnvSpec, Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec};
 use cordon_core::tool::AgentToolResult;
 use cordon_policy::{CompiledPolicy, DEFAULT_POLICY_TOML, Decision, EnvMap};
 use serde_json::json;
@@ -191,6 +191,7 @@ fn default_policy_sandbox_spec() {
             },
             env: EnvSpec::default(),
             allow_degraded: false,
+            nested_git: NestedGit::Quarantine,
         }
     );
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use cordon_core::sandbox::{EnvSpec, Limits, NetworkMode, RootAccess, SandboxSpec};
+use cordon_core::sandbox::{EnvSpec, Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec};
 use cordon_policy::CompiledPolicy;
 
 use crate::support::policy;
@@ -69,6 +69,7 @@ set = { RUST_BACKTRACE = "1", LANG = "C.UTF-8" }
                 ],
             },
             allow_degraded: false,
+            nested_git: NestedGit::Quarantine,
         }
     );
 }
@@ -80,6 +81,17 @@ fn workspace_is_read_only_without_relative_write_globs() {
     assert_eq!(spec.workspace, RootAccess::ReadOnly);
     assert_eq!(spec.writable_roots, strings(&["/tmp/out"]));
     assert_eq!(spec.network, NetworkMode::Disabled);
+}
+
+#[test]
+fn nested_git_quarantines_by_default_and_can_be_allowed() {
+    let default = policy("version = 1\n").sandbox_spec();
+    assert_eq!(default.nested_git, NestedGit::Quarantine);
+    let allow = policy("version = 1\n[filesystem]\nnested_git = \"allow\"\n").sandbox_spec();
+    assert_eq!(allow.nested_git, NestedGit::Allow);
+    let explicit =
+        policy("version = 1\n[filesystem]\nnested_git = \"quarantine\"\n").sandbox_spec();
+    assert_eq!(explicit.nested_git, NestedGit::Quarantine);
 }
 
 #[test]

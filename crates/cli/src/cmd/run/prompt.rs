@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cordon_core::sandbox::{NetworkMode, RootAccess, SandboxSpec};
+use cordon_core::sandbox::{NestedGit, NetworkMode, RootAccess, SandboxSpec};
 use cordon_core::tool::AgentTool;
 
 /// What the system prompt is built from.
@@ -83,6 +83,7 @@ fn sandbox_facts(spec: &SandboxSpec) -> Vec<String> {
         limits,
         env: _,
         allow_degraded: _,
+        nested_git,
     } = spec;
     let mut facts = Vec::new();
     facts.push(match network {
@@ -117,6 +118,14 @@ fn sandbox_facts(spec: &SandboxSpec) -> Vec<String> {
             "Denied (neither readable nor writable): {}.",
             denied.join(", ")
         ));
+    }
+    match nested_git {
+        NestedGit::Quarantine => facts.push(
+            "Do not create git repositories (`git init`, a `.git` anywhere, a bare repository \
+             layout): the sandbox renames them to `*.cordon-quarantine` after every command."
+                .to_owned(),
+        ),
+        NestedGit::Allow => {}
     }
     if !writable_roots.is_empty() {
         facts.push(format!(
@@ -250,6 +259,9 @@ mod tests {
              - The workspace is readable and writable.\n\
              - Protected (readable, never writable, also by commands): .git/**.\n\
              - Denied (neither readable nor writable): **/.env.\n\
+             - Do not create git repositories (`git init`, a `.git` anywhere, a bare \
+             repository layout): the sandbox renames them to `*.cordon-quarantine` after every \
+             command.\n\
              - Everything outside the workspace is out of reach.\n\
              - Commands time out after 120 s unless you pass a timeout (at most 1800 s).\n\
              \n\
@@ -266,6 +278,7 @@ mod tests {
             protected: Vec::new(),
             readable_roots: vec!["~/.cargo".into()],
             writable_roots: vec!["/tmp/build".into()],
+            nested_git: NestedGit::Allow,
             ..SandboxSpec::default()
         };
         assert_eq!(

@@ -1,0 +1,717 @@
+//! Keeping git metadata made by sandboxed commands away from the host's `git`
+//! ([`GitGuard`]).
+//!
+//! Host git runs programs named in a repository's own files: `core.fsmonitor`, `core.pager`,
+//! `core.hooksPath`, hooks, filters. A command that creates a repository anywhere under a
+//! writable root (`git init` in `src/`, `git init --bare .` in a workspace without `.git`)
+//! would make the operator's next `git status` there run what the model chose. The guard
+//! finds every git directory git's discovery would accept under the writable roots:
+//!
+//! - every entry named `.git` (directory, gitfile or symlink), except an empty placeholder
+//!   the command sandbox pinned at a missing protected path (git skips an empty `.git`);
+//! - every directory that is a git directory itself: `HEAD` plus either `objects` and `refs`,
+//!   or `commondir` (git's `is_git_directory`), including a root itself.
+//!
+//! Those present when the guard starts are the operator's (their nested repositories and
+//! submodules): they are recorded by identity (`st_dev`, `st_ino`) and reported by
+//! [`GitGuard::protected_paths`] so both layers keep them read-only. Anything found later that
+//! is not recorded is neutralised by [`GitGuard::sweep`]: renamed, through a directory fd
+//! opened beneath the root without following symlinks, to a name git does not recognise
+//! (`.git` → `.git.cordon-quarantine`, and a git directory's `HEAD` →
+//! `HEAD.cordon-quarantine`). Nothing is deleted: the operator can look at it and rename it
+//! back.
+//!
+//! The walk never follows symlinks, does not enter `.git` entries (recorded ones are
+//! read-only; new ones are renamed and entered on the next pass) and caches each directory
+//! by identity and change time like the pattern expansion does, so a sweep of an unchanged
+//! tree costs one `lstat` per directory. A tree larger than [`MAX_ENTRIES`] makes the sweep
+//! fail (commands then fail closed).
+//!
+//! A session that was killed cannot sweep after its last command: each guard with a state
+//! directory leaves a baseline file there (`<pid>-<hex>.baseline`, the recorded identities) while
+//! it runs. A guard starting on the same root treats what a dead session's baseline does not
+//! list as made by that session and neutralises it before recording its own baseline.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, RenameFlags, ResolveFlag, renameat2};
+use nix::sys::stat::{SFlag, fstat};
+
+use crate::roots::{open_beneath, open_root_dir, strip_root};
+
+/// Upper bound on directory entries one sweep may look at (fresh or cached).
+pub const MAX_ENTRIES: usize = 2_000_000;
+
+/// The suffix of a neutralised name.
+pub const QUARANTINE_SUFFIX: &str = ".cordon-quarantine";
+
+/// Largest baseline file of a dead session that is read.
+const MAX_BASELINE_BYTES: u64 = 16 << 20;
+
+/// Why the guard could not start or sweep.
+#[derive(Debug, thiserror::Error)]
+pub enum GitGuardError {
+    /// A writable root could not be opened.
+    #[error("failed to open writable root {path} to check for git metadata: {source}")]
+    OpenRoot {
+        /// The root.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The walk needed more entries than [`MAX_ENTRIES`].
+    #[error(
+        "failed to check the writable roots for git metadata: more than {limit} entries under {base}; narrow the writable roots"
+    )]
+    TooLarge {
+        /// Where the walk was.
+        base: PathBuf,
+        /// The limit.
+        limit: usize,
+    },
+    /// A new git directory could not be renamed.
+    #[error(
+        "failed to quarantine git metadata {path} made by a command: {source}; remove it before running git on the host"
+    )]
+    Quarantine {
+        /// The entry.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The baseline file could not be written.
+    #[error("failed to write the git metadata baseline {path}: {source}")]
+    Baseline {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What kind of git metadata an entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GitKind {
+    /// An entry named `.git` (directory, gitfile or symlink).
+    DotGit,
+    /// A directory git accepts as a git directory (`HEAD` + `objects` + `refs`, or `HEAD` +
+    /// `commondir`).
+    GitDir,
+}
+
+/// One piece of git metadata found under a writable root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GitEntry {
+    /// Its path (under a canonical root).
+    pub path: PathBuf,
+    /// What it is.
+    pub kind: GitKind,
+    /// Whether it is a directory (a `.git` may be a gitfile or a symlink).
+    pub is_dir: bool,
+}
+
+/// A neutralised entry: what was renamed to what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Quarantined {
+    /// The entry as found (a `.git`, or the git directory whose `HEAD` was renamed).
+    pub path: PathBuf,
+    /// What it was.
+    pub kind: GitKind,
+    /// The renamed path.
+    pub renamed_to: PathBuf,
+}
+
+/// `(st_dev, st_ino, birth time in ns or 0)`: the inode number alone may be reused at once
+/// for an entry made after the recorded one was removed.
+type Id = (u64, u64, u128);
+
+fn id_of(meta: &std::fs::Metadata) -> Id {
+    let born = meta
+        .created()
+        .ok()
+        .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |age| age.as_nanos());
+    (meta.dev(), meta.ino(), born)
+}
+/// `(st_dev, st_ino, ctime seconds, ctime nanoseconds)` of a directory.
+type Stamp = (u64, u64, i64, i64);
+
+/// What a directory held when it was last read.
+#[derive(Debug)]
+struct CachedDir {
+    stamp: Stamp,
+    /// Subdirectories to enter (not symlinks, not `.git`).
+    subdirs: Vec<OsString>,
+    /// Whether it has an entry named `.git`.
+    dot_git: bool,
+    /// Whether it has the signature of a git directory.
+    git_dir: bool,
+}
+
+/// One writable root.
+#[derive(Debug)]
+struct GuardRoot {
+    path: PathBuf,
+    fd: OwnedFd,
+}
+
+/// Finds git metadata under the writable roots and neutralises what was not there at start.
+#[derive(Debug)]
+pub struct GitGuard {
+    roots: Vec<GuardRoot>,
+    /// Paths never recorded nor neutralised.
+    exempt: Vec<PathBuf>,
+    /// Identities of the entries recorded at start.
+    baseline: HashSet<Id>,
+    /// The entries recorded at start, for [`GitGuard::protected_paths`].
+    recorded: Vec<GitEntry>,
+    cache: HashMap<PathBuf, CachedDir>,
+    /// This guard's baseline file, removed by [`GitGuard::finish`].
+    baseline_file: Option<PathBuf>,
+    /// Entries the last sweep looked at.
+    last_entries: usize,
+}
+
+impl GitGuard {
+    /// Record the git metadata under `roots` (canonical writable roots) as the operator's.
+    ///
+    /// `exempt` entries are neither recorded nor neutralised: a workspace's own `.git` that
+    /// both layers already keep read-only whether it exists or not.
+    ///
+    /// With `state_dir` (a private directory of this user for this workspace), baseline files
+    /// of dead sessions found there are honoured first: what such a baseline does not list is
+    /// neutralised (returned), then this guard's own baseline is written there.
+    ///
+    /// # Errors
+    /// A root that cannot be opened, a tree larger than [`MAX_ENTRIES`], a rename or the
+    /// baseline file failing.
+    pub fn start(
+        roots: &[PathBuf],
+        exempt: &[PathBuf],
+        state_dir: Option<&Path>,
+    ) -> Result<(GitGuard, Vec<Quarantined>), GitGuardError> {
+        let mut guard_roots = Vec::new();
+        for path in roots {
+            let fd = open_root_dir(path).map_err(|source| GitGuardError::OpenRoot {
+                path: path.clone(),
+                source,
+            })?;
+            guard_roots.push(GuardRoot {
+                path: path.clone(),
+                fd,
+            });
+        }
+        let mut guard = GitGuard {
+            roots: guard_roots,
+            exempt: exempt.to_vec(),
+            baseline: HashSet::new(),
+            recorded: Vec::new(),
+            cache: HashMap::new(),
+            baseline_file: None,
+            last_entries: 0,
+        };
+        let mut quarantined = Vec::new();
+        let stale = state_dir.map(stale_baselines).unwrap_or_default();
+        // Everything a dead session did not know about may be its work: fail closed (with
+        // several, only what all of them knew stays).
+        let dead = stale
+            .iter()
+            .map(|(_, ids)| ids.clone())
+            .reduce(|known, ids| known.intersection(&ids).copied().collect());
+        if let Some(dead) = dead {
+            guard.baseline = dead;
+            quarantined = guard.sweep()?;
+            tracing::warn!(
+                entries = quarantined.len(),
+                "git guard: checked what a session that did not shut down left behind"
+            );
+        }
+        for (file, _) in &stale {
+            let _ = std::fs::remove_file(file);
+        }
+        let found = guard.scan()?;
+        guard.baseline = found.iter().map(|(id, _)| *id).collect();
+        guard.recorded = found.into_iter().map(|(_, entry)| entry).collect();
+        guard.recorded.sort_by(|a, b| a.path.cmp(&b.path));
+        if let Some(dir) = state_dir {
+            guard.baseline_file = Some(write_baseline(dir, &guard.baseline)?);
+        }
+        Ok((guard, quarantined))
+    }
+
+    /// The git metadata recorded at start (the operator's).
+    pub fn recorded(&self) -> &[GitEntry] {
+        &self.recorded
+    }
+
+    /// The paths both layers keep read-only: each recorded `.git` that is a directory or a
+    /// gitfile (a symlink is left alone: replacing it makes a new, unrecorded entry), each
+    /// recorded git directory below a root, and in a root that is a git directory itself the
+    /// entries git runs or trusts (`HEAD`, `config`, `hooks`, `commondir`, `objects`, `refs`,
+    /// `info`, `worktrees`, `config.worktree`, `packed-refs`) that exist.
+    pub fn protected_paths(&self) -> Vec<PathBuf> {
+        let mut paths = Vec::new();
+        for entry in &self.recorded {
+            let is_root = self.roots.iter().any(|root| root.path == entry.path);
+            match (entry.kind, is_root) {
+                (GitKind::DotGit, _) => {
+                    let is_symlink = std::fs::symlink_metadata(&entry.path)
+                        .is_ok_and(|meta| meta.file_type().is_symlink());
+                    if !is_symlink {
+                        paths.push(entry.path.clone());
+                    }
+                }
+                (GitKind::GitDir, false) => paths.push(entry.path.clone()),
+                (GitKind::GitDir, true) => {
+                    for name in GIT_DIR_ENTRIES {
+                        let path = entry.path.join(name);
+                        if std::fs::symlink_metadata(&path).is_ok() {
+                            paths.push(path);
+                        }
+                    }
+                }
+            }
+        }
+        paths.sort();
+        paths.dedup();
+        paths
+    }
+
+    /// Whether the last sweep looked at no more than `entries` entries.
+    pub fn was_small(&self, entries: usize) -> bool {
+        self.last_entries <= entries
+    }
+
+    /// Find git metadata that was not recorded at start and neutralise it.
+    ///
+    /// # Errors
+    /// A tree larger than [`MAX_ENTRIES`], or a rename that failed (the rest is still
+    /// neutralised; the first failure is returned).
+    pub fn sweep(&mut self) -> Result<Vec<Quarantined>, GitGuardError> {
+        let mut quarantined = Vec::new();
+        // A neutralised `.git` directory is entered on the next pass (it may hold git
+        // directories of its own, e.g. `modules/*`); each pass re-reads only what changed.
+        for _ in 0..8 {
+            let found = self.scan()?;
+            let mut renamed = false;
+            let mut first_error = None;
+            for (id, entry) in found {
+                if self.baseline.contains(&id) {
+                    continue;
+                }
+                match self.neutralise(&entry) {
+                    Ok(done) => {
+                        tracing::warn!(
+                            path = %done.path.display(),
+                            renamed_to = %done.renamed_to.display(),
+                            "git guard: quarantined git metadata made by a command"
+                        );
+                        renamed = true;
+                        quarantined.push(done);
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "git guard: could not quarantine git metadata");
+                        first_error.get_or_insert(error);
+                    }
+                }
+            }
+            if let Some(error) = first_error {
+                return Err(error);
+            }
+            if !renamed {
+                break;
+            }
+        }
+        Ok(quarantined)
+    }
+
+    /// Sweep a last time and remove this guard's baseline file (a clean shutdown).
+    ///
+    /// # Errors
+    /// As [`GitGuard::sweep`]; the baseline file is kept then, so the next session on the
+    /// same root checks again.
+    pub fn finish(&mut self) -> Result<Vec<Quarantined>, GitGuardError> {
+        let quarantined = self.sweep()?;
+        if let Some(file) = self.baseline_file.take() {
+            let _ = std::fs::remove_file(file);
+        }
+        Ok(quarantined)
+    }
+
+    /// Every piece of git metadata under the roots now, with its identity.
+    fn scan(&mut self) -> Result<Vec<(Id, GitEntry)>, GitGuardError> {
+        let mut walk = Walk {
+            old: std::mem::take(&mut self.cache),
+            new: HashMap::new(),
+            found: Vec::new(),
+            entries: 0,
+        };
+        let mut result = Ok(());
+        for root in &self.roots {
+            result = walk.visit(&root.path);
+            if result.is_err() {
+                break;
+            }
+        }
+        let Walk {
+            new,
+            mut found,
+            entries,
+            ..
+        } = walk;
+        found.retain(|(_, entry)| !self.exempt.contains(&entry.path));
+        self.cache = new;
+        self.last_entries = if result.is_ok() { entries } else { usize::MAX };
+        result?;
+        Ok(found)
+    }
+
+    /// Rename `entry` (a `.git`) or its `HEAD` (a git directory) to a name git ignores.
+    fn neutralise(&self, entry: &GitEntry) -> Result<Quarantined, GitGuardError> {
+        let fail = |source: io::Error| GitGuardError::Quarantine {
+            path: entry.path.clone(),
+            source,
+        };
+        let (root, rel) = self
+            .roots
+            .iter()
+            .find_map(|root| strip_root(&entry.path, &root.path, true).map(|rel| (root, rel)))
+            .ok_or_else(|| fail(io::Error::from(io::ErrorKind::NotFound)))?;
+        let (dir_rel, name) = match entry.kind {
+            GitKind::DotGit => (
+                rel.parent().unwrap_or(Path::new("")).to_path_buf(),
+                OsString::from(".git"),
+            ),
+            GitKind::GitDir => (rel.to_path_buf(), OsString::from("HEAD")),
+        };
+        let dir = open_dir_beneath(&root.fd, &dir_rel).map_err(|e| fail(e.into()))?;
+        let new_name = rename_aside(&dir, &name).map_err(|e| fail(e.into()))?;
+        let renamed_to = root.path.join(&dir_rel).join(&new_name);
+        if entry.kind == GitKind::DotGit && entry.is_dir {
+            // The renamed directory is still a git directory for `git -C` inside it.
+            if let Ok(inner) = open_dir_beneath(&dir, Path::new(&new_name)) {
+                let _ = rename_aside(&inner, OsStr::new("HEAD"));
+            }
+        }
+        Ok(Quarantined {
+            path: entry.path.clone(),
+            kind: entry.kind,
+            renamed_to,
+        })
+    }
+}
+
+/// Entries of a git directory that git runs or trusts; protected in a root that is a git
+/// directory itself (the root cannot be made read-only as a whole).
+const GIT_DIR_ENTRIES: [&str; 10] = [
+    "HEAD",
+    "config",
+    "hooks",
+    "commondir",
+    "objects",
+    "refs",
+    "info",
+    "worktrees",
+    "config.worktree",
+    "packed-refs",
+];
+
+/// Open `rel` beneath `dir` as a directory without following any symlink.
+fn open_dir_beneath(dir: &OwnedFd, rel: &Path) -> Result<OwnedFd, Errno> {
+    open_beneath(
+        dir.as_fd(),
+        rel,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        ResolveFlag::RESOLVE_NO_SYMLINKS,
+    )
+}
+
+/// Rename `name` in `dir` to `name.cordon-quarantine` (or `…-2`, `…-3`, … when taken) without
+/// replacing anything; the new name.
+fn rename_aside(dir: &OwnedFd, name: &OsStr) -> Result<OsString, Errno> {
+    for attempt in 1..=100u32 {
+        let mut new_name = name.to_os_string();
+        new_name.push(QUARANTINE_SUFFIX);
+        if attempt > 1 {
+            new_name.push(format!("-{attempt}"));
+        }
+        match renameat2(
+            dir.as_fd(),
+            name,
+            dir.as_fd(),
+            new_name.as_os_str(),
+            RenameFlags::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => return Ok(new_name),
+            Err(Errno::EEXIST) => continue,
+            Err(errno) => return Err(errno),
+        }
+    }
+    Err(Errno::EEXIST)
+}
+
+/// One scan's state.
+struct Walk {
+    old: HashMap<PathBuf, CachedDir>,
+    new: HashMap<PathBuf, CachedDir>,
+    found: Vec<(Id, GitEntry)>,
+    entries: usize,
+}
+
+fn stamp_of(meta: &std::fs::Metadata) -> Stamp {
+    (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec())
+}
+
+impl Walk {
+    fn visit(&mut self, dir: &Path) -> Result<(), GitGuardError> {
+        let Ok(meta) = std::fs::symlink_metadata(dir) else {
+            return Ok(());
+        };
+        if !meta.is_dir() {
+            return Ok(());
+        }
+        let stamp = stamp_of(&meta);
+        let cached = match self.old.remove(dir) {
+            Some(cached) if cached.stamp == stamp => cached,
+            _ => match read_dir(dir, stamp, &mut self.entries) {
+                Ok(fresh) => fresh,
+                // Unreadable to Cordon: no more writable for a command, which has fewer rights.
+                Err(_) => return Ok(()),
+            },
+        };
+        self.entries += cached.subdirs.len() + 1;
+        if self.entries > MAX_ENTRIES {
+            return Err(GitGuardError::TooLarge {
+                base: dir.to_path_buf(),
+                limit: MAX_ENTRIES,
+            });
+        }
+        if cached.git_dir {
+            self.found.push((
+                id_of(&meta),
+                GitEntry {
+                    path: dir.to_path_buf(),
+                    kind: GitKind::GitDir,
+                    is_dir: true,
+                },
+            ));
+        }
+        if cached.dot_git {
+            let path = dir.join(".git");
+            if let Ok(meta) = std::fs::symlink_metadata(&path)
+                && !cordon_sandbox::is_placeholder_dir(&path)
+            {
+                self.found.push((
+                    id_of(&meta),
+                    GitEntry {
+                        path,
+                        kind: GitKind::DotGit,
+                        is_dir: meta.is_dir(),
+                    },
+                ));
+            }
+        }
+        let subdirs: Vec<PathBuf> = cached.subdirs.iter().map(|name| dir.join(name)).collect();
+        self.new.insert(dir.to_path_buf(), cached);
+        for sub in subdirs {
+            self.visit(&sub)?;
+        }
+        Ok(())
+    }
+}
+
+/// Read a directory afresh: its subdirectories, whether it has a `.git` and whether it is a
+/// git directory.
+fn read_dir(dir: &Path, stamp: Stamp, entries: &mut usize) -> io::Result<CachedDir> {
+    let mut subdirs = Vec::new();
+    let mut dot_git = false;
+    let (mut head, mut objects, mut refs, mut commondir) = (false, false, false, false);
+    for entry in std::fs::read_dir(dir)? {
+        let Ok(entry) = entry else {
+            continue;
+        };
+        let Ok(file_type) = entry.file_type() else {
+            continue;
+        };
+        *entries += 1;
+        let name = entry.file_name();
+        match name.as_bytes() {
+            b".git" => dot_git = true,
+            b"HEAD" => head = true,
+            // Git checks these with access(X_OK), which follows symlinks.
+            b"objects" => objects = !file_type.is_file(),
+            b"refs" => refs = !file_type.is_file(),
+            b"commondir" => commondir = true,
+            _ => {}
+        }
+        if file_type.is_dir() && name.as_bytes() != b".git" {
+            subdirs.push(name);
+        }
+    }
+    subdirs.sort();
+    Ok(CachedDir {
+        stamp,
+        subdirs,
+        dot_git,
+        git_dir: head && ((objects && refs) || commondir),
+    })
+}
+
+/// Baseline files of sessions on this root whose process is gone, with their identities.
+fn stale_baselines(dir: &Path) -> Vec<(PathBuf, HashSet<Id>)> {
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut stale = Vec::new();
+    for entry in listing.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".baseline"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) != Err(Errno::ESRCH) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags_nofollow()
+            .open(&path)
+        else {
+            continue;
+        };
+        let mut text = String::new();
+        if file
+            .take(MAX_BASELINE_BYTES)
+            .read_to_string(&mut text)
+            .is_err()
+        {
+            continue;
+        }
+        let ids = text
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split(' ').map(str::parse::<u128>);
+                let dev = u64::try_from(fields.next()?.ok()?).ok()?;
+                let ino = u64::try_from(fields.next()?.ok()?).ok()?;
+                Some((dev, ino, fields.next()?.ok()?))
+            })
+            .collect();
+        stale.push((path, ids));
+    }
+    stale
+}
+
+/// `O_NOFOLLOW | O_NONBLOCK` on an [`std::fs::OpenOptions`].
+trait NoFollow {
+    fn custom_flags_nofollow(&mut self) -> &mut Self;
+}
+
+impl NoFollow for std::fs::OpenOptions {
+    fn custom_flags_nofollow(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
+    }
+}
+
+/// Write `<pid>-<16 hex>.baseline` in `dir`.
+fn write_baseline(dir: &Path, ids: &HashSet<Id>) -> Result<PathBuf, GitGuardError> {
+    let path = dir.join(format!(
+        "{}-{:016x}.baseline",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    let fail = |source: io::Error| GitGuardError::Baseline {
+        path: path.clone(),
+        source,
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags_nofollow()
+        .open(&path)
+        .map_err(fail)?;
+    let stat = fstat(&file).map_err(|e| fail(e.into()))?;
+    if crate::roots::file_type(&stat) != SFlag::S_IFREG {
+        return Err(fail(io::Error::from(io::ErrorKind::InvalidInput)));
+    }
+    let mut text = String::new();
+    for (dev, ino, born) in ids {
+        text.push_str(&format!("{dev} {ino} {born}\n"));
+    }
+    file.write_all(text.as_bytes()).map_err(fail)?;
+    Ok(path)
+}
+
+/// Whether creating or changing `path` (canonical, below `root`) makes or changes git
+/// metadata: a component below `root` named `.git`, or an entry that would give a directory
+/// from `root` down the signature of a git directory (`HEAD` + `objects` + `refs`, or `HEAD`
+/// + `commondir`) with the entries it already has. Looks at each ancestor once (O(depth)).
+pub fn makes_git_metadata(path: &Path, root: &Path) -> bool {
+    let Some(rel) = strip_root(path, root, false) else {
+        return false;
+    };
+    if rel.components().any(|c| c.as_os_str() == ".git") {
+        return true;
+    }
+    let mut dir = path;
+    while let Some(parent) = dir.parent() {
+        if strip_root(parent, root, false).is_none() {
+            break;
+        }
+        let added = dir.file_name().map(OsStr::as_bytes);
+        let has = |name: &str| {
+            added == Some(name.as_bytes()) || std::fs::symlink_metadata(parent.join(name)).is_ok()
+        };
+        if has("HEAD") && ((has("objects") && has("refs")) || has("commondir")) {
+            return true;
+        }
+        dir = parent;
+    }
+    false
+}
+
+/// The text appended to a command's result when the guard neutralised something, with paths
+/// shown as `shown` maps them (a container names the workspace differently from the host).
+pub fn quarantine_note(
+    quarantined: &[Quarantined],
+    shown: impl Fn(&Path) -> PathBuf,
+) -> Option<String> {
+    if quarantined.is_empty() {
+        return None;
+    }
+    let mut note = String::from(
+        "Cordon quarantined git metadata this session created (host git would run hooks and \
+         programs named in its config):",
+    );
+    for entry in quarantined {
+        note.push_str(&format!(
+            "\n  {} -> {}",
+            shown(&entry.path).display(),
+            shown(&entry.renamed_to).display()
+        ));
+    }
+    note.push_str(
+        "\nDo not create git repositories inside the workspace; the operator can allow nested \
+         repositories with `nested_git = \"allow\"` in the policy's [filesystem] section.",
+    );
+    Some(note)
+}
+
+#[cfg(test)]
+#[path = "git_guard_tests.rs"]
+mod tests;

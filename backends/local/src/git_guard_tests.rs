@@ -1,0 +1,225 @@
+use super::*;
+
+fn mkdirs(path: &Path) {
+    std::fs::create_dir_all(path).unwrap();
+}
+
+fn touch(path: &Path) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, "ref: refs/heads/main\n").unwrap();
+}
+
+/// A git directory's signature at `dir`.
+fn git_dir_layout(dir: &Path) {
+    touch(&dir.join("HEAD"));
+    mkdirs(&dir.join("objects"));
+    mkdirs(&dir.join("refs"));
+}
+
+fn root() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap().join("ws");
+    mkdirs(&root);
+    (dir, root)
+}
+
+#[test]
+fn existing_metadata_is_recorded_and_protected_new_metadata_is_quarantined() {
+    let (_tmp, ws) = root();
+    git_dir_layout(&ws.join(".git"));
+    git_dir_layout(&ws.join("vendor/lib/.git"));
+    touch(&ws.join("sub/.git")); // a gitfile (submodule)
+    git_dir_layout(&ws.join("fixtures/bare.git"));
+    let (mut guard, quarantined) = GitGuard::start(std::slice::from_ref(&ws), &[], None).unwrap();
+    assert!(quarantined.is_empty());
+    assert_eq!(
+        guard.protected_paths(),
+        vec![
+            ws.join(".git"),
+            ws.join("fixtures/bare.git"),
+            ws.join("sub/.git"),
+            ws.join("vendor/lib/.git"),
+        ]
+    );
+    assert!(guard.sweep().unwrap().is_empty());
+
+    // A command makes a nested repository and turns a plain directory into a bare one.
+    git_dir_layout(&ws.join("src/.git"));
+    touch(&ws.join("src/.git/config"));
+    git_dir_layout(&ws.join("docs"));
+    let quarantined = guard.sweep().unwrap();
+    assert_eq!(
+        quarantined,
+        vec![
+            Quarantined {
+                path: ws.join("docs"),
+                kind: GitKind::GitDir,
+                renamed_to: ws.join("docs/HEAD.cordon-quarantine"),
+            },
+            Quarantined {
+                path: ws.join("src/.git"),
+                kind: GitKind::DotGit,
+                renamed_to: ws.join("src/.git.cordon-quarantine"),
+            },
+        ]
+    );
+    assert!(!ws.join("src/.git").exists());
+    assert!(ws.join("src/.git.cordon-quarantine/config").exists());
+    // The renamed directory is not a git directory either.
+    assert!(
+        ws.join("src/.git.cordon-quarantine/HEAD.cordon-quarantine")
+            .exists()
+    );
+    assert!(!ws.join("docs/HEAD").exists());
+    // The operator's metadata is untouched.
+    assert!(ws.join("vendor/lib/.git/HEAD").exists());
+    assert!(ws.join("fixtures/bare.git/HEAD").exists());
+    assert!(guard.sweep().unwrap().is_empty());
+
+    // Again: the quarantine name is taken, the next one is used.
+    git_dir_layout(&ws.join("src/.git"));
+    let again = guard.sweep().unwrap();
+    assert_eq!(again[0].renamed_to, ws.join("src/.git.cordon-quarantine-2"));
+}
+
+#[test]
+fn a_replaced_operator_repository_counts_as_new_and_symlinks_are_not_followed() {
+    let (tmp, ws) = root();
+    let outside = tmp.path().canonicalize().unwrap().join("outside");
+    git_dir_layout(&outside.join("repo/.git"));
+    touch(&ws.join("a/.git"));
+    std::os::unix::fs::symlink(outside.join("repo"), ws.join("link")).unwrap();
+    let (mut guard, _) = GitGuard::start(std::slice::from_ref(&ws), &[], None).unwrap();
+    assert_eq!(guard.protected_paths(), vec![ws.join("a/.git")]);
+    // Replaced by a new inode: not the operator's any more.
+    std::fs::remove_file(ws.join("a/.git")).unwrap();
+    touch(&ws.join("a/.git"));
+    let quarantined = guard.sweep().unwrap();
+    assert_eq!(quarantined.len(), 1);
+    assert_eq!(quarantined[0].path, ws.join("a/.git"));
+    // Nothing outside the root was touched through the link.
+    assert!(outside.join("repo/.git/HEAD").exists());
+}
+
+#[test]
+fn a_root_that_is_a_git_directory_protects_its_entries() {
+    let (_tmp, ws) = root();
+    git_dir_layout(&ws);
+    touch(&ws.join("config"));
+    let (guard, _) = GitGuard::start(std::slice::from_ref(&ws), &[], None).unwrap();
+    assert_eq!(
+        guard.protected_paths(),
+        vec![
+            ws.join("HEAD"),
+            ws.join("config"),
+            ws.join("objects"),
+            ws.join("refs"),
+        ]
+    );
+}
+
+#[test]
+fn a_bare_layout_made_in_the_root_is_quarantined_and_placeholders_are_skipped() {
+    let (_tmp, ws) = root();
+    let (mut guard, _) = GitGuard::start(std::slice::from_ref(&ws), &[], None).unwrap();
+    // A sandbox placeholder at a missing protected `.git`.
+    std::fs::create_dir(ws.join(".git")).unwrap();
+    std::fs::set_permissions(
+        ws.join(".git"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o1500),
+    )
+    .unwrap();
+    assert!(guard.sweep().unwrap().is_empty());
+    touch(&ws.join("HEAD"));
+    touch(&ws.join("commondir"));
+    let quarantined = guard.sweep().unwrap();
+    assert_eq!(quarantined.len(), 1);
+    assert_eq!(quarantined[0].renamed_to, ws.join("HEAD.cordon-quarantine"));
+}
+
+#[test]
+fn a_dead_session_s_leftovers_are_quarantined_at_the_next_start() {
+    let (tmp, ws) = root();
+    let state = tmp.path().join("state");
+    mkdirs(&state);
+    git_dir_layout(&ws.join("old/.git"));
+    // A session whose process is gone knew only `old/.git`.
+    let meta = std::fs::symlink_metadata(ws.join("old/.git")).unwrap();
+    std::fs::write(
+        state.join(format!("{}-0000000000000000.baseline", i32::MAX)),
+        {
+            let (dev, ino, born) = id_of(&meta);
+            format!("{dev} {ino} {born}\n")
+        },
+    )
+    .unwrap();
+    git_dir_layout(&ws.join("left/.git"));
+    let (mut guard, quarantined) =
+        GitGuard::start(std::slice::from_ref(&ws), &[], Some(&state)).unwrap();
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    assert_eq!(quarantined[0].path, ws.join("left/.git"));
+    assert_eq!(guard.protected_paths(), vec![ws.join("old/.git")]);
+    // Only this guard's baseline is left; a clean finish removes it.
+    let files: Vec<_> = std::fs::read_dir(&state).unwrap().flatten().collect();
+    assert_eq!(files.len(), 1);
+    assert!(
+        files[0]
+            .file_name()
+            .to_string_lossy()
+            .starts_with(&format!("{}-", std::process::id()))
+    );
+    guard.finish().unwrap();
+    assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
+}
+
+#[test]
+fn the_note_names_each_rename_and_the_policy_setting() {
+    let note = quarantine_note(
+        &[Quarantined {
+            path: PathBuf::from("/w/src/.git"),
+            kind: GitKind::DotGit,
+            renamed_to: PathBuf::from("/w/src/.git.cordon-quarantine"),
+        }],
+        Path::to_path_buf,
+    )
+    .unwrap();
+    assert!(
+        note.contains("/w/src/.git -> /w/src/.git.cordon-quarantine"),
+        "{note}"
+    );
+    assert!(note.contains("nested_git = \"allow\""), "{note}");
+    assert_eq!(quarantine_note(&[], Path::to_path_buf), None);
+}
+
+#[test]
+fn an_exempt_workspace_git_is_neither_recorded_nor_quarantined() {
+    let (_tmp, ws) = root();
+    let (mut guard, _) =
+        GitGuard::start(std::slice::from_ref(&ws), &[ws.join(".git")], None).unwrap();
+    git_dir_layout(&ws.join(".git"));
+    assert!(guard.sweep().unwrap().is_empty());
+    assert!(guard.protected_paths().is_empty());
+    assert!(ws.join(".git/HEAD").exists());
+}
+
+#[test]
+fn writes_that_make_git_metadata_are_recognised() {
+    let (_tmp, ws) = root();
+    mkdirs(&ws.join("data/objects"));
+    mkdirs(&ws.join("data/refs"));
+    touch(&ws.join("plain/HEAD"));
+    for (rel, makes) in [
+        ("src/.git/config", true),
+        (".git", true),
+        ("data/HEAD", true),
+        ("data/other", false),
+        ("plain/commondir", true),
+        ("plain/objects/x", false),
+        ("plain/sub/HEAD", false),
+        ("gitignore/.gitignore", false),
+    ] {
+        assert_eq!(makes_git_metadata(&ws.join(rel), &ws), makes, "{rel}");
+    }
+    // Above the root nothing counts.
+    assert!(!makes_git_metadata(&ws.join("x"), &ws.join("data/objects")));
+}
