@@ -81,6 +81,9 @@ impl GlobMatcher {
     }
 }
 
+/// Longest glob a policy may give (globset compiles each into a regex).
+pub const MAX_GLOB_BYTES: usize = 4096;
+
 fn build(pattern: &str) -> Result<GlobMatcher, globset::Error> {
     let glob = GlobBuilder::new(pattern)
         .literal_separator(true)
@@ -98,6 +101,14 @@ impl PathGlob {
         let bad = |message: &str| map.bad_glob(offset, text, message.to_owned());
         if text.is_empty() {
             return Err(bad("a glob must not be empty"));
+        }
+        if text.len() > MAX_GLOB_BYTES {
+            let prefix: String = text.chars().take(64).collect();
+            return Err(map.bad_glob(
+                offset,
+                &prefix,
+                format!("a glob must not be longer than {MAX_GLOB_BYTES} bytes"),
+            ));
         }
         let (anchor, rest) = if text == "~" {
             (Anchor::Home, "")

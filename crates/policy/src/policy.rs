@@ -719,6 +719,9 @@ impl CompiledPolicy {
     }
 }
 
+/// Longest redaction pattern a policy may give.
+const MAX_PATTERN_BYTES: usize = 4096;
+
 fn line_or_zero<T>(value: Option<&Spanned<T>>, map: &SourceMap) -> usize {
     value.map_or(0, |value| map.line(value.span().start))
 }
@@ -1186,6 +1189,13 @@ fn compile_redact(
     for pattern in redact.patterns.iter().flat_map(|list| list.get_ref()) {
         let offset = pattern.span().start;
         let text = pattern.get_ref();
+        if text.len() > MAX_PATTERN_BYTES {
+            return Err(map.bad_regex(
+                offset,
+                &text.chars().take(64).collect::<String>(),
+                format!("the pattern is longer than {MAX_PATTERN_BYTES} bytes"),
+            ));
+        }
         // Parsed, not compiled: every pattern is compiled once, into the redactor's single
         // alternation; loading a policy (paid by every `cordon exec`) builds no automaton.
         let hir = regex_syntax::Parser::new()

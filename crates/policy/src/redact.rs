@@ -11,7 +11,7 @@
 use cordon_core::hooks::ResultOverride;
 use cordon_core::protocol::Content;
 use cordon_core::tool::AgentToolResult;
-use regex::Regex;
+use regex::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
 /// What replaces a secret.
@@ -19,6 +19,10 @@ pub const REDACTED: &str = "[REDACTED]";
 
 /// Environment values shorter than this many characters are not redacted.
 pub const MIN_ENV_VALUE_CHARS: usize = 8;
+
+/// Largest compiled redaction automaton (bytes): a pattern like `\w{1000}{1000}` is refused
+/// when the policy loads instead of taking the memory it asks for.
+pub const REGEX_SIZE_LIMIT: usize = 16 << 20;
 
 /// A compiled set of secrets to remove.
 #[derive(Clone, Debug, Default)]
@@ -42,7 +46,12 @@ impl Redactor {
             return Ok(Redactor { regex: None });
         }
         Ok(Redactor {
-            regex: Some(Regex::new(&alternatives.join("|"))?),
+            regex: Some(
+                RegexBuilder::new(&alternatives.join("|"))
+                    .size_limit(REGEX_SIZE_LIMIT)
+                    .dfa_size_limit(REGEX_SIZE_LIMIT)
+                    .build()?,
+            ),
         })
     }
 

@@ -15,6 +15,8 @@ mod differential;
 mod errors;
 #[path = "all/explain.rs"]
 mod explain;
+#[path = "all/fuzz.rs"]
+mod fuzz;
 #[path = "all/obfuscation.rs"]
 mod obfuscation;
 #[path = "all/properties.rs"]

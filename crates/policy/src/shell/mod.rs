@@ -55,6 +55,20 @@ pub const MAX_OPENERS: usize = 2_000;
 /// (everyday commands on a 2 MiB tokio worker), else on a fresh stack of this size
 /// (reserved, only touched pages are committed).
 pub const ANALYSIS_STACK_BYTES: usize = 256 << 20;
+/// Steps every analysis may take, plus [`STEPS_PER_BYTE`] per byte of the script, at most
+/// [`MAX_STEPS`]: a step is a token or word piece the parser tries (its grammars backtrack,
+/// exponentially on unclosed constructs like `((((…` or `{a,{a,…`) or a word the analyser
+/// copies while unwrapping. A script that needs more is unanalysable ("too complex"), which
+/// bounds the time and memory one analysis can take.
+pub const BASE_STEPS: u64 = 100_000;
+/// See [`BASE_STEPS`]. Real scripts take 1–10 steps per byte (measured on the repository's
+/// scripts and 60 system shell scripts, up to 28 KB).
+pub const STEPS_PER_BYTE: u64 = 32;
+/// See [`BASE_STEPS`].
+pub const MAX_STEPS: u64 = 4_000_000;
+/// How many programs may wrap one another (`env nice timeout … git`) before the command is
+/// unanalysable.
+pub const MAX_CHAIN: usize = 64;
 /// The share of [`ANALYSIS_STACK_BYTES`] one nesting level may use (128 KiB).
 const STACK_PER_LEVEL: usize = ANALYSIS_STACK_BYTES / MAX_OPENERS;
 
@@ -148,6 +162,9 @@ pub struct ScriptAnalysis {
     pub commands: Vec<SimpleCommand>,
     /// Why parts of the script cannot be analysed; empty when the analysis is complete.
     pub unanalysable: Vec<String>,
+    /// Steps of the budget the analysis used (see [`BASE_STEPS`]).
+    #[serde(skip)]
+    pub steps: u64,
 }
 
 impl ScriptAnalysis {
@@ -157,11 +174,35 @@ impl ScriptAnalysis {
     }
 }
 
-/// Analyse a bash script.
+/// The step budget [`analyse_script`] gives a script of `len` bytes.
+pub fn step_budget(len: usize) -> u64 {
+    BASE_STEPS
+        .saturating_add(STEPS_PER_BYTE.saturating_mul(len as u64))
+        .min(MAX_STEPS)
+}
+
+/// Analyse a bash script, within the step budget for its size ([`step_budget`]).
 pub fn analyse_script(script: &str) -> ScriptAnalysis {
+    analyse_script_within(script, step_budget(script.len()))
+}
+
+/// Analyse a bash script within `steps` (see [`BASE_STEPS`]). When they run out the analysis
+/// stops: the commands found so far are kept (a deny rule still matches them) and the script
+/// is unanalysable as too complex.
+pub fn analyse_script_within(script: &str, steps: u64) -> ScriptAnalysis {
+    let budget = brush_parser::budget::Budget::start(steps);
     let mut analyser = Analyser::default();
     analyser.script(script, 0);
-    analyser.out
+    let mut out = analyser.out;
+    if brush_parser::budget::exhausted() {
+        // What failed after the budget ran out failed because of it.
+        out.unanalysable = vec![format!(
+            "the script is too complex to analyse (it needs more than {steps} parser steps); split it into simpler commands"
+        )];
+    }
+    out.steps = steps - brush_parser::budget::remaining();
+    drop(budget);
+    out
 }
 
 /// A word after expansion analysis, before it becomes an argv [`Word`].
@@ -210,6 +251,9 @@ impl Analyser {
     }
 
     fn script(&mut self, text: &str, depth: usize) {
+        if brush_parser::budget::exhausted() {
+            return;
+        }
         if depth > MAX_DEPTH {
             self.opaque(format!(
                 "commands are nested more than {MAX_DEPTH} levels deep (bash -c, eval, $(…))"
@@ -545,6 +589,15 @@ impl Analyser {
     }
 
     fn run_with_tail(&mut self, argv: Vec<Word>, open_tail: bool, depth: usize) {
+        // Unwrapping copies the words once per wrapper: charge them. Without steps left the
+        // command is still recorded as written (a deny rule may match it), not unwrapped.
+        let unwrap = brush_parser::budget::charge(argv.len() as u64 + 1);
+        if self.via.len() >= MAX_CHAIN {
+            self.opaque(format!(
+                "more than {MAX_CHAIN} programs run one another around one command"
+            ));
+            return;
+        }
         if self.out.commands.len() >= MAX_COMMANDS {
             self.opaque(format!("the script has more than {MAX_COMMANDS} commands"));
             return;
@@ -573,7 +626,11 @@ impl Analyser {
             open_tail,
             via: Vec::new(),
         };
-        wrappers::normalise(self, command, depth);
+        if unwrap {
+            wrappers::normalise(self, command, depth);
+        } else {
+            self.record(command, depth);
+        }
     }
 
     fn record(&mut self, mut command: SimpleCommand, depth: usize) {
@@ -1237,6 +1294,60 @@ mod tests {
         assert_eq!(opener_count("if (a) { b; } fi [x]"), 4);
         assert_eq!(opener_count("echo '((((((('"), 0);
         assert_eq!(opener_count("for x in a; do case y in z) ;; esac; done"), 2);
+    }
+
+    #[test]
+    fn pathological_scripts_run_out_of_budget_instead_of_time() {
+        let cases = [
+            "(".repeat(26),
+            "(".repeat(30),
+            format!("echo {}", "{".repeat(18)),
+            format!("echo {}", "{a,".repeat(16)),
+            format!("echo {}x{}", "{".repeat(20), "}".repeat(20)),
+            format!("cat <<EOF\n{}\nEOF\n", "$(echo ".repeat(17)),
+        ];
+        for script in &cases {
+            let analysis = analyse_script(script);
+            assert!(analysis.steps <= step_budget(script.len()), "{script}");
+            assert_eq!(
+                analysis.unanalysable,
+                [format!(
+                    "the script is too complex to analyse (it needs more than {} parser steps); split it into simpler commands",
+                    step_budget(script.len())
+                )],
+                "{script}"
+            );
+        }
+        let wrappers = "env ".repeat(8_000) + "git push";
+        let analysis = analyse_script(&wrappers);
+        assert!(
+            analysis.unanalysable[0].contains("more than 64 programs run one another"),
+            "{:?}",
+            analysis.unanalysable
+        );
+        // A command found before the budget ran out is still judged by the rules.
+        let analysis = analyse_script(&format!("git push; echo {}", "{a,".repeat(16)));
+        assert_eq!(analysis.commands[0].to_string(), "git push");
+        assert!(analysis.unanalysable[0].contains("too complex"));
+    }
+
+    #[test]
+    fn the_budget_scales_with_the_script_and_is_capped() {
+        assert_eq!(step_budget(0), BASE_STEPS);
+        assert_eq!(step_budget(1000), BASE_STEPS + 1000 * STEPS_PER_BYTE);
+        assert_eq!(step_budget(MAX_SCRIPT_BYTES), MAX_STEPS);
+        // Everyday scripts stay far below it.
+        let script = "set -euo pipefail\nfor f in src/*.rs; do\n  if grep -q TODO \"$f\"; then echo \"$f\"; fi\ndone\ncargo test --workspace 2>&1 | tail -n 20\n";
+        let analysis = analyse_script(script);
+        assert!(analysis.is_complete(), "{:?}", analysis.unanalysable);
+        assert!(
+            analysis.steps < step_budget(script.len()) / 10,
+            "{}",
+            analysis.steps
+        );
+        // The same script with a budget too small for it.
+        let analysis = analyse_script_within(script, 50);
+        assert!(analysis.unanalysable[0].contains("more than 50 parser steps"));
     }
 
     #[test]

@@ -385,3 +385,51 @@ fn nested_git_accepts_only_quarantine_or_allow() {
         "`filesystem.nested_git` must be \"quarantine\" or \"allow\", found \"sometimes\"",
     );
 }
+
+#[test]
+fn oversized_globs_and_patterns_are_refused_when_the_policy_loads() {
+    let glob = "a".repeat(5000);
+    check(
+        &format!("version = 1\n[filesystem]\nread = [\"{glob}\"]\n"),
+        "bad glob",
+        3,
+        9,
+        "longer than 4096 bytes",
+    );
+    let pattern = "a".repeat(5000);
+    check(
+        &format!("version = 1\n[redact]\npatterns = [\"{pattern}\"]\n"),
+        "bad regex",
+        3,
+        13,
+        "longer than 4096 bytes",
+    );
+    // Short to write, huge to compile.
+    check(
+        "version = 1\n[redact]\npatterns = [\"\\\\w{1000}{1000}\"]\n",
+        "bad regex",
+        3,
+        13,
+        "size limit",
+    );
+}
+
+#[test]
+fn pathological_match_examples_are_judged_within_the_budget() {
+    // Exponential for the parser without a budget (minutes); bounded here.
+    let example = format!("git push {}", "{a,".repeat(16));
+    let text = format!(
+        "version = 1\n[[rules]]\ncommand = [\"git\", \"push\"]\ndecision = \"deny\"\nmatch = [\"{example}\"]\n"
+    );
+    let policy = cordon_policy::CompiledPolicy::from_toml("p.toml", &text, &Default::default())
+        .expect("the example's `git push` is found before the budget runs out");
+    let decision = crate::support::bash(&policy, &example);
+    assert_eq!(decision.decision, cordon_policy::Decision::Deny);
+    assert!(
+        decision
+            .unanalysable
+            .as_deref()
+            .is_some_and(|flag| flag.contains("too complex")),
+        "{decision:?}"
+    );
+}
