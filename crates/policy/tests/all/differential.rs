@@ -72,6 +72,23 @@ const SCRIPTS: &[&str] = &[
     "frob --flag | cargo build 2>&1 | git filter",
     "bash -c \"bash -c 'sh -c \\\"git deep\\\"'\"",
     "env -S 'git split' extra",
+    // Programs that run a program from their arguments (util-linux, coreutils, tar, busybox).
+    "prlimit --nofile=64 git prl",
+    "setarch x86_64 -R git sa",
+    "linux32 git l32",
+    "x86_64 git x64",
+    "chrt -o 0 git chrt",
+    "taskset -c 0 git ts",
+    "ionice -c 3 git io",
+    "script -qc 'git scr' /dev/null",
+    "flock lk git fl",
+    "nohup git nh",
+    "sg root -c 'git sg'",
+    "touch f; tar -cf a.tar f; tar --to-command='git tar' -xf a.tar",
+    "busybox env git bb",
+    "echo x | sed '1e git sed'",
+    "mawk 'BEGIN { system(\"git awk\") }'",
+    "env -S 'GIT_PAGER=frob git split-env'",
 ];
 
 fn stub_dir(dir: &Path, log: &Path) {
