@@ -228,9 +228,14 @@ pub(crate) async fn copy_out(
                 .components()
                 .filter(|c| !matches!(c, std::path::Component::CurDir))
                 .collect();
+            // Protected paths are never written back: the mounted directories, and every
+            // other path a protected glob names (a protected file such as the session's own
+            // policy file is only a copy in the container's volume, writable there).
+            let in_container = workspace.join(&rel);
             if rel.as_os_str().is_empty()
                 || protected.iter().any(|p| rel.starts_with(p))
-                || rules.is_denied(&workspace.join(&rel))
+                || rules.is_protected(&in_container)
+                || rules.is_denied(&in_container)
             {
                 continue;
             }

@@ -531,6 +531,44 @@ fn docker_a_policy_file_inside_the_workspace_is_read_only_to_the_container() {
     policy_in_workspace_is_read_only(&["--backend", "docker"], &[("DOCKER_HOST", &host)], true);
 }
 
+#[test]
+fn docker_copy_mode_never_copies_a_changed_policy_file_back() {
+    if std::env::var("CORDON_SKIP_DOCKER").as_deref() == Ok("1") {
+        eprintln!("CORDON_SKIP_DOCKER=1: not testing the docker backend");
+        return;
+    }
+    let host = cordon_tests::infra::docker_host().unwrap_or_else(|error| panic!("{error}"));
+    let setup = Setup::new();
+    let policy = setup.ws.join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    // The container works on a copy; what matters is that the host file is never replaced.
+    let calls = [
+        (
+            "write",
+            json!({"path": "policy.toml", "content": "version = 1\n"}),
+        ),
+        (
+            "bash",
+            json!({"command": "echo '[network]' >> policy.toml; echo changed > other.txt"}),
+        ),
+    ];
+    let ends = replay(
+        &setup.outside,
+        &setup.ws,
+        &policy,
+        &calls,
+        &["--backend", "docker", "--workspace-mode", "copy"],
+        &[("DOCKER_HOST", &host)],
+    );
+    assert_eq!(ends[0]["isError"], true, "{:#}", ends[0]);
+    assert_eq!(std::fs::read_to_string(&policy).unwrap(), POLICY);
+    assert_eq!(
+        std::fs::read_to_string(setup.ws.join("other.txt")).unwrap(),
+        "changed\n",
+        "the copy-out ran"
+    );
+}
+
 /// A tmpfs of `size` mounted on a fresh directory, unmounted (and the directory removed) on
 /// drop.
 struct Tmpfs {
