@@ -177,3 +177,90 @@ fn every_program_bash_runs_is_found_or_the_script_is_unanalysable() {
     // The harness really ran the stubs (guards against a test that cannot fail).
     assert!(total >= 45, "only {total} stub invocations were logged");
 }
+
+/// Scripts in which the real git runs the stub `frob` through a setting or a variable.
+const GIT_SCRIPTS: &[&str] = &[
+    "GIT_EXTERNAL_DIFF=frob git diff",
+    "export GIT_EXTERNAL_DIFF=frob; git diff",
+    "env GIT_EXTERNAL_DIFF=frob git diff",
+    "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=diff.external GIT_CONFIG_VALUE_0=frob git diff",
+    "git -c diff.external=frob diff",
+    "git -c alias.d=diff -c diff.external=frob d",
+    "git -c alias.x='!frob alias' x",
+    "git -c core.editor=frob commit --allow-empty",
+    "GIT_EDITOR=frob git commit --allow-empty",
+    "git -c core.fsmonitor=frob status",
+];
+
+#[test]
+fn every_program_git_runs_is_found_or_the_script_is_unanalysable() {
+    let bash = ["/bin/bash", "/usr/bin/bash"]
+        .into_iter()
+        .find(|path| Path::new(path).exists())
+        .expect("bash is required for the differential test (install bash)");
+    assert!(
+        Path::new("/usr/bin/git").exists(),
+        "git is required for the differential test (install git)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let log = dir.path().join("log");
+    // Only `frob` is a stub: git is the real one.
+    stub_dir(&bin, &log);
+    std::fs::remove_file(bin.join("git")).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let run = |script: &str| {
+        Command::new(bash)
+            .arg("-c")
+            .arg(script)
+            .current_dir(&work)
+            .env_clear()
+            .env("PATH", &path)
+            .env("HOME", &work)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+    };
+    let setup = run("git init -q && echo a > a && git add a && git commit -qm a && echo b > a");
+    assert!(setup.success(), "failed to set up the repository");
+    let mut total = 0;
+    let mut failures = Vec::new();
+    for script in GIT_SCRIPTS {
+        let _ = std::fs::remove_file(&log);
+        let _ = run(script);
+        let ran = std::fs::read_to_string(&log).unwrap_or_default();
+        let analysis = analyse_script(script);
+        for line in ran.lines() {
+            total += 1;
+            let argv: Vec<String> = line.split(' ').map(str::to_owned).collect();
+            let found = !analysis.is_complete()
+                || analysis
+                    .commands
+                    .iter()
+                    .any(|command| command.program == argv[0]);
+            if !found {
+                failures.push(format!(
+                    "{script:?} ran `{line}`, analysis found {:?}",
+                    analysis
+                        .commands
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // git really ran the stub for most scripts (guards against a test that cannot fail).
+    assert!(total >= 8, "only {total} stub invocations were logged");
+}
