@@ -84,6 +84,7 @@ macro_rules! conformance_tests {
                     hidden_files_gitignore_and_git_excluded,
                     limit_notice,
                     no_files_and_invalid_glob,
+                    control_characters_in_names_are_escaped,
                 ],
                 bash: [
                     merged_output_and_structured_content,

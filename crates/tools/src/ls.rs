@@ -16,6 +16,7 @@ use crate::bounds::MAX_PATH_CHARS;
 use crate::file_tool::{ABORTED, decode_args, whole_number};
 use crate::ops::{DirEntry, FileKind, FileOperations, FsError};
 use crate::paths::resolve_to_cwd;
+use crate::search_format::escape_name;
 use crate::truncate::{DEFAULT_MAX_BYTES, Limits, format_size, truncate_head};
 
 /// Entries listed when the model gives no `limit`.
@@ -179,7 +180,7 @@ fn format_listing(entries: Vec<DirEntry>, limit: u64) -> AgentToolResult {
         if index > 0 {
             text.push('\n');
         }
-        text.push_str(&entry.name);
+        text.push_str(&escape_name(&entry.name));
         match (entry.kind, &entry.error) {
             (Some(FileKind::Dir), _) => text.push('/'),
             (Some(FileKind::File | FileKind::Symlink | FileKind::Other), _) => {}
@@ -255,6 +256,15 @@ mod tests {
         let result = call(&tool(dir.path()), json!({})).await.unwrap();
         assert_eq!(text(&result), ".hidden-dir/\n.hidden-file\nvisible.txt");
         assert_eq!(result.details, None);
+    }
+
+    #[tokio::test]
+    async fn names_with_newlines_are_escaped_not_split() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("evil\nsecrets.txt"), "").unwrap();
+        std::fs::create_dir(dir.path().join("esc\u{1b}[2Jdir")).unwrap();
+        let result = call(&tool(dir.path()), json!({})).await.unwrap();
+        assert_eq!(text(&result), "esc\\x1b[2Jdir/\nevil\\nsecrets.txt");
     }
 
     #[tokio::test]

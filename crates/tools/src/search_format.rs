@@ -128,6 +128,36 @@ pub fn effective_limit(requested: Option<f64>, default: usize) -> usize {
     }
 }
 
+/// A file name (or path) as the model sees it in listings: control characters and the
+/// Unicode controls that reorder or hide text are escaped visibly (`\n`, `\r`, `\t`,
+/// `\x1b`, `\u{202e}`), and `\` becomes `\\` so the escape is unambiguous. A name holding a
+/// newline can therefore never pose as a separate entry of `ls`, `find` or `grep` output.
+pub fn escape_name(name: &str) -> std::borrow::Cow<'_, str> {
+    fn needs_escape(c: char) -> bool {
+        c == '\\'
+            || c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    }
+    if !name.chars().any(needs_escape) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 8);
+    for c in name.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x80 && needs_escape(c) => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if needs_escape(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// `path` relative to `base`, with `/` separators; `..` components where `path` is outside
 /// `base`. Both are absolute, lexically normalised paths.
 pub fn relative_path(path: &Path, base: &Path) -> String {
@@ -190,6 +220,7 @@ pub fn format_grep(
     let mut lines_truncated = false;
     'files: for file in &files {
         let name = grep_display_path(&file.path, search_path);
+        let name = escape_name(&name);
         let mut last_match: Option<u64> = None;
         for line in &file.lines {
             if line.is_match {
@@ -269,7 +300,7 @@ pub fn format_find(output: FindOutput, search_path: &Path, limit: usize) -> Form
     paths.truncate(limit);
     let text = paths
         .iter()
-        .map(|path| relative_path(path, search_path))
+        .map(|path| escape_name(&relative_path(path, search_path)).into_owned())
         .collect::<Vec<_>>()
         .join("\n");
     if limit_reached {
@@ -346,10 +377,10 @@ fn unreadable_note(errors: &[String], search_path: &Path, noun: &str) -> Option<
         .iter()
         .take(UNREADABLE_NAMED)
         .map(|error| {
-            let error = error.strip_prefix(&prefix).unwrap_or(error);
+            let error = escape_name(error.strip_prefix(&prefix).unwrap_or(error));
             match error.split_once(": ") {
                 Some((path, reason)) => format!("{path} ({reason})"),
-                None => error.to_owned(),
+                None => error.into_owned(),
             }
         })
         .collect();
@@ -481,6 +512,24 @@ mod tests {
             "src/a.rs:3: fn main() {}\nsrc/deep/b.rs:10: fn main2() {}"
         );
         assert_eq!(out.details, None);
+    }
+
+    #[test]
+    fn names_with_control_characters_cannot_pose_as_entries() {
+        assert_eq!(escape_name("plain name.rs"), "plain name.rs");
+        assert_eq!(
+            escape_name("a\nfake.rs\r\t\u{1b}[31m\\x\u{7f}\u{85}\u{202e}ok"),
+            "a\\nfake.rs\\r\\t\\x1b[31m\\\\x\\x7f\\u{85}\\u{202e}ok"
+        );
+        let found = find(&["/ws/evil\nsrc/main.rs", "/ws/ok.rs"], 10);
+        assert_eq!(found.text, "evil\\nsrc/main.rs\nok.rs");
+        let grepped = grep(
+            vec![file("/ws/x\n/ws/y.rs:1: fake", vec![line(1, "hit", true)])],
+            10,
+            0,
+        );
+        assert_eq!(grepped.text, "x\\n/ws/y.rs:1: fake:1: hit");
+        assert_eq!(grepped.text.lines().count(), 1);
     }
 
     #[test]

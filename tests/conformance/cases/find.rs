@@ -61,3 +61,23 @@ pub async fn no_files_and_invalid_glob(h: Arc<dyn Harness>) {
         .await
         .assert_error("Path not found: $ROOT/nope");
 }
+
+/// A file name holding a newline or an escape sequence cannot pose as extra entries: `find`,
+/// `grep` and `ls` print it escaped, on every backend.
+pub async fn control_characters_in_names_are_escaped(h: Arc<dyn Harness>) {
+    let ws = Workspace::open(&h).await;
+    ws.put("dir/evil\nfake-entry.txt", "needle\n");
+    ws.put("dir/esc\u{1b}[2J.txt", "needle\n");
+    ws.put("dir/plain.txt", "needle\n");
+    ws.call("find", json!({"pattern": "**/*.txt"}))
+        .await
+        .assert_ok("dir/esc\\x1b[2J.txt\ndir/evil\\nfake-entry.txt\ndir/plain.txt");
+    ws.call("grep", json!({"pattern": "needle", "path": "dir"}))
+        .await
+        .assert_ok(
+            "esc\\x1b[2J.txt:1: needle\nevil\\nfake-entry.txt:1: needle\nplain.txt:1: needle",
+        );
+    ws.call("ls", json!({"path": "dir"}))
+        .await
+        .assert_ok("esc\\x1b[2J.txt\nevil\\nfake-entry.txt\nplain.txt");
+}
