@@ -274,17 +274,24 @@ impl Inner {
         Ok(HelperExec::new(exec, op, path, None))
     }
 
-    async fn read_impl(&self, path: &Path, max: Option<usize>) -> Result<Vec<u8>, FsError> {
-        let mut exec = self
-            .helper(
-                "read",
-                path,
-                FileOp::Read {
-                    path: path.to_path_buf(),
-                    max,
-                },
-            )
-            .await?;
+    async fn read_impl(
+        &self,
+        path: &Path,
+        offset: u64,
+        max: Option<usize>,
+    ) -> Result<Vec<u8>, FsError> {
+        let op = match (offset, max) {
+            (1.., Some(max)) => FileOp::ReadRange {
+                path: path.to_path_buf(),
+                offset,
+                max,
+            },
+            _ => FileOp::Read {
+                path: path.to_path_buf(),
+                max,
+            },
+        };
+        let mut exec = self.helper("read", path, op).await?;
         let canon = match exec.expect_canon().await {
             Ok(canon) => canon,
             Err(e) => {
@@ -407,7 +414,7 @@ impl FileOperations for Inner {
     }
 
     async fn read_file(&self, path: &Path) -> Result<Vec<u8>, FsError> {
-        self.read_impl(path, None).await
+        self.read_impl(path, 0, None).await
     }
 
     async fn read_head(&self, path: &Path, max_bytes: usize) -> Result<Vec<u8>, FsError> {
@@ -416,7 +423,20 @@ impl FileOperations for Inner {
             self.metadata(path).await?;
             return Ok(Vec::new());
         }
-        self.read_impl(path, Some(max_bytes)).await
+        self.read_impl(path, 0, Some(max_bytes)).await
+    }
+
+    async fn read_range(
+        &self,
+        path: &Path,
+        offset: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, FsError> {
+        if max_bytes == 0 {
+            self.metadata(path).await?;
+            return Ok(Vec::new());
+        }
+        self.read_impl(path, offset, Some(max_bytes)).await
     }
 
     async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), FsError> {

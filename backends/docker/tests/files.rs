@@ -206,6 +206,17 @@ async fn atomic_write_keeps_mode_and_follows_inner_symlinks() {
             .expect("head"),
         &big[..10]
     );
+    for (offset, len) in [(0, 10), (1_000, 300_000), (2_999_990, 100), (3_000_000, 5)] {
+        let end = (offset + len).min(big.len());
+        assert_eq!(
+            files
+                .read_range(&p("/workspace/big.bin"), offset as u64, len)
+                .await
+                .expect("range"),
+            &big[offset..end],
+            "{offset}+{len}"
+        );
+    }
 
     let err = files
         .write_file(&p("/workspace/missing-dir/x"), b"x")

@@ -24,7 +24,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
@@ -240,9 +240,20 @@ impl Shared {
         })
     }
 
-    fn read_all(handle: ReadHandle, limit: Option<usize>, path: &Path) -> Result<Vec<u8>, FsError> {
+    /// Read from `offset` to the end of the file, or at most `limit` bytes.
+    fn read_all(
+        handle: ReadHandle,
+        offset: u64,
+        limit: Option<usize>,
+        path: &Path,
+    ) -> Result<Vec<u8>, FsError> {
         let ReadHandle { file, size } = handle;
-        let expected = usize::try_from(size).unwrap_or(usize::MAX);
+        if offset > 0 {
+            (&file)
+                .seek(io::SeekFrom::Start(offset))
+                .map_err(|e| FsError::from_io("read", path, e))?;
+        }
+        let expected = usize::try_from(size.saturating_sub(offset)).unwrap_or(usize::MAX);
         let mut buf = Vec::with_capacity(match limit {
             Some(limit) => limit.min(expected),
             None => expected.saturating_add(1),
@@ -805,11 +816,11 @@ impl FileOperations for LocalFiles {
         let path = self.shared.absolute(path);
         let handle = self.shared.open_for_read(&path)?;
         if handle.size <= INLINE_READ_LIMIT {
-            return Shared::read_all(handle, None, &path);
+            return Shared::read_all(handle, 0, None, &path);
         }
         let for_task = path.clone();
         self.blocking("read", &path, move |_| {
-            Shared::read_all(handle, None, &for_task)
+            Shared::read_all(handle, 0, None, &for_task)
         })
         .await
     }
@@ -818,11 +829,30 @@ impl FileOperations for LocalFiles {
         let path = self.shared.absolute(path);
         let handle = self.shared.open_for_read(&path)?;
         if handle.size.min(max_bytes as u64) <= INLINE_READ_LIMIT {
-            return Shared::read_all(handle, Some(max_bytes), &path);
+            return Shared::read_all(handle, 0, Some(max_bytes), &path);
         }
         let for_task = path.clone();
         self.blocking("read", &path, move |_| {
-            Shared::read_all(handle, Some(max_bytes), &for_task)
+            Shared::read_all(handle, 0, Some(max_bytes), &for_task)
+        })
+        .await
+    }
+
+    async fn read_range(
+        &self,
+        path: &Path,
+        offset: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, FsError> {
+        let path = self.shared.absolute(path);
+        let handle = self.shared.open_for_read(&path)?;
+        let wanted = handle.size.saturating_sub(offset).min(max_bytes as u64);
+        if wanted <= INLINE_READ_LIMIT {
+            return Shared::read_all(handle, offset, Some(max_bytes), &path);
+        }
+        let for_task = path.clone();
+        self.blocking("read", &path, move |_| {
+            Shared::read_all(handle, offset, Some(max_bytes), &for_task)
         })
         .await
     }

@@ -201,7 +201,12 @@ impl Inner {
         Ok(canonical)
     }
 
-    async fn read_impl(&self, path: &Path, max: Option<usize>) -> Result<Vec<u8>, FsError> {
+    async fn read_impl(
+        &self,
+        path: &Path,
+        start: u64,
+        max: Option<usize>,
+    ) -> Result<Vec<u8>, FsError> {
         let live = self.live_for("read", path).await?;
         let canonical = self.readable(&live, path).await?;
         let name = text("read", &canonical)?;
@@ -216,7 +221,7 @@ impl Inner {
             )
             .await?
             .handle;
-        let result = self.read_open(&live, &handle, path, max).await;
+        let result = self.read_open(&live, &handle, path, start, max).await;
         let closer = live.clone();
         tokio::spawn(async move {
             let _ = closer.sftp.close(handle).await;
@@ -229,6 +234,7 @@ impl Inner {
         live: &Live,
         handle: &str,
         path: &Path,
+        start: u64,
         max: Option<usize>,
     ) -> Result<Vec<u8>, FsError> {
         let attrs = self
@@ -241,17 +247,17 @@ impl Inner {
             });
         }
         let limit = max.unwrap_or(usize::MAX);
-        let size = usize::try_from(attrs.len())
+        let size = usize::try_from(attrs.len().saturating_sub(start))
             .unwrap_or(usize::MAX)
             .min(limit);
         let mut data = Vec::with_capacity(size.min(64 << 20));
         // Pipelined reads of the size fstat reported, then sequential reads until EOF (the
         // file may have grown) or the limit.
         let offsets: Vec<u64> = (0..size.div_ceil(CHUNK))
-            .map(|i| (i * CHUNK) as u64)
+            .map(|i| start + (i * CHUNK) as u64)
             .collect();
         let chunks: Vec<Vec<u8>> = futures::stream::iter(offsets.into_iter().map(|offset| {
-            let len = CHUNK.min(size - offset as usize) as u32;
+            let len = CHUNK.min(size - (offset - start) as usize) as u32;
             async move { read_chunk(live, handle, offset, len).await }
         }))
         .buffered(PIPELINE)
@@ -269,7 +275,7 @@ impl Inner {
         }
         while !short && data.len() < limit {
             let want = CHUNK.min(limit - data.len()) as u32;
-            let chunk = read_chunk(live, handle, data.len() as u64, want)
+            let chunk = read_chunk(live, handle, start + data.len() as u64, want)
                 .await
                 .map_err(|e| sftp_error("read", path, e))?;
             if chunk.is_empty() {
@@ -764,11 +770,20 @@ impl FileOperations for Inner {
     }
 
     async fn read_file(&self, path: &Path) -> Result<Vec<u8>, FsError> {
-        self.read_impl(path, None).await
+        self.read_impl(path, 0, None).await
     }
 
     async fn read_head(&self, path: &Path, max_bytes: usize) -> Result<Vec<u8>, FsError> {
-        self.read_impl(path, Some(max_bytes)).await
+        self.read_impl(path, 0, Some(max_bytes)).await
+    }
+
+    async fn read_range(
+        &self,
+        path: &Path,
+        offset: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, FsError> {
+        self.read_impl(path, offset, Some(max_bytes)).await
     }
 
     async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), FsError> {

@@ -72,6 +72,16 @@ pub struct Limits {
     pub open_files: Option<u64>,
     /// CPU seconds per command.
     pub cpu_time_secs: Option<u64>,
+    /// Largest file the `edit` tool loads (`None`: no limit).
+    #[serde(default = "default_edit_file_bytes")]
+    pub edit_file_bytes: Option<u64>,
+}
+
+/// Default of [`Limits::edit_file_bytes`]: 64 MiB.
+pub const DEFAULT_EDIT_FILE_BYTES: u64 = 64 << 20;
+
+fn default_edit_file_bytes() -> Option<u64> {
+    Some(DEFAULT_EDIT_FILE_BYTES)
 }
 
 impl Default for Limits {
@@ -85,6 +95,7 @@ impl Default for Limits {
             file_size_bytes: None,
             open_files: None,
             cpu_time_secs: None,
+            edit_file_bytes: default_edit_file_bytes(),
         }
     }
 }

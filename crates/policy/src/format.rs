@@ -70,6 +70,7 @@ pub(crate) struct RawLimits {
     pub file_size: Option<Spanned<ByteSize>>,
     pub open_files: Option<Spanned<Count>>,
     pub cpu_time: Option<Spanned<Count>>,
+    pub edit_file_size: Option<Spanned<ByteSize>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1094,6 +1094,7 @@ fn compile_limits(
         file_size,
         open_files,
         cpu_time,
+        edit_file_size,
     } = raw;
     let timeout_value = timeout
         .as_ref()
@@ -1144,6 +1145,9 @@ fn compile_limits(
     }
     if let Some(file_size) = &file_size {
         limits.file_size_bytes = positive(file_size, "file_size")?;
+    }
+    if let Some(edit_file_size) = &edit_file_size {
+        limits.edit_file_bytes = positive(edit_file_size, "edit_file_size")?;
     }
     let count = |value: &Spanned<crate::format::Count>, key: &str| -> Result<u64, PolicyError> {
         match value.get_ref().0 {

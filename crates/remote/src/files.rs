@@ -35,6 +35,16 @@ pub enum FileOp {
         /// Byte limit.
         max: Option<usize>,
     },
+    /// At most `max` bytes starting `offset` bytes into the file, on stdout (`canon`, data,
+    /// `ok`): one chunk of a file streamed by a tool, whatever the file's size.
+    ReadRange {
+        /// The file.
+        path: PathBuf,
+        /// Bytes to skip.
+        offset: u64,
+        /// Byte limit.
+        max: usize,
+    },
     /// Metadata following symlinks (`canon`, `stat`, `ok`).
     Stat(PathBuf),
     /// Directory entries (`canon`, `ent`…, `ok`).
@@ -98,6 +108,10 @@ pub(crate) fn op_words(roots: &[PathBuf], op: &FileOp) -> Result<Vec<String>, Re
                 path_arg(path)?,
                 max.map(|m| m.to_string()).unwrap_or_default(),
             ],
+        ),
+        FileOp::ReadRange { path, offset, max } => (
+            "read",
+            vec![path_arg(path)?, max.to_string(), offset.to_string()],
         ),
         FileOp::Stat(path) => ("stat", vec![path_arg(path)?]),
         FileOp::List(path) => ("list", vec![path_arg(path)?]),
@@ -554,6 +568,30 @@ mod tests {
                 "/cordon-spill".to_owned(),
                 "/workspace/a.txt".to_owned(),
                 "512".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn argv_for_a_read_range_ends_with_the_limit_and_the_offset() {
+        let argv = files_argv(
+            &[PathBuf::from("/workspace")],
+            &FileOp::ReadRange {
+                path: PathBuf::from("/workspace/a.txt"),
+                offset: 4_194_304,
+                max: 512,
+            },
+        )
+        .expect("valid");
+        assert_eq!(
+            argv[5..],
+            [
+                "read",
+                "1",
+                "/workspace",
+                "/workspace/a.txt",
+                "512",
+                "4194304"
             ]
         );
     }

@@ -56,7 +56,9 @@ pub(crate) fn build_tools(
                         })))
                     }
                 }
-                "edit" => Arc::new(EditTool::new(files.clone())),
+                "edit" => Arc::new(
+                    EditTool::new(files.clone()).with_max_file_bytes(spec.limits.edit_file_bytes),
+                ),
                 "write" => Arc::new(WriteTool::new(files.clone())),
                 "grep" => Arc::new(GrepTool::new(backend.search(), files.clone())),
                 "find" => Arc::new(FindTool::new(backend.search(), files.clone())),

@@ -93,6 +93,19 @@ impl FileOperations for MemFiles {
         data.truncate(max_bytes);
         Ok(data)
     }
+    async fn read_range(
+        &self,
+        path: &Path,
+        offset: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, FsError> {
+        let data = self.read_file(path).await?;
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(data.len());
+        let end = start.saturating_add(max_bytes).min(data.len());
+        Ok(data[start..end].to_vec())
+    }
     async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), FsError> {
         self.files
             .lock()

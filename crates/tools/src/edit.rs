@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
+use cordon_core::sandbox::DEFAULT_EDIT_FILE_BYTES;
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -23,6 +24,7 @@ use crate::file_tool::{ABORTED, decode_args, fs_error_text};
 use crate::ops::{FileKind, FileOperations, FsError};
 use crate::paths::resolve_to_cwd;
 use crate::queue::{finish_on_drop, with_mutation_queue_owned};
+use crate::truncate::format_size;
 
 const DESCRIPTION: &str = "Edit a single file using exact text replacement. Every \
 edits[].oldText must match a unique, non-overlapping region of the original file. If two \
@@ -88,6 +90,18 @@ pub enum EditError {
     /// The replacements cannot be applied (not found, ambiguous, overlapping, no change).
     #[error(transparent)]
     Replace(#[from] EditFailure),
+    /// The file is larger than the most `edit` loads.
+    #[error(
+        "Could not edit file: {path}. It is larger than {}, the most edit loads (policy \
+         `[limits] edit_file_size`). Use bash (e.g. sed -i) to change a file this large.",
+        format_size(usize::try_from(*max).unwrap_or(usize::MAX))
+    )]
+    TooLarge {
+        /// The path the model sent.
+        path: String,
+        /// The limit in bytes.
+        max: u64,
+    },
     /// The background task running the edit died (a panic in a backend).
     #[error(
         "Could not edit file: {path}. The edit stopped unexpectedly; read the file to check its \
@@ -229,12 +243,23 @@ fn owned_edits(edits: Option<Value>) -> Result<Vec<(String, String)>, EditError>
 /// The `edit` tool over one backend's [`FileOperations`].
 pub struct EditTool {
     files: Arc<dyn FileOperations>,
+    max_file_bytes: Option<u64>,
 }
 
 impl EditTool {
-    /// An `edit` tool editing through `files`.
+    /// An `edit` tool editing through `files`, loading files up to
+    /// [`DEFAULT_EDIT_FILE_BYTES`].
     pub fn new(files: Arc<dyn FileOperations>) -> Self {
-        EditTool { files }
+        EditTool {
+            files,
+            max_file_bytes: Some(DEFAULT_EDIT_FILE_BYTES),
+        }
+    }
+
+    /// The same tool refusing files over `max_file_bytes` (`None`: no limit).
+    pub fn with_max_file_bytes(mut self, max_file_bytes: Option<u64>) -> Self {
+        self.max_file_bytes = max_file_bytes;
+        self
     }
 
     /// What a call with `args` would change, without writing anything (reference
@@ -247,14 +272,7 @@ impl EditTool {
         let edits = owned_edits(edits)?;
         let absolute = resolve_to_cwd(&path, self.files.root(), self.files.home());
         check_target(&*self.files, &absolute, &path, false).await?;
-        let bytes = self
-            .files
-            .read_file(&absolute)
-            .await
-            .map_err(|source| EditError::Access {
-                path: path.clone(),
-                source,
-            })?;
+        let bytes = read_bounded(&*self.files, &absolute, &path, self.max_file_bytes).await?;
         let heavy = bytes.len() >= BLOCKING_THRESHOLD;
         let shown = path.clone();
         let compute = move || {
@@ -280,6 +298,35 @@ async fn run_cpu_bound<T: Send + 'static>(
             path: path.to_owned(),
         })
     })
+}
+
+/// The whole file, unless it is larger than `max` bytes: one byte more than the limit is read
+/// to tell, so memory stays bounded even if the file grows between a size check and the read.
+async fn read_bounded(
+    files: &dyn FileOperations,
+    absolute: &Path,
+    path: &str,
+    max: Option<u64>,
+) -> Result<Vec<u8>, EditError> {
+    let access = |source: FsError| EditError::Access {
+        path: path.to_owned(),
+        source,
+    };
+    let Some(max) = max else {
+        return files.read_file(absolute).await.map_err(access);
+    };
+    let wanted = usize::try_from(max.saturating_add(1)).unwrap_or(usize::MAX);
+    let bytes = files
+        .read_range(absolute, 0, wanted)
+        .await
+        .map_err(access)?;
+    if bytes.len() as u64 > max {
+        return Err(EditError::TooLarge {
+            path: path.to_owned(),
+            max,
+        });
+    }
+    Ok(bytes)
 }
 
 /// Check that `absolute` is a regular file, and writable when `for_write`.
@@ -402,6 +449,7 @@ impl AgentTool for EditTool {
         let count = edits.len();
         let job = edit_in_queue(EditJob {
             files: self.files.clone(),
+            max_file_bytes: self.max_file_bytes,
             absolute: absolute.clone(),
             edits,
             cancel,
@@ -425,6 +473,7 @@ impl AgentTool for EditTool {
 /// What one queued edit needs.
 struct EditJob {
     files: Arc<dyn FileOperations>,
+    max_file_bytes: Option<u64>,
     absolute: PathBuf,
     edits: Vec<(String, String)>,
     cancel: CancellationToken,
@@ -441,6 +490,7 @@ struct Done {
 async fn edit_in_queue(job: EditJob) -> Result<Done, EditError> {
     let EditJob {
         files,
+        max_file_bytes,
         absolute,
         edits,
         cancel,
@@ -458,7 +508,7 @@ async fn edit_in_queue(job: EditJob) -> Result<Done, EditError> {
     if aborted() {
         return Err(EditError::Aborted);
     }
-    let bytes = files.read_file(&absolute).await.map_err(access)?;
+    let bytes = read_bounded(&*files, &absolute, &path, max_file_bytes).await?;
     if aborted() {
         return Err(EditError::Aborted);
     }
@@ -735,6 +785,54 @@ mod tests {
         assert!(diff.contains("..."));
         assert!(!diff.contains("line 250"));
         assert!(diff.lines().count() < 50);
+    }
+
+    #[tokio::test]
+    async fn a_file_over_the_size_limit_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let content = "needle\n".repeat(200);
+        std::fs::write(dir.path().join("big.txt"), &content).unwrap();
+        let small = tool(dir.path()).with_max_file_bytes(Some(1000));
+        let args = json!({"path": "big.txt", "edits": [{"oldText": "needle", "newText": "pin"}]});
+        let message = error(call(&small, args.clone()).await);
+        assert_eq!(
+            message,
+            "Could not edit file: big.txt. It is larger than 1000B, the most edit loads (policy \
+             `[limits] edit_file_size`). Use bash (e.g. sed -i) to change a file this large."
+        );
+        assert!(matches!(
+            small.preview(args.clone()).await,
+            Err(EditError::TooLarge { max: 1000, .. })
+        ));
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("big.txt")).unwrap(),
+            content
+        );
+        // At the limit exactly, the edit goes through (and fails only on the ambiguous match).
+        let exact = tool(dir.path()).with_max_file_bytes(Some(content.len() as u64));
+        let message = error(call(&exact, args).await);
+        assert!(message.contains("occurrences"), "{message}");
+    }
+
+    /// A 1 TiB sparse file used to be loaded whole before any check.
+    #[tokio::test]
+    async fn a_huge_sparse_file_is_refused_by_the_default_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::File::create(dir.path().join("huge.txt"))
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        let message = error(
+            call(
+                &tool(dir.path()),
+                json!({"path": "huge.txt", "edits": [{"oldText": "a", "newText": "b"}]}),
+            )
+            .await,
+        );
+        assert!(
+            message.starts_with("Could not edit file: huge.txt. It is larger than 64.0MB"),
+            "{message}"
+        );
     }
 
     #[tokio::test]

@@ -238,6 +238,17 @@ pub trait FileOperations: Send + Sync {
     /// Read at most `max_bytes` from the start of a file (magic-byte sniffing).
     async fn read_head(&self, path: &Path, max_bytes: usize) -> Result<Vec<u8>, FsError>;
 
+    /// Read at most `max_bytes` starting `offset` bytes into a file: fewer at the end of the
+    /// file, none past it. Each call opens the path afresh with the same confinement as
+    /// [`FileOperations::read_file`]; memory is bounded by `max_bytes` whatever the file's size,
+    /// so a tool can stream a file of any size in chunks.
+    async fn read_range(
+        &self,
+        path: &Path,
+        offset: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, FsError>;
+
     /// Replace a file atomically: write a temporary file in the same directory, then rename it
     /// over the target, keeping the existing file's permission bits (0o644 minus umask for a
     /// new file). If the target is a symlink, the file it points to is replaced. Parent

@@ -932,6 +932,14 @@ pub(crate) mod tests {
         async fn read_head(&self, p: &std::path::Path, n: usize) -> Result<Vec<u8>, FsError> {
             self.inner.read_head(p, n).await
         }
+        async fn read_range(
+            &self,
+            p: &std::path::Path,
+            offset: u64,
+            n: usize,
+        ) -> Result<Vec<u8>, FsError> {
+            self.inner.read_range(p, offset, n).await
+        }
         async fn write_file(&self, p: &std::path::Path, d: &[u8]) -> Result<(), FsError> {
             self.inner.write_file(p, d).await
         }

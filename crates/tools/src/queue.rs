@@ -407,6 +407,17 @@ pub(crate) mod probe {
         async fn read_head(&self, path: &Path, max_bytes: usize) -> Result<Vec<u8>, FsError> {
             self.inner.read_head(path, max_bytes).await
         }
+        async fn read_range(
+            &self,
+            path: &Path,
+            offset: u64,
+            max_bytes: usize,
+        ) -> Result<Vec<u8>, FsError> {
+            self.enter(Op::Read, path).await?;
+            let out = self.inner.read_range(path, offset, max_bytes).await;
+            self.leave(Op::Read, path);
+            out
+        }
         async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), FsError> {
             self.enter(Op::Write, path).await?;
             let out = self.inner.write_file(path, data).await;

@@ -17,19 +17,35 @@ use cordon_core::protocol::Content;
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use crate::bounds::MAX_PATH_CHARS;
+use crate::bounds::check_length;
 use crate::file_tool::{ABORTED, decode_args, fs_error_text, whole_number};
-use crate::image::{SNIFF_BYTES, detect_image_mime, prepare_image};
+use crate::image::{ImageMime, SNIFF_BYTES, detect_image_mime, prepare_image};
 use crate::ops::{FileOperations, FsError};
 use crate::paths::{read_path_variants, resolve_to_cwd, shell_quote};
 use crate::truncate::{
-    DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Limits, TruncatedBy, Truncation, count_lines,
-    format_size, truncate_head,
+    DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Limits, TruncatedBy, Truncation, format_size,
+    truncate_head,
 };
 
 /// How many leading bytes decide whether a file is binary.
 const BINARY_SNIFF_BYTES: usize = 8192;
+
+/// Bytes fetched per backend read; a file up to this size takes a single call.
+const READ_CHUNK_BYTES: usize = 4 << 20;
+
+/// Bytes one call scans at most, to skip to `offset` and to count the file's lines; past it
+/// the notice says the lines were not all counted.
+const SCAN_BUDGET_BYTES: u64 = 256 << 20;
+
+/// Bytes of the selection kept in memory: twice the output limit, so the kept prefix always
+/// decides truncation exactly as the whole selection would.
+const KEEP_BYTES: usize = 2 * DEFAULT_MAX_BYTES;
+
+/// Largest image file `read` loads to attach.
+pub const MAX_IMAGE_FILE_BYTES: usize = 64 << 20;
 
 const DESCRIPTION: &str = "Read the contents of a file. Supports text files and images (jpg, \
 png, gif, webp, bmp). Images are sent as attachments. For text files, output is truncated to \
@@ -92,6 +108,20 @@ pub enum ReadError {
         /// Lines in the file.
         total: usize,
     },
+    /// `offset` lies beyond the part of the file one call scans.
+    #[error(
+        "Offset {offset} is beyond the first {lines} lines ({}) that one read scans. Use bash \
+         (e.g. tail -n +{offset} FILE | head -n 2000) to reach it.",
+        format_size(usize::try_from(*scanned).unwrap_or(usize::MAX))
+    )]
+    OffsetNotReached {
+        /// The offset the model sent.
+        offset: u64,
+        /// Lines scanned.
+        lines: usize,
+        /// Bytes scanned.
+        scanned: u64,
+    },
     /// The image worker died (a panic in a decoder).
     #[error("Could not read file: {path}. Processing the image failed unexpectedly.")]
     ImageTask {
@@ -111,28 +141,50 @@ struct ReadArgs {
 pub struct ReadTool {
     files: Arc<dyn FileOperations>,
     options: ReadOptions,
+    chunk_bytes: usize,
+    scan_budget: u64,
 }
 
 impl ReadTool {
     /// A `read` tool reading through `files`.
     pub fn new(files: Arc<dyn FileOperations>, options: ReadOptions) -> Self {
-        ReadTool { files, options }
+        ReadTool {
+            files,
+            options,
+            chunk_bytes: READ_CHUNK_BYTES,
+            scan_budget: SCAN_BUDGET_BYTES,
+        }
     }
 
-    /// Read `path`, falling back to the reference's filename variants when it does not exist.
-    /// Returns the bytes and the path actually read.
-    async fn read_bytes(
+    /// The first read covers at least what image and binary sniffing look at.
+    fn first_chunk_bytes(&self) -> usize {
+        self.chunk_bytes.max(BINARY_SNIFF_BYTES)
+    }
+
+    /// The same tool reading `chunk_bytes` per backend call and scanning at most
+    /// `scan_budget` bytes per call (tests exercise the streaming with tiny values).
+    #[cfg(test)]
+    fn with_chunking(mut self, chunk_bytes: usize, scan_budget: u64) -> Self {
+        self.chunk_bytes = chunk_bytes.max(1);
+        self.scan_budget = scan_budget;
+        self
+    }
+
+    /// The first chunk of `path`, falling back to the reference's filename variants when it
+    /// does not exist. Returns the bytes and the path actually read.
+    async fn read_first_chunk(
         &self,
         shown: &str,
         path: PathBuf,
     ) -> Result<(Vec<u8>, PathBuf), ReadError> {
-        let first = self.files.read_file(&path).await;
+        let chunk = self.first_chunk_bytes();
+        let first = self.files.read_range(&path, 0, chunk).await;
         let error = match first {
             Ok(bytes) => return Ok((bytes, path)),
             Err(FsError::NotFound { .. }) => {
                 let mut found = None;
                 for variant in read_path_variants(&path) {
-                    match self.files.read_file(&variant).await {
+                    match self.files.read_range(&variant, 0, chunk).await {
                         Ok(bytes) => {
                             found = Some(Ok((bytes, variant)));
                             break;
@@ -152,14 +204,7 @@ impl ReadTool {
             }
             Err(other) => other,
         };
-        let path = shown.to_owned();
-        Err(match error {
-            FsError::NotFound { .. } | FsError::NotADirectory { .. } => {
-                ReadError::NotFound { path }
-            }
-            FsError::IsADirectory { .. } => ReadError::IsADirectory { path },
-            source => ReadError::Unreadable { path, source },
-        })
+        Err(unreadable(shown, error))
     }
 }
 
@@ -221,6 +266,7 @@ impl AgentTool for ReadTool {
             offset,
             limit,
         } = decode_args("read", args).map_err(ReadError::InvalidArguments)?;
+        check_length("read", "path", &path, MAX_PATH_CHARS).map_err(ReadError::InvalidArguments)?;
         let offset = offset
             .map(|value| whole_number("offset", value, 0))
             .transpose()
@@ -233,63 +279,154 @@ impl AgentTool for ReadTool {
             return Err(ReadError::Aborted.into());
         }
         let absolute = resolve_to_cwd(&path, self.files.root(), self.files.home());
-        let (bytes, resolved) = tokio::select! {
+        tokio::select! {
             biased;
-            _ = cancel.cancelled() => return Err(ReadError::Aborted.into()),
-            read = self.read_bytes(&path, absolute) => read?,
-        };
-        let head = &bytes[..bytes.len().min(SNIFF_BYTES)];
+            _ = cancel.cancelled() => Err(ReadError::Aborted.into()),
+            result = self.read_resolved(&path, absolute, offset, limit, &cancel) => {
+                result.map_err(Into::into)
+            }
+        }
+    }
+}
+
+impl ReadTool {
+    /// Everything after argument checks: the first chunk decides between image, binary note
+    /// and text; text is streamed chunk by chunk.
+    async fn read_resolved(
+        &self,
+        path: &str,
+        absolute: PathBuf,
+        offset: Option<u64>,
+        limit: Option<u64>,
+        cancel: &CancellationToken,
+    ) -> Result<AgentToolResult, ReadError> {
+        let (first, resolved) = self.read_first_chunk(path, absolute).await?;
+        let whole = first.len() < self.first_chunk_bytes();
+        let head = &first[..first.len().min(SNIFF_BYTES)];
         if let Some(mime) = detect_image_mime(head) {
-            let auto_resize = self.options.auto_resize_images;
-            let prepared =
-                tokio::task::spawn_blocking(move || prepare_image(bytes, mime, auto_resize));
-            let prepared = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return Err(ReadError::Aborted.into()),
-                prepared = prepared => prepared.map_err(|_| ReadError::ImageTask { path: path.clone() })?,
+            return self
+                .read_image(path, &resolved, first, whole, mime, cancel)
+                .await;
+        }
+        if let Some(reason) = binary_reason(&first) {
+            let size = if whole {
+                first.len() as u64
+            } else {
+                self.files
+                    .metadata(&resolved)
+                    .await
+                    .map_or(first.len() as u64, |meta| meta.size)
             };
-            return Ok(match prepared {
-                Ok(image) => {
-                    let mut text = format!("Read image file [{}]", image.mime.as_str());
-                    for hint in &image.hints {
-                        text.push('\n');
-                        text.push_str(hint);
-                    }
-                    AgentToolResult {
-                        content: vec![
-                            Content::text(text),
-                            Content::Image {
-                                data: image.data_base64,
-                                mime_type: image.mime.as_str().to_owned(),
-                            },
-                        ],
-                        ..Default::default()
-                    }
-                }
-                Err(omitted) => AgentToolResult::text(format!(
-                    "Read image file [{}]\n{}",
-                    mime.as_str(),
-                    omitted.note()
-                )),
-            });
+            return Ok(binary_note(path, size, reason));
         }
-        if let Some(reason) = binary_reason(&bytes) {
-            return Ok(binary_note(&path, bytes.len(), reason));
-        }
-        let text = match String::from_utf8(bytes) {
-            Ok(text) => text,
-            // Valid at the start, broken later: show it, with replacement characters.
-            Err(error) => String::from_utf8_lossy(error.as_bytes()).into_owned(),
+        let view = TextView {
+            offset,
+            limit,
+            resolved: &resolved,
         };
-        render_text(
-            text,
-            &TextView {
-                offset,
-                limit,
-                resolved: &resolved,
-            },
-        )
-        .map_err(Into::into)
+        let window = self.scan_text(path, &resolved, first, &view).await?;
+        render_window(window, &view, self.scan_budget)
+    }
+
+    async fn read_image(
+        &self,
+        path: &str,
+        resolved: &Path,
+        first: Vec<u8>,
+        whole: bool,
+        mime: ImageMime,
+        cancel: &CancellationToken,
+    ) -> Result<AgentToolResult, ReadError> {
+        let bytes = if whole {
+            first
+        } else {
+            drop(first);
+            let bytes = self
+                .files
+                .read_range(resolved, 0, MAX_IMAGE_FILE_BYTES + 1)
+                .await
+                .map_err(|source| unreadable(path, source))?;
+            if bytes.len() > MAX_IMAGE_FILE_BYTES {
+                return Ok(AgentToolResult::text(format!(
+                    "Read image file [{}]\n[Image omitted: the file is larger than {}, the most \
+                     read loads for an image. Use bash to make a smaller copy first.]",
+                    mime.as_str(),
+                    format_size(MAX_IMAGE_FILE_BYTES)
+                )));
+            }
+            bytes
+        };
+        let auto_resize = self.options.auto_resize_images;
+        let prepared = tokio::task::spawn_blocking(move || prepare_image(bytes, mime, auto_resize));
+        let prepared = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(ReadError::Aborted),
+            prepared = prepared => prepared.map_err(|_| ReadError::ImageTask { path: path.to_owned() })?,
+        };
+        Ok(match prepared {
+            Ok(image) => {
+                let mut text = format!("Read image file [{}]", image.mime.as_str());
+                for hint in &image.hints {
+                    text.push('\n');
+                    text.push_str(hint);
+                }
+                AgentToolResult {
+                    content: vec![
+                        Content::text(text),
+                        Content::Image {
+                            data: image.data_base64,
+                            mime_type: image.mime.as_str().to_owned(),
+                        },
+                    ],
+                    ..Default::default()
+                }
+            }
+            Err(omitted) => AgentToolResult::text(format!(
+                "Read image file [{}]\n{}",
+                mime.as_str(),
+                omitted.note()
+            )),
+        })
+    }
+
+    /// Stream the text file from its first chunk: skip to the selection, keep its first
+    /// [`KEEP_BYTES`], and count lines to the end of the file or the scan budget. Memory stays
+    /// at one chunk plus the kept bytes whatever the file's size.
+    async fn scan_text(
+        &self,
+        path: &str,
+        resolved: &Path,
+        first: Vec<u8>,
+        view: &TextView<'_>,
+    ) -> Result<Window, ReadError> {
+        let mut scanner = Scanner::new(view);
+        let mut expected = self.first_chunk_bytes();
+        let mut chunk = first;
+        loop {
+            let full = chunk.len() >= expected;
+            expected = self.chunk_bytes;
+            scanner.feed(&chunk);
+            if !full {
+                return scanner.finish(true, view);
+            }
+            if scanner.position >= self.scan_budget {
+                return scanner.finish(false, view);
+            }
+            chunk = self
+                .files
+                .read_range(resolved, scanner.position, self.chunk_bytes)
+                .await
+                .map_err(|source| unreadable(path, source))?;
+        }
+    }
+}
+
+fn unreadable(path: &str, source: FsError) -> ReadError {
+    let path = path.to_owned();
+    match source {
+        FsError::NotFound { .. } | FsError::NotADirectory { .. } => ReadError::NotFound { path },
+        FsError::IsADirectory { .. } => ReadError::IsADirectory { path },
+        source => ReadError::Unreadable { path, source },
     }
 }
 
@@ -307,11 +444,11 @@ fn binary_reason(bytes: &[u8]) -> Option<&'static str> {
     }
 }
 
-fn binary_note(path: &str, size: usize, reason: &str) -> AgentToolResult {
+fn binary_note(path: &str, size: u64, reason: &str) -> AgentToolResult {
     AgentToolResult::text(format!(
         "[Binary file not shown: {path} ({}, {size} bytes) is not text: {reason}. Use bash \
          (e.g. file, xxd or od) to inspect it.]",
-        format_size(size)
+        format_size(usize::try_from(size).unwrap_or(usize::MAX))
     ))
     .with_details(json!({"binary": true, "size": size}))
 }
@@ -326,13 +463,149 @@ struct TextView<'a> {
     resolved: &'a Path,
 }
 
-/// Byte index where line `index` (0-based) starts; `text.len()` past the end.
-fn line_start(text: &str, index: usize) -> usize {
-    match index {
-        0 => 0,
-        _ => memchr::memchr_iter(b'\n', text.as_bytes())
-            .nth(index - 1)
-            .map_or(text.len(), |newline| newline + 1),
+impl TextView<'_> {
+    /// 0-based index of the first selected line.
+    fn start_line(&self) -> usize {
+        let start = self.offset.map_or(0, |offset| offset.saturating_sub(1));
+        usize::try_from(start).unwrap_or(usize::MAX)
+    }
+
+    fn limit(&self) -> Option<usize> {
+        self.limit
+            .map(|limit| usize::try_from(limit).unwrap_or(usize::MAX))
+    }
+}
+
+/// What a scan of a text file learnt: the selection (lines `offset..offset+limit`, ending at
+/// the file's end, keeping a final newline, or before the line break that ends its last line)
+/// and the file's line count.
+#[derive(Debug)]
+struct Window {
+    /// The selection's first bytes, at most [`KEEP_BYTES`].
+    kept: Vec<u8>,
+    /// Bytes in the whole selection (what was scanned of it, when the scan stopped early).
+    selection_bytes: u64,
+    /// Lines in the selection (counted so far, when the scan stopped early).
+    selection_lines: usize,
+    /// Bytes of the selection's first line, without its line break.
+    first_line_bytes: u64,
+    /// Lines in the file, when it was scanned to its end.
+    total: Option<usize>,
+}
+
+/// The streaming state of [`ReadTool::scan_text`]; fed chunk by chunk, in file order.
+struct Scanner {
+    start_line: usize,
+    limit: Option<usize>,
+    /// Bytes fed so far (the file offset of the next chunk).
+    position: u64,
+    newlines: usize,
+    last_byte: Option<u8>,
+    /// File offset where the selection starts, once reached.
+    selection_start: Option<u64>,
+    /// File offset of the line break ending the selection's last wanted line, once seen.
+    selection_break: Option<u64>,
+    /// File offset of the line break ending the selection's first line, once seen.
+    first_break: Option<u64>,
+    kept: Vec<u8>,
+}
+
+impl Scanner {
+    fn new(view: &TextView<'_>) -> Self {
+        let start_line = view.start_line();
+        Scanner {
+            start_line,
+            limit: view.limit(),
+            position: 0,
+            newlines: 0,
+            last_byte: None,
+            selection_start: (start_line == 0).then_some(0),
+            selection_break: None,
+            first_break: None,
+            kept: Vec::new(),
+        }
+    }
+
+    fn feed(&mut self, chunk: &[u8]) {
+        let base = self.position;
+        for index in memchr::memchr_iter(b'\n', chunk) {
+            let at = base + index as u64;
+            self.newlines += 1;
+            match self.selection_start {
+                None => {
+                    if self.newlines == self.start_line {
+                        self.selection_start = Some(at + 1);
+                    }
+                }
+                Some(_) => {
+                    self.first_break.get_or_insert(at);
+                    if self.selection_break.is_none()
+                        && self.limit.is_some_and(|limit| {
+                            self.newlines == self.start_line.saturating_add(limit)
+                        })
+                    {
+                        self.selection_break = Some(at);
+                    }
+                }
+            }
+        }
+        if let Some(start) = self.selection_start {
+            let end = base + chunk.len() as u64;
+            let from = start.max(base);
+            let to = self.selection_break.unwrap_or(u64::MAX).min(end);
+            if from < to {
+                let room = KEEP_BYTES - self.kept.len();
+                let from = (from - base) as usize;
+                let to = (to - base) as usize;
+                self.kept
+                    .extend_from_slice(&chunk[from..to.min(from + room)]);
+            }
+        }
+        self.position = base + chunk.len() as u64;
+        if let Some(&last) = chunk.last() {
+            self.last_byte = Some(last);
+        }
+    }
+
+    /// The window, or why the offset cannot be shown. `complete`: the file's end was reached.
+    fn finish(mut self, complete: bool, view: &TextView<'_>) -> Result<Window, ReadError> {
+        let total = complete
+            .then(|| self.newlines + usize::from(self.last_byte.is_some_and(|byte| byte != b'\n')));
+        let offset = view.offset.unwrap_or(0);
+        if let Some(total) = total
+            && self.start_line >= total
+            && !(total == 0 && self.start_line == 0)
+        {
+            return Err(ReadError::OffsetBeyondEnd { offset, total });
+        }
+        let Some(start) = self.selection_start else {
+            return Err(ReadError::OffsetNotReached {
+                offset,
+                lines: self.newlines,
+                scanned: self.position,
+            });
+        };
+        let file_end = self.position;
+        let (end, selection_lines) = match (self.selection_break, total) {
+            // The last wanted line ends the file: keep its line break, as the file's end.
+            (Some(at), Some(_)) if at + 1 == file_end => {
+                if self.kept.len() < KEEP_BYTES {
+                    self.kept.push(b'\n');
+                }
+                (file_end, self.limit.unwrap_or(0))
+            }
+            (Some(at), _) => (at, self.limit.unwrap_or(0)),
+            (None, Some(total)) => (file_end, total - self.start_line),
+            (None, None) => (file_end, self.newlines.saturating_sub(self.start_line) + 1),
+        };
+        let first_line_end = self.first_break.map_or(end, |at| at.min(end));
+        Ok(Window {
+            kept: self.kept,
+            selection_bytes: end - start,
+            selection_lines,
+            first_line_bytes: first_line_end.saturating_sub(start),
+            total,
+        })
     }
 }
 
@@ -347,37 +620,33 @@ fn end_of_lines(text: &str, from: usize, count: usize) -> Option<usize> {
         .map(|newline| from + newline)
 }
 
-fn render_text(mut text: String, view: &TextView<'_>) -> Result<AgentToolResult, ReadError> {
-    let total = count_lines(&text);
-    let start_line = view.offset.map_or(0, |offset| offset.saturating_sub(1));
-    let start_line = usize::try_from(start_line).unwrap_or(usize::MAX);
-    if start_line >= total && !(total == 0 && start_line == 0) {
-        return Err(ReadError::OffsetBeyondEnd {
-            offset: view.offset.unwrap_or(0),
-            total,
-        });
-    }
-    let start = line_start(&text, start_line);
-    let wanted = view
-        .limit
-        .map(|limit| usize::try_from(limit).unwrap_or(usize::MAX))
-        .unwrap_or(usize::MAX)
-        .min(total - start_line);
-    let end_line = start_line + wanted;
-    // The selection ends at the file's end (keeping a final newline) or before the line break
-    // that ends its last line.
-    let end = if end_line >= total {
-        text.len()
-    } else {
-        end_of_lines(&text, start, wanted).unwrap_or(text.len())
+fn render_window(
+    window: Window,
+    view: &TextView<'_>,
+    scan_budget: u64,
+) -> Result<AgentToolResult, ReadError> {
+    let Window {
+        kept,
+        selection_bytes,
+        selection_lines,
+        first_line_bytes,
+        total,
+    } = window;
+    let start_line = view.start_line();
+    let end_line = start_line + selection_lines;
+    let kept_whole = kept.len() as u64 == selection_bytes;
+    let text = match String::from_utf8(kept) {
+        Ok(text) => text,
+        // Valid at the start, broken later: show it, with replacement characters.
+        Err(error) => String::from_utf8_lossy(error.as_bytes()).into_owned(),
     };
-    let selected = &text[start..end];
+    let selection_bytes = usize::try_from(selection_bytes).unwrap_or(usize::MAX);
     // Truncation only needs one line more than it may keep; the totals are patched after.
-    let probe_end = end_of_lines(selected, 0, DEFAULT_MAX_LINES + 1).unwrap_or(selected.len());
-    let mut truncation = truncate_head(&selected[..probe_end], Limits::default());
-    if truncation.truncated || probe_end < selected.len() {
-        truncation.total_lines = end_line - start_line;
-        truncation.total_bytes = selected.len();
+    let probe_end = end_of_lines(&text, 0, DEFAULT_MAX_LINES + 1).unwrap_or(text.len());
+    let mut truncation = truncate_head(&text[..probe_end], Limits::default());
+    if truncation.truncated || probe_end < text.len() || !kept_whole {
+        truncation.total_lines = selection_lines;
+        truncation.total_bytes = selection_bytes;
         if !truncation.truncated {
             // Only reachable if line counting disagreed; keep the notice honest.
             truncation.truncated = true;
@@ -386,43 +655,53 @@ fn render_text(mut text: String, view: &TextView<'_>) -> Result<AgentToolResult,
     }
     let first_shown = start_line + 1;
     if truncation.first_line_exceeds_limit {
-        let line =
-            &selected[..memchr::memchr(b'\n', selected.as_bytes()).unwrap_or(selected.len())];
         let hint = format!(
             "[Line {first_shown} is {}, exceeds {} limit. Use bash: sed -n '{first_shown}p' {} | \
              head -c {DEFAULT_MAX_BYTES}]",
-            format_size(line.len()),
+            format_size(usize::try_from(first_line_bytes).unwrap_or(usize::MAX)),
             format_size(DEFAULT_MAX_BYTES),
             shell_quote(&view.resolved.to_string_lossy()),
         );
         return Ok(with_truncation(hint, truncation));
     }
+    let uncounted = || {
+        format!(
+            "the file was not read past its first {}, so its lines were not all counted",
+            format_size(usize::try_from(scan_budget).unwrap_or(usize::MAX))
+        )
+    };
     if truncation.truncated {
         let last_shown = start_line + truncation.output_lines;
         let limit_note = match truncation.truncated_by {
             Some(TruncatedBy::Bytes) => format!(" ({} limit)", format_size(DEFAULT_MAX_BYTES)),
             Some(TruncatedBy::Lines) | None => String::new(),
         };
+        let of_total = match total {
+            Some(total) => format!(" of {total}"),
+            None => format!("; {}", uncounted()),
+        };
         let output = format!(
-            "{}\n\n[Showing lines {first_shown}-{last_shown} of {total}{limit_note}. Use offset={} \
+            "{}\n\n[Showing lines {first_shown}-{last_shown}{of_total}{limit_note}. Use offset={} \
              to continue.]",
             truncation.content,
             last_shown + 1
         );
         return Ok(with_truncation(output, truncation));
     }
-    if end_line < total {
-        let output = format!(
-            "{selected}\n\n[{} more lines in file. Use offset={} to continue.]",
+    match total {
+        Some(total) if end_line < total => Ok(AgentToolResult::text(format!(
+            "{text}\n\n[{} more lines in file. Use offset={} to continue.]",
             total - end_line,
             end_line + 1
-        );
-        return Ok(AgentToolResult::text(output));
+        ))),
+        None => Ok(AgentToolResult::text(format!(
+            "{text}\n\n[More lines in file ({}). Use offset={} to continue.]",
+            uncounted(),
+            end_line + 1
+        ))),
+        // The whole rest of the file fits.
+        Some(_) => Ok(AgentToolResult::text(text)),
     }
-    // The whole rest of the file fits: hand the buffer over without copying it.
-    text.truncate(end);
-    text.drain(..start);
-    Ok(AgentToolResult::text(text))
 }
 
 fn with_truncation(text: String, mut truncation: Truncation) -> AgentToolResult {
@@ -460,6 +739,10 @@ mod tests {
 
     async fn read(dir: &Path, args: Value) -> AgentToolResult {
         call(&tool(dir), args).await.unwrap()
+    }
+
+    async fn read_with(tool: &ReadTool, args: Value) -> AgentToolResult {
+        call(tool, args).await.unwrap()
     }
 
     #[test]
@@ -968,13 +1251,142 @@ mod tests {
     #[test]
     fn line_helpers() {
         let text = "a\nbb\nccc";
-        assert_eq!(line_start(text, 0), 0);
-        assert_eq!(line_start(text, 1), 2);
-        assert_eq!(line_start(text, 2), 5);
-        assert_eq!(line_start(text, 3), text.len());
         assert_eq!(end_of_lines(text, 0, 1), Some(1));
         assert_eq!(end_of_lines(text, 2, 1), Some(4));
         assert_eq!(end_of_lines(text, 2, 2), None);
         assert_eq!(end_of_lines(text, 5, 0), Some(5));
+    }
+
+    /// Every text scenario must render the same whether the file arrives in one chunk or in
+    /// many tiny ones (the streaming path against the single-read path).
+    #[tokio::test]
+    async fn streaming_in_small_chunks_renders_like_one_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let long_line = format!("{}\nshort\n", "x".repeat(60_000));
+        let mut wide = String::new();
+        for i in 1..=500 {
+            writeln!(wide, "Line {i}: {}", "y".repeat(200)).unwrap();
+        }
+        let files: [(&str, String); 8] = [
+            ("empty.txt", String::new()),
+            ("one.txt", "just one line".to_owned()),
+            ("nl.txt", "a\nb\n".to_owned()),
+            ("crlf.txt", "a\r\nb\r\nc".to_owned()),
+            ("many.txt", numbered(2500)),
+            ("wide.txt", wide),
+            ("long.txt", long_line),
+            ("utf8.txt", "é\n".repeat(3000)),
+        ];
+        for (name, content) in &files {
+            std::fs::write(dir.path().join(name), content).unwrap();
+        }
+        let views = [
+            json!({}),
+            json!({"offset": 1}),
+            json!({"offset": 2}),
+            json!({"offset": 3}),
+            json!({"limit": 1}),
+            json!({"limit": 2}),
+            json!({"offset": 2, "limit": 1}),
+            json!({"offset": 2, "limit": 5}),
+            json!({"offset": 1990, "limit": 20}),
+            json!({"offset": 2400}),
+            json!({"offset": 2501}),
+            json!({"offset": 9999}),
+        ];
+        let whole = tool(dir.path());
+        for chunk in [31, 1000, 4096] {
+            let streamed = tool(dir.path()).with_chunking(chunk, u64::MAX);
+            for (name, _) in &files {
+                for view in &views {
+                    let mut args = view.clone();
+                    args["path"] = json!(name);
+                    let expected = call(&whole, args.clone()).await;
+                    let got = call(&streamed, args.clone()).await;
+                    match (expected, got) {
+                        (Ok(expected), Ok(got)) => {
+                            assert_eq!(got, expected, "chunk {chunk}, {args}")
+                        }
+                        (Err(expected), Err(got)) => {
+                            assert_eq!(
+                                got.to_string(),
+                                expected.to_string(),
+                                "chunk {chunk}, {args}"
+                            )
+                        }
+                        (expected, got) => panic!("chunk {chunk}, {args}: {expected:?} vs {got:?}"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_file_past_the_scan_budget_is_shown_without_a_total() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("big.txt"), numbered(5000)).unwrap();
+        let streamed = tool(dir.path()).with_chunking(1000, 20_000);
+        let result = read_with(&streamed, json!({"path": "big.txt"})).await;
+        let output = text(&result);
+        assert!(output.starts_with("Line 1\n"), "{output}");
+        assert!(
+            output.ends_with(
+                "\n\n[Showing lines 1-2000; the file was not read past its first 19.5KB, so its \
+                 lines were not all counted. Use offset=2001 to continue.]"
+            ),
+            "{}",
+            &output[output.len() - 200..]
+        );
+        let limited = read_with(&streamed, json!({"path": "big.txt", "limit": 3})).await;
+        assert_eq!(
+            text(&limited),
+            "Line 1\nLine 2\nLine 3\n\n[More lines in file (the file was not read past its \
+             first 19.5KB, so its lines were not all counted). Use offset=4 to continue.]"
+        );
+        let far = error(call(&streamed, json!({"path": "big.txt", "offset": 4900})).await);
+        assert!(
+            far.starts_with("Offset 4900 is beyond the first 2"),
+            "{far}"
+        );
+        assert!(far.contains("tail -n +4900"), "{far}");
+    }
+
+    /// A 1 TiB sparse file used to be loaded whole (the process aborted on the allocation).
+    #[tokio::test]
+    async fn a_huge_sparse_file_is_a_binary_note_from_its_first_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(dir.path().join("big.bin")).unwrap();
+        file.set_len(1 << 40).unwrap();
+        let result = read(dir.path(), json!({"path": "big.bin"})).await;
+        assert_eq!(
+            text(&result),
+            "[Binary file not shown: big.bin (1048576.0MB, 1099511627776 bytes) is not text: it \
+             contains NUL bytes. Use bash (e.g. file, xxd or od) to inspect it.]"
+        );
+        assert_eq!(
+            result.details,
+            Some(json!({"binary": true, "size": 1u64 << 40}))
+        );
+    }
+
+    /// Text that goes on for far longer than any read shows: streamed, not loaded.
+    #[tokio::test]
+    async fn a_huge_sparse_text_file_streams_within_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.txt");
+        {
+            use std::io::Write as _;
+            let mut file = std::fs::File::create(&path).unwrap();
+            // More text than binary sniffing looks at, then a sparse tail of NULs that read
+            // scans (without a line break) up to its budget and never loads.
+            file.write_all(numbered(2000).as_bytes()).unwrap();
+            file.set_len(1 << 40).unwrap();
+        }
+        let result = read(dir.path(), json!({"path": "log.txt", "limit": 2})).await;
+        assert_eq!(
+            text(&result),
+            "Line 1\nLine 2\n\n[More lines in file (the file was not read past its first \
+             256.0MB, so its lines were not all counted). Use offset=3 to continue.]"
+        );
     }
 }

@@ -97,6 +97,28 @@ impl FileOperations for StdFiles {
         Ok(buf)
     }
 
+    async fn read_range(
+        &self,
+        path: &Path,
+        offset: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, FsError> {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
+        self.check(path)?;
+        let mut file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| FsError::from_io("open", path, e))?;
+        file.seek(std::io::SeekFrom::Start(offset))
+            .await
+            .map_err(|e| FsError::from_io("read", path, e))?;
+        let mut buf = Vec::with_capacity(max_bytes.min(1 << 16));
+        file.take(max_bytes as u64)
+            .read_to_end(&mut buf)
+            .await
+            .map_err(|e| FsError::from_io("read", path, e))?;
+        Ok(buf)
+    }
+
     async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), FsError> {
         use std::os::unix::fs::PermissionsExt;
         self.check(path)?;

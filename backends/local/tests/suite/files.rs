@@ -45,6 +45,7 @@ async fn escapes_are_refused_and_leave_the_outside_untouched() {
     for path in &attempts {
         assert_outside(files.read_file(path).await, path);
         assert_outside(files.read_head(path, 4).await, path);
+        assert_outside(files.read_range(path, 1, 4).await, path);
         assert_outside(files.write_file(path, b"pwned").await, path);
         assert_outside(files.metadata(path).await, path);
         assert_outside(files.canonicalize(path).await, path);
@@ -613,6 +614,40 @@ async fn large_files_round_trip() {
         files.read_head(&fx.at("big.bin"), 300_000).await.unwrap(),
         data[..300_000]
     );
+    // Ranges: inline and blocking sizes, a short read at the end, nothing past it.
+    for (offset, len) in [(0, 10), (1_000, 300_000), (2_999_990, 100), (3_000_000, 5)] {
+        let end = (offset + len).min(data.len());
+        assert_eq!(
+            files
+                .read_range(&fx.at("big.bin"), offset as u64, len)
+                .await
+                .unwrap(),
+            data[offset..end],
+            "{offset}+{len}"
+        );
+    }
+    assert!(
+        files
+            .read_range(&fx.at("big.bin"), 1 << 40, 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A range of a 1 TiB sparse file costs its length, not the file's size.
+#[tokio::test]
+async fn ranges_of_a_huge_sparse_file_are_bounded() {
+    let fx = Fixture::new();
+    let files = fx.files();
+    let file = std::fs::File::create(fx.at("sparse.bin")).unwrap();
+    file.set_len(1 << 40).unwrap();
+    drop(file);
+    let chunk = files
+        .read_range(&fx.at("sparse.bin"), (1 << 40) - 4096, 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(chunk, vec![0u8; 4096]);
 }
 
 /// Relative paths are taken from the workspace root; the backend id names the root.

@@ -49,6 +49,14 @@ async fn read_write_roundtrip_keeps_mode_and_leaves_no_temp_files() {
         files.read_head(&path, 1000).await.unwrap(),
         big[..1000].to_vec()
     );
+    for (offset, len) in [(0, 10), (1_000, 300_000), (2_999_990, 100), (3_000_000, 5)] {
+        let end = (offset + len).min(big.len());
+        assert_eq!(
+            files.read_range(&path, offset as u64, len).await.unwrap(),
+            big[offset..end].to_vec(),
+            "{offset}+{len}"
+        );
+    }
     assert_eq!(mode(&path), 0o644);
 
     let leftovers: Vec<String> = std::fs::read_dir(&ws)

@@ -188,6 +188,7 @@ fn default_policy_sandbox_spec() {
                 file_size_bytes: None,
                 open_files: None,
                 cpu_time_secs: None,
+                edit_file_bytes: Some(64 << 20),
             },
             env: EnvSpec::default(),
             allow_degraded: false,
@@ -320,6 +321,7 @@ fn ci_untrusted_policy_behaves_as_documented() {
             file_size_bytes: Some(1 << 30),
             open_files: Some(1024),
             cpu_time_secs: Some(1800),
+            edit_file_bytes: Some(64 << 20),
         }
     );
 }

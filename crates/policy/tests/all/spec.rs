@@ -34,6 +34,7 @@ cpus = 0.5
 file_size = "100MiB"
 open_files = 256
 cpu_time = 90
+edit_file_size = "8MiB"
 
 [env]
 pass = ["HOME", "CARGO_HOME"]
@@ -60,6 +61,7 @@ set = { RUST_BACKTRACE = "1", LANG = "C.UTF-8" }
                 file_size_bytes: Some(100 << 20),
                 open_files: Some(256),
                 cpu_time_secs: Some(90),
+                edit_file_bytes: Some(8 << 20),
             },
             env: EnvSpec {
                 pass: strings(&["HOME", "CARGO_HOME"]),

@@ -134,7 +134,10 @@ cordon_fs() {
         [ -d "$C" ] && fail isdir "$1" "is a directory"
         [ -f "$C" ] || fail io "$1" "not a regular file"
         [ -r "$C" ] || fail access "$1" "permission denied"
-        if [ -n "$2" ]; then
+        if [ -n "${3:-}" ] && [ "$3" != 0 ]; then
+            # tail seeks to the offset on a regular file; only `$2` bytes are ever read.
+            msg=$({ tail -c +"$(($3 + 1))" -- "$C" | head -c "$2"; } 2>&1 >&4)
+        elif [ -n "$2" ]; then
             msg=$(head -c "$2" -- "$C" 2>&1 >&4)
         else
             msg=$(cat -- "$C" 2>&1 >&4)
