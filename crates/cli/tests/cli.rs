@@ -946,3 +946,38 @@ fn example_session_replays_cleanly() {
     let final_message = &events[events.len() - 2]["message"];
     assert_eq!(final_message["stopReason"], json!("stop"));
 }
+
+#[test]
+fn sigterm_ends_the_session_with_its_last_sweep() {
+    // SIGTERM (CI timeouts, `timeout`, `docker stop`) cancels the running command and the
+    // session still ends as usual: the repository the command made is quarantined.
+    let ws = Ws::new();
+    let child = Command::new(BIN)
+        .args([
+            "exec",
+            "bash",
+            r#"{"command":"git init -q r && sleep 600"}"#,
+            "--root",
+            &ws.root,
+        ])
+        .current_dir(ws.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("failed to start cordon");
+    let start = Instant::now();
+    while !ws.path("r/.git/HEAD").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the command did not create its repository"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("send SIGTERM");
+    let run = finish(child);
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(!ws.path("r/.git").exists(), "{run:#?}");
+    assert!(ws.path("r/.git.cordon-quarantine").is_dir(), "{run:#?}");
+}

@@ -164,18 +164,50 @@ pub fn report_audit_head(session: &Session) {
     }
 }
 
-/// A token cancelled by the first Ctrl-C (running tools are killed and report it); a second
-/// Ctrl-C exits at once.
-pub fn cancel_on_ctrl_c() -> CancellationToken {
+/// A token cancelled by the first SIGINT (Ctrl-C) or SIGTERM (what CI timeouts, `timeout` and
+/// `docker stop` send): running tools are killed and report it, and the caller then ends the
+/// session as usual (its last quarantine sweep, the audit head). A second signal exits at once.
+pub fn cancel_on_stop_signal() -> CancellationToken {
     let cancel = CancellationToken::new();
     let token = cancel.clone();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            token.cancel();
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(130);
+        let mut signals = match StopSignals::install() {
+            Ok(signals) => signals,
+            Err(error) => {
+                // Without the handlers the default actions stay: the process dies at once.
+                eprintln!(
+                    "cordon: warning: failed to install the SIGINT/SIGTERM handlers: {error}"
+                );
+                return;
             }
-        }
+        };
+        signals.next().await;
+        token.cancel();
+        let second = signals.next().await;
+        std::process::exit(if second == "SIGTERM" { 143 } else { 130 });
     });
     cancel
+}
+
+/// SIGINT and SIGTERM, whichever comes next.
+struct StopSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> std::io::Result<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(StopSignals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.terminate.recv() => "SIGTERM",
+        }
+    }
 }

@@ -11,7 +11,7 @@ use cordon_core::executor::RunControl;
 use cordon_core::protocol::ToolCall;
 use serde_json::Value;
 
-use crate::cmd::common::{CommonArgs, cancel_on_ctrl_c, report_audit_head};
+use crate::cmd::common::{CommonArgs, cancel_on_stop_signal, report_audit_head};
 use crate::output::{print_json_line, result_text};
 
 #[derive(Debug, Args)]
@@ -44,7 +44,7 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     std::thread::spawn(cordon_core::validate::warm_up);
     common.warm_up();
     let session = common.open_session().await?;
-    let control = RunControl::new(cancel_on_ctrl_c(), Arc::new(|_event: AgentEvent| {}));
+    let control = RunControl::new(cancel_on_stop_signal(), Arc::new(|_event: AgentEvent| {}));
     let call = ToolCall {
         id: "call-1".to_owned(),
         name: tool,

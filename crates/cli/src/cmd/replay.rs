@@ -15,7 +15,7 @@ use cordon_core::protocol::{AssistantMessage, Message};
 use cordon_core::tool::ExecutionMode;
 use serde_json::Value;
 
-use crate::cmd::common::{CommonArgs, cancel_on_ctrl_c, report_audit_head};
+use crate::cmd::common::{CommonArgs, cancel_on_stop_signal, report_audit_head};
 use crate::output::print_json_line;
 
 #[derive(Debug, Args)]
@@ -82,7 +82,7 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     };
     let config = session.agent_config(mode);
     let control = RunControl::new(
-        cancel_on_ctrl_c(),
+        cancel_on_stop_signal(),
         Arc::new(|event: AgentEvent| print_json_line(&event)),
     );
     cordon_core::replay(&config, messages, &control).await;
