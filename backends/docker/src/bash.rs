@@ -8,7 +8,9 @@
 use async_trait::async_trait;
 use cordon_remote::exec::{DriveOutcome, DriveRequest, KILL_GRACE, drive, kill_argv, shell_status};
 use cordon_remote::worker::ExecLine;
-use cordon_tools::ops::{BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest};
+use cordon_tools::ops::{
+    BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus,
+};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -16,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Inner;
 use crate::client;
 use crate::files::collect;
+use crate::recovery::{Check, ENGINE_TIMEOUT, Moment, Replacement};
 use crate::workers::Lease;
 
 fn human_bytes(bytes: u64) -> String {
@@ -47,19 +50,28 @@ impl Inner {
     }
 
     /// Send `line` to a worker and drive the request. A pooled worker that died while idle
-    /// (it never answered) is replaced by a fresh one once.
+    /// (it never answered) is replaced by a fresh one once. When no worker can be started, or
+    /// a fresh one ends without a word, the container is checked: a dead one is replaced
+    /// (once per call) and the command runs in the new container. Returns the container
+    /// generation the command ran on, and the replacement it needed, if any.
     async fn run_request(
         &self,
         line: &[u8],
         request: DriveRequest,
-    ) -> Result<(DriveOutcome, Lease), ExecError> {
+    ) -> Result<(DriveOutcome, Lease, u64, Option<Replacement>), ExecError> {
         let mut retried = false;
+        let mut replaced = None;
         loop {
-            let mut lease = self
-                .workers
-                .take(&self.docker, &self.container)
-                .await
-                .map_err(|reason| ExecError::Backend { reason })?;
+            let seen = self.recovery.generation();
+            let mut lease = match self.workers.take(&self.docker, &self.container).await {
+                Ok(lease) => lease,
+                Err(reason) => {
+                    if self.replace_before_running(seen, &mut replaced).await? {
+                        continue;
+                    }
+                    return Err(ExecError::Backend { reason });
+                }
+            };
             let sent = lease.exec.input.write_all(line).await;
             if sent.is_err() && lease.pooled && !retried {
                 retried = true;
@@ -76,7 +88,38 @@ impl Inner {
                 retried = true;
                 continue;
             }
-            return Ok((outcome, lease));
+            if !lease.pooled && outcome.unanswered() && replaced.is_none() {
+                // A fresh worker that never answered: nothing ran; a dead container explains it.
+                if self.replace_before_running(seen, &mut replaced).await? {
+                    continue;
+                }
+            }
+            return Ok((outcome, lease, seen, replaced));
+        }
+    }
+
+    /// Nothing ran (no worker could be started, or a fresh one never answered): check the
+    /// container. `true` when a new container was started for this command (kept in
+    /// `replaced`); `false` when the container runs (or was replaced once already during
+    /// this call); an error for the model when the engine is unreachable or the replacement
+    /// failed.
+    async fn replace_before_running(
+        &self,
+        seen: u64,
+        replaced: &mut Option<Replacement>,
+    ) -> Result<bool, ExecError> {
+        if replaced.is_some() {
+            return Ok(false);
+        }
+        match self.check_container(seen).await {
+            Check::Replaced(replacement) => {
+                *replaced = Some(replacement);
+                Ok(true)
+            }
+            Check::Alive => Ok(false),
+            Check::Unreachable(text) | Check::Failed(text) => {
+                Err(ExecError::Backend { reason: text })
+            }
         }
     }
 }
@@ -122,7 +165,7 @@ impl BashOperations for Inner {
                 },
             )
             .await;
-        let (outcome, lease) = match result {
+        let (outcome, lease, seen, replaced_before) = match result {
             Ok(done) => done,
             Err(e) => {
                 self.keep_a_spare();
@@ -130,11 +173,49 @@ impl BashOperations for Inner {
             }
         };
         let exec_id = lease.exec.id.clone();
-        if outcome.reusable {
+        let reusable = outcome.reusable;
+        if reusable {
             self.workers.give_back(lease.exec);
         } else {
             // Closing stdin tells the worker to kill whatever is left.
             drop(lease);
+        }
+        let mut status = outcome.status;
+        if status.is_none()
+            && let Ok(Ok(inspect)) =
+                tokio::time::timeout(ENGINE_TIMEOUT, self.docker.inspect_exec(&exec_id)).await
+            && inspect.running == Some(false)
+            && let Some(code) = inspect.exit_code
+        {
+            // The worker itself ended (e.g. killed by the OOM killer) before reporting.
+            status = Some(shell_status(code as i32));
+        }
+        // A worker that did not finish cleanly, or a SIGKILL, may mean the container died.
+        let died = if !reusable || status.map(ExitStatus::code) == Some(137) {
+            match self.check_container(seen).await {
+                Check::Replaced(replacement) => Some(replacement),
+                Check::Alive => None,
+                Check::Unreachable(text) | Check::Failed(text) => {
+                    return Err(ExecError::Backend { reason: text });
+                }
+            }
+        } else {
+            None
+        };
+        // What happened to the container comes first among the notes.
+        let mut notes: Vec<String> = replaced_before
+            .map(|replacement| replacement.notice(Moment::BeforeThisCall))
+            .into_iter()
+            .collect();
+        if let Some(replacement) = died {
+            // Nothing of the command survives its container; the new one has a spare worker.
+            notes.push(replacement.notice(Moment::DuringThisCall));
+            notes.extend(self.sweep_git().await);
+            return Ok(ExecOutcome {
+                status,
+                termination: outcome.termination,
+                notes,
+            });
         }
         self.keep_a_spare();
         if !outcome.clean {
@@ -142,15 +223,6 @@ impl BashOperations for Inner {
         }
         if outcome.missing_cwd {
             return Err(ExecError::MissingCwd { cwd });
-        }
-        let mut status = outcome.status;
-        if status.is_none()
-            && let Ok(inspect) = self.docker.inspect_exec(&exec_id).await
-            && inspect.running == Some(false)
-            && let Some(code) = inspect.exit_code
-        {
-            // The worker itself ended (e.g. killed by the OOM killer) before reporting.
-            status = Some(shell_status(code as i32));
         }
         if outcome.oom {
             let limit = self
@@ -169,10 +241,11 @@ impl BashOperations for Inner {
         }
         // Processes a command left in the background can still add metadata after this
         // sweep; the next command's sweep or the one after the container is removed finds it.
+        notes.extend(self.sweep_git().await);
         Ok(ExecOutcome {
             status,
             termination: outcome.termination,
-            notes: self.sweep_git().await.into_iter().collect(),
+            notes,
         })
     }
 }

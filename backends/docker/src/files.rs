@@ -204,11 +204,14 @@ impl Inner {
         .map_err(|e| backend_err(e.to_string()))?;
         let mut retried = false;
         loop {
-            let Lease { exec, pooled } = self
-                .workers
-                .take(&self.docker, &self.container)
-                .await
-                .map_err(&backend_err)?;
+            let seen = self.recovery.generation();
+            let Lease { exec, pooled } =
+                match self.workers.take(&self.docker, &self.container).await {
+                    Ok(lease) => lease,
+                    Err(reason) => {
+                        return Err(backend_err(self.explain_failure(seen, reason).await));
+                    }
+                };
             let mut helper = HelperExec::new(exec, op, path, Some(&id));
             let sent = helper.send(&line).await;
             let first = match sent {
@@ -224,10 +227,13 @@ impl Inner {
                     retried = true;
                     continue;
                 }
+                // Nothing was done: a dead container may explain the silence.
                 Ok(None) => {
-                    return Err(backend_err(
-                        "the file helper ended without an answer".into(),
-                    ));
+                    let reason = "the file helper ended without an answer".to_owned();
+                    return Err(backend_err(self.explain_failure(seen, reason).await));
+                }
+                Err(FsError::Backend { reason, .. }) if !helper.answered => {
+                    return Err(backend_err(self.explain_failure(seen, reason).await));
                 }
                 Err(e) => return Err(e),
             }
@@ -268,9 +274,11 @@ impl Inner {
             reason,
         };
         let argv = files_argv(&self.roots, &file_op).map_err(|e| backend_err(e.to_string()))?;
-        let exec = client::start_exec(&self.docker, &self.container, argv, None)
-            .await
-            .map_err(|e| backend_err(e.to_string()))?;
+        let seen = self.recovery.generation();
+        let exec = match client::start_exec(&self.docker, &self.container, argv, None).await {
+            Ok(exec) => exec,
+            Err(e) => return Err(backend_err(self.explain_failure(seen, e.to_string()).await)),
+        };
         Ok(HelperExec::new(exec, op, path, None))
     }
 

@@ -10,7 +10,9 @@
 //! `/cordon-spill` so bash's full-output files outlive the session. Every operation is a
 //! plain request served by one of the session's workers (`cordon-remote` worker processes kept
 //! running in the container between calls, so a call costs no `docker exec`);
-//! [`Backend::shutdown`] (or dropping the backend) removes the container.
+//! [`Backend::shutdown`] (or dropping the backend) removes the container. A container that
+//! dies (killed, OOM-killed init, removed, engine restart) is replaced by the call that
+//! notices, which tells the model what happened (module `recovery`).
 //!
 //! It does not know any tool; it does not install signal handlers (a CLI that wants Ctrl-C
 //! cleanup calls `shutdown`; a killed runtime's container is reaped by the next session).
@@ -23,6 +25,7 @@ mod error;
 mod files;
 mod mask;
 pub mod plan;
+mod recovery;
 mod search;
 mod workers;
 
@@ -32,7 +35,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bollard::Docker;
-use bollard::models::VolumeCreateRequest;
+use bollard::models::{ContainerCreateBody, VolumeCreateRequest};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use cordon_backend_local::git_guard::{self, GitGuard};
 use cordon_core::sandbox::{NestedGit, RootAccess, SandboxSpec};
@@ -99,11 +102,15 @@ impl DockerConfig {
     }
 }
 
-/// Copy-mode bookkeeping.
+/// Copy-mode bookkeeping (and what refilling the volumes after a fault needs).
 #[derive(Debug)]
 struct CopyState {
     volumes: Vec<String>,
     protected: Vec<PathBuf>,
+    source: WorkspaceSource,
+    mounts: Vec<(PathBuf, String)>,
+    labels: HashMap<String, String>,
+    image: String,
 }
 
 /// The shared state of a session; the three operation sets are implemented on it.
@@ -130,6 +137,9 @@ pub(crate) struct Inner {
     /// Bind mode without nested repositories allowed: the host-side git metadata guard of
     /// the workspace and the writable extra roots.
     git: Option<Arc<std::sync::Mutex<GitGuard>>>,
+    /// The container's creation body: a dead container is replaced by one made from it.
+    body: ContainerCreateBody,
+    recovery: recovery::Recovery,
 }
 
 impl Inner {
@@ -220,6 +230,30 @@ impl Drop for DropGuard {
         });
         let _ = handle.join();
     }
+}
+
+/// Create the copy-mode workspace volumes; on failure the ones created are removed again.
+async fn create_workspace_volumes(
+    docker: &Docker,
+    volumes: &[String],
+    labels: &HashMap<String, String>,
+) -> Result<(), DockerError> {
+    for (i, name) in volumes.iter().enumerate() {
+        let mut volume_labels = labels.clone();
+        volume_labels.insert("cordon.volume".to_owned(), "workspace".to_owned());
+        let created = docker
+            .create_volume(VolumeCreateRequest {
+                name: Some(name.clone()),
+                labels: Some(volume_labels),
+                ..Default::default()
+            })
+            .await;
+        if let Err(e) = created {
+            remove_container_and_volumes(docker, "", &volumes[..i]).await;
+            return Err(DockerError::api(format!("create volume {name}"), e));
+        }
+    }
+    Ok(())
 }
 
 async fn remove_container_and_volumes(docker: &Docker, container: &str, volumes: &[String]) {
@@ -476,27 +510,18 @@ impl DockerBackend {
                     volumes.push(name.clone());
                     protected.push((rel.clone(), name));
                 }
-                for (i, name) in volumes.iter().enumerate() {
-                    let mut volume_labels = labels.clone();
-                    volume_labels.insert("cordon.volume".to_owned(), "workspace".to_owned());
-                    let created = docker
-                        .create_volume(VolumeCreateRequest {
-                            name: Some(name.clone()),
-                            labels: Some(volume_labels),
-                            ..Default::default()
-                        })
-                        .await;
-                    if let Err(e) = created {
-                        remove_container_and_volumes(&docker, "", &volumes[..i]).await;
-                        return Err(DockerError::api(format!("create volume {name}"), e));
-                    }
-                }
+                create_workspace_volumes(&docker, &volumes, &labels).await?;
+                let source = WorkspaceSource::Volume(ws_volume);
                 (
-                    WorkspaceSource::Volume(ws_volume),
-                    protected,
+                    source.clone(),
+                    protected.clone(),
                     Some(CopyState {
                         volumes,
                         protected: dirs,
+                        source,
+                        mounts: protected,
+                        labels: labels.clone(),
+                        image: image.clone(),
                     }),
                 )
             }
@@ -549,7 +574,7 @@ impl DockerBackend {
                         name: Some(container.clone()),
                         ..Default::default()
                     }),
-                    body,
+                    body.clone(),
                 )
                 .await
                 .map_err(|e| DockerError::api(format!("create container from {image}"), e))?;
@@ -590,6 +615,8 @@ impl DockerBackend {
             closed_flag: std::sync::atomic::AtomicBool::new(false),
             workers: Arc::new(workers::Workers::default()),
             git: git.map(|guard| Arc::new(std::sync::Mutex::new(guard))),
+            body,
+            recovery: recovery::Recovery::default(),
         };
         match inner.probe().await {
             Ok(has_rg) => inner.has_rg = has_rg,

@@ -107,15 +107,25 @@ impl RunExec {
 }
 
 impl Inner {
+    /// Start a search exec; when the engine refuses, a dead container may explain it (the
+    /// search was not done: the error says so).
+    async fn start_search_exec(&self, argv: Vec<String>) -> Result<client::Exec, SearchError> {
+        let seen = self.recovery.generation();
+        match client::start_exec(&self.docker, &self.container, argv, None).await {
+            Ok(exec) => Ok(exec),
+            Err(e) => Err(SearchError::Backend {
+                reason: self.explain_failure(seen, e.to_string()).await,
+            }),
+        }
+    }
+
     async fn start_run(&self, path: &Path, argv: Vec<String>) -> Result<RunExec, SearchError> {
         let op = FileOp::Run {
             path: path.to_path_buf(),
             argv,
         };
         let helper = files_argv(&self.roots, &op).map_err(backend)?;
-        let exec = client::start_exec(&self.docker, &self.container, helper, None)
-            .await
-            .map_err(backend)?;
+        let exec = self.start_search_exec(helper).await?;
         Ok(RunExec {
             _input: exec.input,
             output: exec.output,
@@ -195,9 +205,7 @@ impl Inner {
         let stdin = fetch_input(&files);
         // The grep -F prefilter only where its matching equals ours (case-sensitive literal).
         let literal = (request.literal && !request.ignore_case).then_some(request.pattern.as_str());
-        let mut exec = client::start_exec(&self.docker, &self.container, fetch_argv(literal), None)
-            .await
-            .map_err(backend)?;
+        let mut exec = self.start_search_exec(fetch_argv(literal)).await?;
         // stdin stays open until the output ends; dropping it early stops the fetch.
         exec.input.write_all(&stdin).await.map_err(backend)?;
         exec.input.flush().await.map_err(backend)?;
