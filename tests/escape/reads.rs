@@ -192,6 +192,39 @@ async fn workspace_secrets_are_masked_for_bash_and_tools() {
     assert!(!h.at("plain.txt").exists());
 }
 
+/// A secret deeper than `PATH_MAX` cannot be masked by its path; the deepest directory that
+/// can be is hidden instead (fail closed), so bash still cannot read it.
+#[tokio::test]
+async fn a_secret_below_path_max_depth_stays_masked() {
+    let h = Harness::new().await;
+    // Planted from the host with relative steps (no single path call could reach it).
+    let component = "d".repeat(250);
+    let status = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -e; for i in $(seq 1 20); do mkdir {component}; cd {component}; done; \
+             echo 'API_KEY={SECRET}' > .env"
+        ))
+        .current_dir(&h.ws)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let walk = format!("for i in $(seq 1 20); do cd {component} || exit 1; done");
+    for (what, command) in [
+        ("cd down and cat .env", format!("{walk}; cat .env")),
+        (
+            "find and cat",
+            "find . -name .env -exec cat {} + ; grep -r CORDON-ESCAPE . ; false".to_owned(),
+        ),
+    ] {
+        let text = h.bash_fails(what, &command).await;
+        assert_hidden(what, &text);
+    }
+    // The rest of the workspace still works.
+    let result = h.bash("echo fine > ok.txt && cat ok.txt").await;
+    assert!(!result.is_error, "{}", result.text());
+}
+
 /// Another process's memory, environment and file descriptors are out of reach: the
 /// sandbox has its own PID namespace, and its init is not dumpable.
 #[tokio::test]

@@ -22,7 +22,9 @@
 //! command that matches a wildcard pattern (e.g. a new `sub/.env`) is ordinary for the rest
 //! of that command (it only holds what the command itself wrote); it is denied from the next
 //! command on, and to file operations at once. A tree larger than [`MAX_ENTRIES`] entries
-//! makes commands fail closed.
+//! makes commands fail closed. A directory whose entries' paths reach `PATH_MAX` is denied
+//! as a whole: nothing below it could be looked at or masked by path, so a secret there
+//! would otherwise be readable.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -35,6 +37,10 @@ use crate::roots::PathRules;
 
 /// Upper bound on directory entries one expansion may look at (fresh or cached).
 pub(crate) const MAX_ENTRIES: usize = 2_000_000;
+
+/// Paths of this many bytes or more cannot be opened, stat'ed or mounted by name
+/// (`PATH_MAX`, counting the NUL).
+const PATH_MAX_BYTES: usize = 4096;
 
 /// The concrete paths for one command, sorted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -327,6 +333,13 @@ impl Walk<'_> {
                 limit: MAX_ENTRIES,
             });
         }
+        if cached
+            .matches
+            .iter()
+            .any(|(name, _, _)| dir.as_os_str().len() + 1 + name.len() >= PATH_MAX_BYTES)
+        {
+            self.out.denied.push(dir.to_path_buf());
+        }
         for (name, protected, denied) in &cached.matches {
             if *denied {
                 self.out.denied.push(dir.join(name));
@@ -342,6 +355,11 @@ impl Walk<'_> {
         self.new.insert(dir.to_path_buf(), cached);
         let next = depth.map(|d| d - 1);
         for (sub, protected, denied) in subdirs {
+            if sub.as_os_str().len() >= PATH_MAX_BYTES {
+                // Fail closed: below here nothing can be judged or masked by path.
+                self.out.denied.push(dir.to_path_buf());
+                break;
+            }
             if denied {
                 self.out.denied.push(sub);
                 continue;
@@ -412,6 +430,38 @@ mod tests {
     fn touch(path: &Path) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, "x").unwrap();
+    }
+
+    #[test]
+    fn a_directory_whose_entries_reach_path_max_is_denied_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let ws = root.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::create_dir_all(root.join("home")).unwrap();
+        // Build a chain deeper than PATH_MAX with relative steps (no single path call could).
+        let component = "d".repeat(200);
+        let status = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "set -e; for i in $(seq 1 25); do mkdir {component}; cd {component}; done"
+            ))
+            .current_dir(&ws)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let mut depth_path = ws.clone();
+        let mut expected = None;
+        for _ in 0..25 {
+            let next = depth_path.join(&component);
+            if next.as_os_str().len() >= PATH_MAX_BYTES && expected.is_none() {
+                expected = Some(depth_path.clone());
+            }
+            depth_path = next;
+        }
+        let mut expander = expander(&root, &[], &["**/.env"]);
+        let expansion = expander.expand().unwrap();
+        assert_eq!(expansion.denied, vec![expected.unwrap()]);
     }
 
     #[test]
