@@ -424,12 +424,25 @@ impl Analyser {
                 self.extended_test(inner, depth)
             }
             ast::ExtendedTestExpr::UnaryTest(_, word) => {
-                self.expand(&word.value, depth);
+                let operand = self.expand(&word.value, depth);
+                self.test_operand(&operand);
             }
             ast::ExtendedTestExpr::BinaryTest(_, left, right) => {
-                self.expand(&left.value, depth);
-                self.expand(&right.value, depth);
+                let left = self.expand(&left.value, depth);
+                self.test_operand(&left);
+                let right = self.expand(&right.value, depth);
+                self.test_operand(&right);
             }
+        }
+    }
+
+    /// `[[ -v 'a[$(cmd)]' ]]` and arithmetic comparisons evaluate subscripts in literal text.
+    fn test_operand(&mut self, operand: &Expanded) {
+        if !operand.dynamic && evaluates_subscript(&operand.text) {
+            self.opaque(format!(
+                "`[[ … {} … ]]` names an array element whose subscript bash evaluates, running the commands in it",
+                quote_for_display(&operand.text)
+            ));
         }
     }
 
@@ -508,6 +521,13 @@ impl Analyser {
     /// value is a command line is analysed as that command running; one that loads code the
     /// analyser cannot see makes the script unanalysable.
     fn check_assignment(&mut self, name: &str, value: Option<&str>, depth: usize) {
+        if let Some(value) = value.filter(|value| evaluates_subscript(value)) {
+            // Arithmetic on the variable later (`$((x))`, `declare -i`) would run it.
+            self.opaque(format!(
+                "the script assigns {name} the text {}, whose array subscript bash runs when the variable is used in arithmetic",
+                quote_for_display(value)
+            ));
+        }
         match (variables::effect(name), value) {
             (variables::Effect::Inert, _) => {}
             (variables::Effect::Opaque, _) => self.opaque(format!(
@@ -634,6 +654,17 @@ impl Analyser {
     }
 
     fn record(&mut self, mut command: SimpleCommand, depth: usize) {
+        if SUBSCRIPT_BUILTINS.contains(&command.program.as_str()) {
+            for arg in &command.args {
+                if let Some(text) = arg.literal().filter(|text| evaluates_subscript(text)) {
+                    self.opaque(format!(
+                        "`{} {}` names an array element whose subscript bash evaluates, running the commands in it; use a plain variable name",
+                        command.program,
+                        quote_for_display(text)
+                    ));
+                }
+            }
+        }
         // Builtins that set variables named by their arguments.
         let literals: Vec<String> = command
             .args
@@ -853,6 +884,40 @@ impl Analyser {
 /// An upper bound of the parser's nesting for `text`: every bracket outside single quotes
 /// and every compound-command keyword opens a level; closers are not trusted (a here-document
 /// or a quoted string may hold them), so nothing is subtracted.
+/// Builtins that take variable names (or arithmetic) in their arguments. Bash evaluates an
+/// array subscript in such a name as arithmetic, and arithmetic runs `$(…)` found in the text
+/// even when the word was quoted: `test -v 'a[$(git push)]'`, `printf -v 'a[$(…)]' x`.
+const SUBSCRIPT_BUILTINS: &[&str] = &[
+    "test",
+    "[",
+    "printf",
+    "read",
+    "declare",
+    "typeset",
+    "local",
+    "export",
+    "readonly",
+    "unset",
+    "let",
+    "mapfile",
+    "readarray",
+    "getopts",
+    "wait",
+    "shift",
+    "return",
+    "exit",
+    "ulimit",
+];
+
+/// Whether `text` holds a `[…]` with a command or parameter substitution after its `[` that
+/// arithmetic evaluation would run.
+fn evaluates_subscript(text: &str) -> bool {
+    text.find('[').is_some_and(|open| {
+        let inside = &text[open..];
+        inside.contains("$(") || inside.contains('`') || inside.contains("${")
+    })
+}
+
 fn opener_count(text: &str) -> usize {
     let mut count = 0usize;
     let mut word = String::new();
@@ -1348,6 +1413,24 @@ mod tests {
         // The same script with a budget too small for it.
         let analysis = analyse_script_within(script, 50);
         assert!(analysis.unanalysable[0].contains("more than 50 parser steps"));
+    }
+
+    #[test]
+    fn evaluated_subscripts_are_unanalysable() {
+        for script in [
+            "test -v 'a[$(git push)]'",
+            "[ -v 'a[`git push`]' ]",
+            "[[ -v 'a[${x:-$(git push)}]' ]]",
+            "printf -v 'a[$(git push)]' x",
+            "unset 'a[$(git push)]'",
+            "x='a[$(git push)]'",
+        ] {
+            assert!(opaque(script).join("; ").contains("subscript"), "{script}");
+        }
+        assert_eq!(commands("test -v 'a[1]'"), ["test -v 'a[1]'"]);
+        assert_eq!(commands("echo 'a[$(x)]'"), ["echo 'a[$(x)]'"]);
+        assert!(super::evaluates_subscript("a[$(x)]"));
+        assert!(!super::evaluates_subscript("$(x)[1]"));
     }
 
     #[test]

@@ -103,6 +103,13 @@ const OPAQUE_VARIABLES: &[&str] = &[
     "GIT_CONFIG_PARAMETERS",
     "GIT_EXEC_PATH",
     "GIT_TEMPLATE_DIR",
+    // git reads the repository config (hooks, pagers, filters) of the repository they name
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    // options read from the environment or a file: `tar --to-command`, `rg --pre`
+    "TAR_OPTIONS",
+    "RIPGREP_CONFIG_PATH",
     "CARGO_HOME",
     "RUSTUP_HOME",
     "RUSTUP_TOOLCHAIN",

@@ -933,6 +933,25 @@ pub(super) fn normalise(analyser: &mut Analyser, command: SimpleCommand, depth: 
         )),
         "trap" if system_named => trap(analyser, &command, depth),
         "alias" if system_named => alias(analyser, command.clone(), depth),
+        // Completion specs run a command (`-C`) or a function (`-F`) when completing;
+        // `compgen` completes at once.
+        "compgen" | "complete" if system_named => {
+            let sets_runner = |text: &str| {
+                text.starts_with('-') && !text.starts_with("--") && text.contains(['C', 'F'])
+            };
+            if command
+                .args
+                .iter()
+                .any(|arg| arg.literal().is_none_or(sets_runner))
+            {
+                Err(format!(
+                    "`{program} -C`/`-F` runs a command or function the analyser does not follow"
+                ))
+            } else {
+                analyser.record(command.clone(), depth);
+                Ok(())
+            }
+        }
         "hash" | "mapfile" | "readarray" if system_named => {
             let flag = if program == "hash" { 'p' } else { 'C' };
             let sets_hook = |text: &str| {
@@ -1050,14 +1069,13 @@ fn wrapper(
                 words.extend(rest);
                 rest = words;
             }
-            // NAME=VALUE words before the command.
+            // NAME=VALUE words before the command. env takes every word with a `=` as an
+            // assignment, whatever the name.
             while let Some(Word::Literal(text)) = rest.first() {
                 let Some((name, value)) = text.split_once('=') else {
                     break;
                 };
-                if !is_variable_name(name) {
-                    break;
-                }
+                exported_name(name)?;
                 analyser.check_assignment(name, Some(value), depth);
                 rest.remove(0);
             }
@@ -1151,6 +1169,24 @@ fn wrapper(
             if let Some(Some(script)) = parsed.value(&["-c", "--command"]) {
                 return Ok(Inner::Script(script.to_owned()));
             }
+            // flock stops parsing options at the lock file, then takes `-c`/`--command`
+            // right after it: `flock -x FILE -c 'git push'`.
+            let after_file = rest.first().map(|word| word.literal());
+            match after_file {
+                Some(Some("-c" | "--command")) => {
+                    return match rest.get(1) {
+                        Some(Word::Literal(script)) => Ok(Inner::Script(script.clone())),
+                        Some(Word::Dynamic(source)) => Err(format!(
+                            "`flock -c {source}` runs a script computed at run time"
+                        )),
+                        None => Err("`flock -c` is missing its command".to_owned()),
+                    };
+                }
+                Some(Some(text)) if text.starts_with("--command=") => {
+                    return Ok(Inner::Script(text["--command=".len()..].to_owned()));
+                }
+                _ => {}
+            }
         }
         // watch runs its arguments joined by spaces through `sh -c` unless given -x.
         "watch" if !parsed.has(&["-x", "--exec"]) => {
@@ -1206,7 +1242,8 @@ fn wrapper(
             }
             while let Some(Word::Literal(text)) = rest.first() {
                 match text.split_once('=') {
-                    Some((name, value)) if is_variable_name(name) => {
+                    Some((name, value)) if !name.is_empty() && !name.starts_with('-') => {
+                        exported_name(name)?;
                         analyser.check_assignment(name, Some(value), depth);
                         rest.remove(0);
                     }
@@ -1380,6 +1417,18 @@ fn find_exec(analyser: &mut Analyser, command: &SimpleCommand, depth: usize) -> 
     Ok(())
 }
 
+/// An environment entry a wrapper puts before the command must be a plain variable: bash
+/// imports `BASH_FUNC_name%%=() { …; }` as the function `name`, and other odd names are what
+/// such tricks look like.
+fn exported_name(name: &str) -> Result<(), String> {
+    if is_variable_name(name) {
+        return Ok(());
+    }
+    Err(format!(
+        "the environment entry `{name}=…` is not a variable name; a shell would import `BASH_FUNC_name%%` entries as functions the analyser cannot see"
+    ))
+}
+
 fn is_variable_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
@@ -1464,6 +1513,9 @@ mod tests {
             ("taskset -c 0 git push", &["git push"]),
             ("flock /tmp/l git push", &["git push"]),
             ("flock -c 'git push' /tmp/l", &["git push"]),
+            ("flock -x -w 1 /tmp/l -c 'git push'", &["git push"]),
+            ("flock /tmp/l --command 'git push'", &["git push"]),
+            ("flock /tmp/l --command='git push'", &["git push"]),
             ("watch -n 1 git push", &["git push"]),
             ("watch -x git push", &["git push"]),
             ("xargs git push", &["git push …"]),
@@ -1602,6 +1654,12 @@ mod tests {
         assert!(opaque("enable -f ./x.so git").contains("enable"));
         assert!(opaque("mapfile -C cb arr").contains("mapfile -C"));
         assert!(opaque("readarray -tC cb arr").contains("readarray -C"));
+        assert!(opaque("compgen -C 'git push' x").contains("compgen -C"));
+        assert!(opaque("complete -o default -F f x").contains("complete -C"));
+        assert_eq!(commands("compgen -W 'a b' a"), ["compgen -W 'a b' a"]);
+        assert!(opaque("env 'BASH_FUNC_f%%=() { git push; }' bash -c f").contains("BASH_FUNC"));
+        assert!(opaque("env 'a-b=1' git push").contains("not a variable name"));
+        assert!(opaque("flock /tmp/l -c \"$x\"").contains("computed at run time"));
         assert_eq!(commands("mapfile -t lines"), ["mapfile -t lines"]);
         assert!(opaque("timeout $T git push").contains("$T"));
         assert!(opaque("nice -n $N git push").contains("$N"));

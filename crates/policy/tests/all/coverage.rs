@@ -50,6 +50,54 @@ fn wrappers_that_run_a_command_do_not_hide_a_denied_one() {
     }
 }
 
+/// Forms an adversarial review found running `git push` unflagged: each is now judged as
+/// `git push` (denied) or unanalysable (flagged).
+#[test]
+fn review_findings_are_denied_or_unanalysable() {
+    let p = policy(BLOCKLIST);
+    let missed: Vec<&str> = [
+        // flock takes `-c` after the lock file, after any options
+        "flock -x lockf -c 'git push'",
+        "flock -s lockf -c 'git push'",
+        "flock -n lockf -c 'git push'",
+        "flock -w 1 lockf -c 'git push'",
+        "flock -E 3 lockf -c 'git push'",
+        "flock l --command 'git push'",
+        "flock l --command='git push'",
+        // environment entries that are not variables define functions
+        "env 'BASH_FUNC_f%%=() { git push; }' bash -c f",
+        "sudo 'BASH_FUNC_f%%=() { git push; }' bash -c f",
+        // options read from the environment
+        "TAR_OPTIONS='--to-command=git\\ push' tar xf a.tar",
+        "export TAR_OPTIONS='--to-command=git\\ push'; tar xf a.tar",
+        "RIPGREP_CONFIG_PATH=rgrc rg x",
+        // completion builtins run commands
+        "compgen -C 'git push' x",
+        "compgen -F f x",
+        "complete -C 'git push' x",
+        // bash evaluates array subscripts in names as arithmetic, running substitutions
+        "test -v 'a[$(git push)]'",
+        "[ -v 'a[$(git push)]' ]",
+        "[[ -v 'a[$(git push)]' ]]",
+        "[[ 'a[$(git push)]' -eq 0 ]]",
+        "printf -v 'a[$(git push)]' x",
+        "read 'a[`git push`]' <<< x",
+        "declare 'a[${x:-$(git push)}]=1'",
+        "local -i 'x=a[$(git push)]'",
+        "export 'a[$(git push)]'",
+        "unset 'a[$(git push)]'",
+        "let 'a[$(git push)]'",
+        "x='a[$(git push)]'; echo $((x))",
+    ]
+    .into_iter()
+    .filter(|script| {
+        let got = bash(&p, script);
+        got.decision != Decision::Deny && got.unanalysable.is_none()
+    })
+    .collect();
+    assert!(missed.is_empty(), "ran `git push` unflagged: {missed:#?}");
+}
+
 #[test]
 fn allowlist_does_not_let_allowed_programs_run_others() {
     let p = shipped("ci-untrusted.toml");
@@ -75,6 +123,12 @@ fn allowlist_does_not_let_allowed_programs_run_others() {
         "go test -exec ./x ./...",
         "find . -okdir ./x \\;",
         "git -c credential.helper='!./x' status",
+        "test -v 'a[$(id)]'",
+        "RIPGREP_CONFIG_PATH=rgrc rg x",
+        "GIT_DIR=x git status",
+        "GIT_WORK_TREE=. git status",
+        "GIT_COMMON_DIR=x git status",
+        "env GIT_DIR=x git log",
     ] {
         let got = bash(&p, script);
         assert_eq!(got.decision, Decision::Deny, "{script:?}: {got:?}");
