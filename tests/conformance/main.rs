@@ -167,6 +167,7 @@ macro_rules! host_workspace_tests {
                     file_tools_refuse_nested_git_metadata,
                     operator_nested_repository_is_kept_usable_and_read_only,
                     allowed_nested_repository_is_kept,
+                    layout_with_executable_files_for_objects_and_refs_is_quarantined,
                 ],
             );
         }

@@ -10,7 +10,9 @@
 //! - every entry named `.git` (directory, gitfile or symlink), except an empty placeholder
 //!   the command sandbox pinned at a missing protected path (git skips an empty `.git`);
 //! - every directory that is a git directory itself: `HEAD` plus either `objects` and `refs`,
-//!   or `commondir` (git's `is_git_directory`), including a root itself.
+//!   or `commondir` (git's `is_git_directory`), including a root itself. Each of those
+//!   counts whatever its type (git only calls `access(X_OK)` on `objects` and `refs`, so an
+//!   executable file or a symlink does).
 //!
 //! Those present when the guard starts are the operator's (their nested repositories and
 //! submodules): they are recorded by identity (`st_dev`, `st_ino`) and reported by
@@ -548,9 +550,10 @@ fn read_dir(dir: &Path, stamp: Stamp, entries: &mut usize) -> io::Result<CachedD
         match name.as_bytes() {
             b".git" => dot_git = true,
             b"HEAD" => head = true,
-            // Git checks these with access(X_OK), which follows symlinks.
-            b"objects" => objects = !file_type.is_file(),
-            b"refs" => refs = !file_type.is_file(),
+            // Git only checks these with access(X_OK), which follows symlinks and accepts an
+            // executable file: any entry of any type counts, as `HEAD` does.
+            b"objects" => objects = true,
+            b"refs" => refs = true,
             b"commondir" => commondir = true,
             _ => {}
         }

@@ -233,3 +233,37 @@ pub async fn allowed_nested_repository_is_kept(h: Arc<dyn Harness>) {
     let status = host_git(&ws, &ws.host("src"), &["status", "--porcelain"]);
     assert!(status.status.success(), "{status:?}");
 }
+
+/// Git accepts a directory as a git directory when `objects` and `refs` pass `access(X_OK)`:
+/// executable regular files do. Such a layout, nested or in the root, is quarantined too.
+pub async fn layout_with_executable_files_for_objects_and_refs_is_quarantined(h: Arc<dyn Harness>) {
+    let mut ws = Workspace::open(&h).await;
+    let canary = ws.outside("file-layout-ran");
+    let layout = |dir: &Path| {
+        format!(
+            "printf 'ref: refs/heads/main\\n' > HEAD && touch objects refs && chmod +x objects refs \
+             && printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tworktree = {}\\n\\tfsmonitor = \"touch {}; false\"\\n' > config",
+            dir.display(),
+            canary.display()
+        )
+    };
+    let made = ws
+        .call(
+            "bash",
+            json!({"command": format!(
+                "mkdir sub && (cd sub && {}) && {} && echo made",
+                layout(&ws.host("sub")),
+                layout(ws.host_root())
+            )}),
+        )
+        .await;
+    assert!(made.text.starts_with("made\n"), "{made:#?}");
+    assert_quarantined(&made.text, "$ROOT/sub -> $ROOT/sub/HEAD.cordon-quarantine");
+    assert_quarantined(&made.text, "$ROOT -> $ROOT/HEAD.cordon-quarantine");
+    ws.close().await;
+    for dir in [ws.host("sub"), ws.host_root().to_path_buf()] {
+        let status = host_git(&ws, &dir, &["status"]);
+        assert!(!status.status.success(), "{status:?}");
+    }
+    assert!(!canary.exists(), "host git ran the model's fsmonitor");
+}
