@@ -212,6 +212,45 @@ async fn a_removed_container_in_copy_mode_keeps_its_workspace_volume() {
     backend.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_copy_volume_is_refilled_from_the_host_and_the_loss_is_said() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::write(ws.path().join("synced"), "from-host\n").expect("seed file");
+    let mut config = support::config(&host, ws.path());
+    config.mode = cordon_backend_docker::WorkspaceMode::Copy;
+    config.image = BUSYBOX.to_owned();
+    let backend = DockerBackend::start(config)
+        .await
+        .expect("copy-mode session");
+    let name = backend.container().to_owned();
+    let first = run(&backend, "echo unsynced > /workspace/c").await;
+    assert_eq!(first.outcome.status, Some(ExitStatus::Code(0)));
+
+    // The container and its workspace volume are gone (e.g. a prune on the engine).
+    let volume = name.replacen("cordon-", "cordon-ws-", 1);
+    docker(&host, &["rm", "-f", &name]);
+    docker(&host, &["volume", "rm", &volume]);
+    let (outcome, output) = exec(
+        &backend,
+        "cat /workspace/synced; cat /workspace/c 2>/dev/null || echo c-lost",
+        None,
+    )
+    .await;
+    let outcome = outcome.expect("runs in a fresh container");
+    assert_eq!(outcome.status, Some(ExitStatus::Code(0)), "{output}");
+    assert_eq!(output, "from-host\nc-lost\n");
+    let root = std::fs::canonicalize(ws.path()).expect("canonical root");
+    assert_eq!(
+        outcome.notes,
+        vec![format!(
+            "[cordon: the sandbox container {name} was removed from the Docker engine; a new container was started and ran this command. The workspace volume was gone: /workspace was copied in again from {}, so changes made in the container since the session started or the last sync to the host are lost; files outside it (/tmp, the home directory) and background processes are gone.]",
+            root.display()
+        )]
+    );
+    backend.shutdown().await;
+}
+
 /// A private dockerd with its own roots and socket; everything is removed on drop, even when
 /// the test fails halfway (the daemon is started again if needed to stop its containers).
 struct PrivateEngine {
