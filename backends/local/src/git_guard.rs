@@ -51,6 +51,10 @@ use crate::roots::{open_beneath, open_root_dir, strip_root};
 /// Upper bound on directory entries one sweep may look at (fresh or cached).
 pub const MAX_ENTRIES: usize = 2_000_000;
 
+/// Upper bound on sweep passes: how deep repositories nested inside new `.git` directories
+/// are followed (each pass enters what the previous one renamed).
+pub const MAX_SWEEP_PASSES: usize = 64;
+
 /// The suffix of a neutralised name.
 pub const QUARANTINE_SUFFIX: &str = ".cordon-quarantine";
 
@@ -89,6 +93,16 @@ pub enum GitGuardError {
         /// The OS error.
         #[source]
         source: io::Error,
+    },
+    /// New git metadata was still found after [`MAX_SWEEP_PASSES`] passes.
+    #[error(
+        "failed to quarantine git metadata: repositories are nested inside new `.git` directories more than {limit} levels deep; remove {path} before running git on the host"
+    )]
+    TooDeep {
+        /// An entry still found.
+        path: PathBuf,
+        /// The limit.
+        limit: usize,
     },
     /// The baseline file could not be written.
     #[error("failed to write the git metadata baseline {path}: {source}")]
@@ -297,20 +311,37 @@ impl GitGuard {
     /// Find git metadata that was not recorded at start and neutralise it.
     ///
     /// # Errors
-    /// A tree larger than [`MAX_ENTRIES`], or a rename that failed (the rest is still
-    /// neutralised; the first failure is returned).
+    /// A tree larger than [`MAX_ENTRIES`], a rename that failed (the rest is still
+    /// neutralised; the first failure is returned), or new metadata still found after
+    /// [`MAX_SWEEP_PASSES`] passes.
     pub fn sweep(&mut self) -> Result<Vec<Quarantined>, GitGuardError> {
         let mut quarantined = Vec::new();
         // A neutralised `.git` directory is entered on the next pass (it may hold git
         // directories of its own, e.g. `modules/*`); each pass re-reads only what changed.
-        for _ in 0..8 {
-            let found = self.scan()?;
-            let mut renamed = false;
+        // Passes go on until one finds nothing new; deeper nesting than the bound fails.
+        let mut passes = 0;
+        loop {
+            let fresh: Vec<(Id, GitEntry)> = self
+                .scan()?
+                .into_iter()
+                .filter(|(id, _)| !self.baseline.contains(id))
+                .collect();
+            let Some((_, first)) = fresh.first() else {
+                return Ok(quarantined);
+            };
+            if passes == MAX_SWEEP_PASSES {
+                tracing::error!(
+                    path = %first.path.display(),
+                    "git guard: git metadata nested deeper than the sweep follows"
+                );
+                return Err(GitGuardError::TooDeep {
+                    path: first.path.clone(),
+                    limit: MAX_SWEEP_PASSES,
+                });
+            }
+            passes += 1;
             let mut first_error = None;
-            for (id, entry) in found {
-                if self.baseline.contains(&id) {
-                    continue;
-                }
+            for (_, entry) in fresh {
                 match self.neutralise(&entry) {
                     Ok(done) => {
                         tracing::warn!(
@@ -318,7 +349,6 @@ impl GitGuard {
                             renamed_to = %done.renamed_to.display(),
                             "git guard: quarantined git metadata made by a command"
                         );
-                        renamed = true;
                         quarantined.push(done);
                     }
                     Err(error) => {
@@ -330,11 +360,7 @@ impl GitGuard {
             if let Some(error) = first_error {
                 return Err(error);
             }
-            if !renamed {
-                break;
-            }
         }
-        Ok(quarantined)
     }
 
     /// Sweep a last time and remove this guard's baseline file (a clean shutdown).

@@ -223,3 +223,39 @@ fn writes_that_make_git_metadata_are_recognised() {
     // Above the root nothing counts.
     assert!(!makes_git_metadata(&ws.join("x"), &ws.join("data/objects")));
 }
+
+/// `levels` repositories, each inside the previous one's `.git`: `ws/a/.git/a/.git/…`.
+fn nested_repositories(ws: &Path, levels: usize) -> PathBuf {
+    let mut dir = ws.to_path_buf();
+    for _ in 0..levels {
+        dir = dir.join("a/.git");
+        git_dir_layout(&dir);
+    }
+    dir
+}
+
+#[test]
+fn deeply_nested_repositories_are_all_quarantined_in_one_sweep() {
+    let (_tmp, ws) = root();
+    let (mut guard, _) = GitGuard::start(std::slice::from_ref(&ws), &[], None).unwrap();
+    nested_repositories(&ws, 20);
+    let quarantined = guard.sweep().unwrap();
+    assert_eq!(quarantined.len(), 20, "{quarantined:#?}");
+    let (fresh, _) = GitGuard::start(std::slice::from_ref(&ws), &[], None).unwrap();
+    assert!(fresh.recorded().is_empty(), "{:#?}", fresh.recorded());
+}
+
+#[test]
+fn repositories_nested_deeper_than_the_bound_fail_the_sweep() {
+    let (_tmp, ws) = root();
+    let (mut guard, _) = GitGuard::start(std::slice::from_ref(&ws), &[], None).unwrap();
+    nested_repositories(&ws, MAX_SWEEP_PASSES + 1);
+    let error = guard.sweep().unwrap_err();
+    assert!(
+        matches!(error, GitGuardError::TooDeep { limit, .. } if limit == MAX_SWEEP_PASSES),
+        "{error}"
+    );
+    assert!(error.to_string().contains("before running git on the host"));
+    // The next sweep goes on from there.
+    assert_eq!(guard.sweep().unwrap().len(), 1);
+}
