@@ -499,6 +499,171 @@ const PKEXEC: Spec = Spec {
     long_valued: &["user"],
     ..NONE
 };
+const FAKEROOT: Spec = Spec {
+    short_flags: "uhv",
+    short_valued: "sib",
+    long_flags: &["unknown-is-real", "help", "version"],
+    ..NONE
+};
+const FAKETIME: Spec = Spec {
+    short_flags: "mf",
+    short_valued: "p",
+    long_flags: &["exclude-monotonic"],
+    ..NONE
+};
+const NUMACTL: Spec = Spec {
+    short_flags: "lsHa",
+    short_valued: "imNCp",
+    long_flags: &["localalloc", "show", "hardware", "all"],
+    long_valued: &[
+        "interleave",
+        "membind",
+        "cpunodebind",
+        "physcpubind",
+        "preferred",
+    ],
+    ..NONE
+};
+/// The dynamic loader run as a program (`ld.so [options] PROGRAM …`). `--preload`,
+/// `--audit` and `--library-path` load code from elsewhere: not in the table, so unanalysable.
+const LDSO: Spec = Spec {
+    long_flags: &[
+        "list",
+        "verify",
+        "inhibit-cache",
+        "help",
+        "version",
+        "list-tunables",
+        "list-diagnostics",
+    ],
+    long_valued: &[
+        "argv0",
+        "inhibit-rpath",
+        "glibc-hwcaps-prefix",
+        "glibc-hwcaps-mask",
+    ],
+    ..NONE
+};
+
+/// Whether `name` is the dynamic loader (`ld.so`, `ld-linux-x86-64.so.2`, `ld64.so.2`), which
+/// runs the program named by its first operand.
+fn is_dynamic_loader(name: &str) -> bool {
+    name == "ld.so"
+        || ((name.starts_with("ld-") || name.starts_with("ld64")) && name.contains(".so"))
+}
+
+/// Programs that run commands in a way the analyser does not follow: a language or syntax of
+/// their own (editors' `:!cmd`, `expect`, fish and csh), a service or session that starts
+/// commands later or elsewhere (`tmux`, `systemd-run`, `start-stop-daemon`, `crond`), or option
+/// syntax too open to unwrap reliably. Reviewed data: `opaque_programs_are_unanalysable` runs
+/// every name.
+const OPAQUE_PROGRAMS: &[(&[&str], &str)] = &[
+    (
+        &[
+            "vi",
+            "vim",
+            "nvim",
+            "ex",
+            "view",
+            "rvim",
+            "rview",
+            "vimdiff",
+            "gvim",
+            "gview",
+            "evim",
+            "vim.basic",
+            "vim.tiny",
+            "vim.nox",
+            "vim.gtk3",
+            "nex",
+            "ed",
+            "emacs",
+            "emacs-nox",
+        ],
+        "is an editor that runs commands (`:!cmd`, `-c`, `+cmd`, `-S`, scripts on standard input); edit files with the edit and write tools",
+    ),
+    (
+        &["fish", "tcsh", "csh", "expect", "tclsh", "wish"],
+        "runs a script in a language the analyser does not parse; use bash syntax",
+    ),
+    (
+        &[
+            "tmux",
+            "screen",
+            "dbus-launch",
+            "dbus-run-session",
+            "xvfb-run",
+            "rlwrap",
+        ],
+        "starts a session whose commands the analyser does not follow; run the command directly",
+    ),
+    (
+        &[
+            "systemd-run",
+            "start-stop-daemon",
+            "crond",
+            "cron",
+            "run-parts",
+            "tcpsvd",
+            "udpsvd",
+            "inetd",
+            "httpd",
+        ],
+        "starts commands later or as a service, which the analyser does not follow; run the command directly",
+    ),
+    (
+        &[
+            "setpriv",
+            "capsh",
+            "cpulimit",
+            "firejail",
+            "bwrap",
+            "proot",
+            "runcon",
+            "chpst",
+            "setuidgid",
+            "envuidgid",
+            "envdir",
+            "softlimit",
+            "sshpass",
+        ],
+        "runs a command the analyser does not unwrap; run the command directly",
+    ),
+];
+
+/// Whether a netcat or socat invocation runs a program for its connection (`nc -e`, `ncat
+/// --sh-exec`, `socat … EXEC:cmd`).
+fn relay_runs_program(program: &str, args: &[Word]) -> bool {
+    match program {
+        "socat" => args.iter().any(|arg| {
+            arg.literal().is_none_or(|text| {
+                let lower = text.to_ascii_lowercase();
+                lower.contains("exec:") || lower.contains("system:")
+            })
+        }),
+        _ => args.iter().any(|arg| {
+            arg.literal().is_none_or(|text| {
+                matches!(text, "--exec" | "--sh-exec" | "--lua-exec")
+                    || text.starts_with("--exec=")
+                    || text.starts_with("--sh-exec=")
+                    || text.starts_with("--lua-exec=")
+                    || (text.starts_with('-')
+                        && !text.starts_with("--")
+                        && text.contains(['e', 'c']))
+            })
+        }),
+    }
+}
+
+const RELAYS: &[&str] = &[
+    "nc",
+    "ncat",
+    "netcat",
+    "nc.traditional",
+    "nc.openbsd",
+    "socat",
+];
+
 const XARGS: Spec = Spec {
     short_flags: "0prtxo",
     short_valued: "EILnPsda",
@@ -816,6 +981,28 @@ const RUNNERS: &[Runner] = &[
     privileged_entry(&["pkexec"], &PKEXEC, "pkexec --user bob git push"),
     privileged_entry(&["nsenter"], &NSENTER, "nsenter -t 1 -m git push"),
     privileged_entry(&["unshare"], &UNSHARE, "unshare -r -n git push"),
+    wrapper_entry(&["fakeroot"], &FAKEROOT, "fakeroot -u git push"),
+    wrapper_entry(
+        &["faketime"],
+        &FAKETIME,
+        "faketime -f '2020-01-01 00:00:00' git push",
+    ),
+    wrapper_entry(&["numactl"], &NUMACTL, "numactl -l -N 0 git push"),
+    wrapper_entry(
+        &["catchsegv", "eatmydata", "chronic"],
+        &NONE,
+        "catchsegv git push",
+    ),
+    wrapper_entry(
+        &[
+            "ld.so",
+            "ld-linux-x86-64.so.2",
+            "ld-linux.so.2",
+            "ld64.so.2",
+        ],
+        &LDSO,
+        "ld.so --argv0 x git push",
+    ),
     Runner {
         names: &["busybox", "toybox"],
         kind: Kind::MultiCall,
@@ -970,7 +1157,36 @@ pub(super) fn normalise(analyser: &mut Analyser, command: SimpleCommand, depth: 
                 Ok(())
             }
         }
-        name => match RUNNERS.iter().find(|runner| runner.names.contains(&name)) {
+        name if OPAQUE_PROGRAMS
+            .iter()
+            .any(|(names, _)| names.contains(&name)) =>
+        {
+            let reason = OPAQUE_PROGRAMS
+                .iter()
+                .find(|(names, _)| names.contains(&name))
+                .map_or("", |(_, reason)| reason);
+            Err(format!("`{program}` {reason}"))
+        }
+        name if RELAYS.contains(&name) && relay_runs_program(name, &command.args) => Err(format!(
+            "`{program}` runs a program for its connections (`-e`, `-c`, `--exec`, `EXEC:`); run the command directly"
+        )),
+        name if name.len() > 4 && name.starts_with("git-") => {
+            // `git-push`, `/usr/lib/git-core/git-push`: git's dashed programs are its
+            // subcommands.
+            analyser.record(command.clone(), depth);
+            let mut argv = vec![
+                Word::Literal("git".to_owned()),
+                Word::Literal(name["git-".len()..].to_owned()),
+            ];
+            argv.extend(command.args.iter().cloned());
+            analyser.within(program.clone(), |analyser| {
+                analyser.run_with_tail(argv, command.open_tail, depth)
+            });
+            Ok(())
+        }
+        name => match RUNNERS.iter().find(|runner| {
+            runner.names.contains(&name) || (runner.names[0] == "ld.so" && is_dynamic_loader(name))
+        }) {
             Some(runner) => look_inside(analyser, runner.kind, &command, system_named, depth),
             None => {
                 analyser.record(command.clone(), depth);
@@ -1145,7 +1361,11 @@ fn wrapper(
                 .ok_or_else(|| "`sg` is given a command computed at run time".to_owned())?;
             return Ok(Inner::Script(words.join(" ")));
         }
-        "nsenter" | "unshare" | "pkexec" if rest.is_empty() => {
+        "faketime" => take_operand(&mut rest, program, "TIMESTAMP")?,
+        "numactl" if parsed.has(&["-s", "--show", "-H", "--hardware"]) && rest.is_empty() => {
+            return Ok(Inner::Nothing);
+        }
+        "nsenter" | "unshare" | "pkexec" | "fakeroot" | "numactl" if rest.is_empty() => {
             return Err(format!(
                 "`{program}` without a command starts a shell that reads commands the analyser cannot see"
             ));
@@ -1582,6 +1802,62 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn opaque_programs_are_unanalysable() {
+        for (names, _) in super::OPAQUE_PROGRAMS {
+            for name in *names {
+                assert!(
+                    opaque(&format!("{name} -c 'git push'")).contains(name),
+                    "{name}"
+                );
+                assert!(
+                    opaque(&format!("busybox {name} x")).contains(name),
+                    "{name}"
+                );
+            }
+        }
+        for script in [
+            "nc -l -p 1 -e /bin/sh",
+            "busybox nc -lp 1 -e git",
+            "ncat --sh-exec 'git push' h 1",
+            "ncat --exec=/usr/bin/git h 1",
+            "socat TCP-LISTEN:1 EXEC:'git push'",
+            "socat - system:'git push'",
+        ] {
+            assert!(opaque(script).contains("connections"), "{script}");
+        }
+        assert_eq!(commands("nc -z h 22"), ["nc -z h 22"]);
+        assert_eq!(commands("socat - TCP:h:1"), ["socat - TCP:h:1"]);
+    }
+
+    #[test]
+    fn dashed_git_programs_and_the_loader_are_looked_through() {
+        assert_eq!(
+            commands("/usr/lib/git-core/git-push origin"),
+            ["/usr/lib/git-core/git-push origin", "git push origin"]
+        );
+        assert_eq!(commands("git-push"), ["git-push", "git push"]);
+        assert_eq!(
+            commands("/lib64/ld-linux-x86-64.so.2 /usr/bin/git push"),
+            [
+                "/lib64/ld-linux-x86-64.so.2 /usr/bin/git push",
+                "/usr/bin/git push"
+            ]
+        );
+        assert_eq!(
+            commands("ld-linux-aarch64.so.1 --inhibit-cache git push"),
+            ["git push"]
+        );
+        assert!(opaque("ld.so --preload ./x.so /usr/bin/git status").contains("--preload"));
+        assert!(opaque("ld.so --library-path . git status").contains("--library-path"));
+        assert!(opaque("fakeroot").contains("shell"));
+        assert!(opaque("fakeroot --faked ./x git push").contains("--faked"));
+        assert!(opaque("faketime --date-prog ./x 2020-01-01 git").contains("--date-prog"));
+        assert_eq!(commands("faketime '2020-01-01' git push"), ["git push"]);
+        assert_eq!(commands("numactl --hardware"), ["numactl --hardware"]);
+        assert_eq!(commands("numactl --interleave=all git push"), ["git push"]);
     }
 
     #[test]
