@@ -46,6 +46,7 @@ fn doctor_reports_every_item_and_exits_zero_on_a_capable_host() {
         "local: layer mount-namespace: ok (required: ",
         "local: layer process-limit: ok (required: ",
         "local: sandboxed tools: ok (",
+        "local: workspace hard links: ok (none to files outside ",
     ] {
         assert_eq!(
             lines.iter().filter(|line| line.starts_with(prefix)).count(),
@@ -85,6 +86,33 @@ fn doctor_reports_every_item_and_exits_zero_on_a_capable_host() {
     );
     assert_eq!(selected.status.code(), Some(0));
     assert_eq!(stdout(&selected).lines().count(), lines.len());
+}
+
+/// A host-made hard link into the workspace is the outside file: commands could write through
+/// it, so the doctor warns about it (without failing: it is the operator's call).
+#[test]
+fn doctor_warns_about_hard_links_to_files_outside_the_workspace() {
+    let base = tempfile::tempdir().unwrap();
+    let ws = base.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(base.path().join("store.txt"), "host").unwrap();
+    std::fs::hard_link(base.path().join("store.txt"), ws.join("linked.txt")).unwrap();
+    let output = run(
+        Path::new(CORDON),
+        &["doctor", "--root", ws.to_str().unwrap()],
+        base.path(),
+    );
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    let line = text
+        .lines()
+        .find(|line| line.starts_with("local: workspace hard links: "))
+        .unwrap_or_else(|| panic!("no hard-link line in:\n{text}"));
+    assert!(
+        line.starts_with("local: workspace hard links: warning (1 file(s) in "),
+        "{line}"
+    );
+    assert!(line.contains("linked.txt"), "{line}");
 }
 
 /// Inside the sandbox no namespace can be created: the doctor says which required layers

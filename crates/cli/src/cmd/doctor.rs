@@ -10,6 +10,7 @@
 //! workspace and runs a command and a read through the real tools.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -42,6 +43,8 @@ enum Status {
     Missing,
     /// A fact, neither good nor bad.
     Info,
+    /// Works, but something the operator should change (not a blocker).
+    Warning,
 }
 
 impl fmt::Display for Status {
@@ -50,6 +53,7 @@ impl fmt::Display for Status {
             Status::Ok => "ok",
             Status::Missing => "missing",
             Status::Info => "info",
+            Status::Warning => "warning",
         })
     }
 }
@@ -149,7 +153,7 @@ fn backend_name(kind: BackendKind) -> &'static str {
 /// (it starts a container or opens a connection); the others get the cheap lines.
 async fn check(kind: BackendKind, selected: bool, common: &CommonArgs) -> Report {
     match kind {
-        BackendKind::Local => check_local().await,
+        BackendKind::Local => check_local(&common.root).await,
         BackendKind::Docker => check_docker(selected, common).await,
         BackendKind::Ssh => check_ssh(selected, common).await,
     }
@@ -271,8 +275,36 @@ async fn check_ssh(selected: bool, common: &CommonArgs) -> Report {
     report
 }
 
-async fn check_local() -> Report {
+async fn check_local(root: &Path) -> Report {
     let mut report = Report::new();
+    match outside_hard_links(root, HARD_LINK_SCAN_LIMIT) {
+        Ok(scan) if scan.linked.is_empty() => report.line(
+            "workspace hard links",
+            Status::Ok,
+            format!(
+                "none to files outside {} ({} entries looked at)",
+                root.display(),
+                scan.entries
+            ),
+        ),
+        Ok(scan) => report.line(
+            "workspace hard links",
+            Status::Warning,
+            format!(
+                "{} file(s) in {} are hard links to files outside it, e.g. {}; commands can \
+                 write through them to the outside file (copy them instead: pnpm \
+                 package-import-method=copy, UV_LINK_MODE=copy)",
+                scan.linked.len(),
+                root.display(),
+                scan.linked[0].display()
+            ),
+        ),
+        Err(error) => report.line(
+            "workspace hard links",
+            Status::Info,
+            format!("not checked: {error}"),
+        ),
+    }
     let support = cordon_backend_local::probe_host();
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|text| text.trim().to_owned())
@@ -360,6 +392,63 @@ async fn check_local() -> Report {
     report
 }
 
+/// Entries [`outside_hard_links`] looks at before it stops (a doctor run stays quick).
+const HARD_LINK_SCAN_LIMIT: usize = 200_000;
+
+/// What [`outside_hard_links`] found.
+#[derive(Debug, Default)]
+struct HardLinkScan {
+    /// Regular files with more links than the walk found inside the root, sorted.
+    linked: Vec<PathBuf>,
+    /// Entries looked at.
+    entries: usize,
+}
+
+/// Regular files under `root` that share their inode with a file outside it: files whose link
+/// count exceeds the links the walk saw inside. Symlinks are not followed, `.git` is skipped,
+/// and the walk stops with an error after `limit` entries.
+fn outside_hard_links(root: &Path, limit: usize) -> std::io::Result<HardLinkScan> {
+    use std::collections::HashMap;
+    use std::os::unix::fs::MetadataExt;
+
+    let mut scan = HardLinkScan::default();
+    // (dev, ino) → (links seen inside, link count, first path)
+    let mut seen: HashMap<(u64, u64), (u64, u64, PathBuf)> = HashMap::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            scan.entries += 1;
+            if scan.entries > limit {
+                return Err(std::io::Error::other(format!(
+                    "more than {limit} entries under {}",
+                    root.display()
+                )));
+            }
+            let file_type = entry.file_type()?;
+            if file_type.is_dir() {
+                if entry.file_name() != ".git" {
+                    pending.push(entry.path());
+                }
+            } else if file_type.is_file() {
+                let meta = entry.metadata()?;
+                if meta.nlink() > 1 {
+                    seen.entry((meta.dev(), meta.ino()))
+                        .or_insert_with(|| (0, meta.nlink(), entry.path()))
+                        .0 += 1;
+                }
+            }
+        }
+    }
+    scan.linked = seen
+        .into_values()
+        .filter(|(inside, links, _)| inside < links)
+        .map(|(_, _, path)| path)
+        .collect();
+    scan.linked.sort();
+    Ok(scan)
+}
+
 fn ok_or_missing(ok: bool) -> Status {
     if ok { Status::Ok } else { Status::Missing }
 }
@@ -408,4 +497,23 @@ async fn run_probe_session(options: SessionOptions) -> (bool, String) {
     }
     session.shutdown().await;
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hard_links_to_outside_files_are_found_and_inside_pairs_are_not() {
+        let base = tempfile::tempdir().unwrap();
+        let ws = base.path().join("ws");
+        std::fs::create_dir_all(ws.join("sub")).unwrap();
+        std::fs::write(base.path().join("outside.txt"), "host").unwrap();
+        std::fs::hard_link(base.path().join("outside.txt"), ws.join("sub/linked.txt")).unwrap();
+        std::fs::write(ws.join("a.txt"), "a").unwrap();
+        std::fs::hard_link(ws.join("a.txt"), ws.join("b.txt")).unwrap();
+        let scan = outside_hard_links(&ws, 1000).unwrap();
+        assert_eq!(scan.linked, [ws.join("sub/linked.txt")]);
+        assert!(outside_hard_links(&ws, 2).is_err());
+    }
 }
