@@ -594,6 +594,11 @@ const OPAQUE_PROGRAMS: &[(&[&str], &str)] = &[
             "dbus-run-session",
             "xvfb-run",
             "rlwrap",
+            "xterm",
+            "x-terminal-emulator",
+            "gnome-terminal",
+            "konsole",
+            "vipe",
         ],
         "starts a session whose commands the analyser does not follow; run the command directly",
     ),
@@ -601,6 +606,12 @@ const OPAQUE_PROGRAMS: &[(&[&str], &str)] = &[
         &[
             "systemd-run",
             "start-stop-daemon",
+            "daemonize",
+            "at",
+            "batch",
+            "entr",
+            "pee",
+            "mispipe",
             "crond",
             "cron",
             "run-parts",
@@ -712,7 +723,7 @@ const SHELL: Spec = Spec {
 };
 
 const SHELLS: &[&str] = &[
-    "bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh", "rbash",
+    "bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh", "rbash", "hush",
 ];
 
 /// The options found before the operands.

@@ -125,6 +125,11 @@ fn review_findings_are_denied_or_unanalysable() {
         "busybox tcpsvd 0 1 git push",
         "run-parts .",
         "busybox crond",
+        "busybox hush -c 'git push'",
+        "echo 'git push' | at now",
+        "ls | entr git push",
+        "mispipe 'git push' cat",
+        "xterm -e git push",
         // editors run commands
         "vim -es -c '!git push' -c 'q!'",
         "vi -c '!git push'",
