@@ -236,6 +236,29 @@ fn a_policy_symlink_or_fifo_is_refused_without_blocking() {
     }
 }
 
+#[test]
+fn a_hard_linked_policy_is_refused() {
+    let setup = Setup::new();
+    let policy = setup.outside.join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::set_permissions(&policy, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    // A link an earlier session's command could have made inside its workspace.
+    std::fs::hard_link(&policy, setup.ws.join("policy-link.toml")).unwrap();
+    let run = cordon(
+        &setup.ws,
+        &[
+            "exec",
+            "read",
+            r#"{"path":"a.txt"}"#,
+            "--root",
+            setup.ws.to_str().unwrap(),
+            "--policy",
+            policy.to_str().unwrap(),
+        ],
+    );
+    run.assert_usage_error("it has 2 hard links");
+}
+
 /// Drop line `drop` (0-based) and recompute every `prev` after it: an intact chain without it.
 fn rechain_without(text: &str, drop: usize) -> String {
     let mut prev = GENESIS.to_owned();

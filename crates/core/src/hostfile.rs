@@ -9,7 +9,10 @@
 //! - checks what was opened with `fstat` on the descriptor (not on the path, which can change
 //!   in between): a regular file, or a directory where one is expected;
 //! - for files Cordon trusts or appends to ([`Trust::Owned`]): the owner must be the current
-//!   user or root, and the file must not be writable by group or others.
+//!   user or root, the file must not be writable by group or others, and it must have one
+//!   link only: a second hard link (one an earlier session's command made inside its
+//!   workspace, say) would let whoever can write there rewrite the file later. Shared
+//!   configuration read with [`read_following_to_string`] is exempt from the link check.
 //!
 //! Parent directories are not checked here; callers that must keep a file out of a sandbox's
 //! reach compare the canonical parent directory with the sandbox's writable roots.
@@ -105,6 +108,16 @@ pub enum HostFileError {
         /// The permission bits.
         mode: u32,
     },
+    /// The file has more than one hard link.
+    #[error(
+        "failed to trust {path}: it has {links} hard links, so writing through another of them changes it; replace it with a copy (`cp {path} {path}.new && mv {path}.new {path}`)"
+    )]
+    HardLinked {
+        /// The path given.
+        path: PathBuf,
+        /// `st_nlink`.
+        links: u64,
+    },
     /// Reading the file failed.
     #[error("failed to read {path}: {source}")]
     Read {
@@ -140,6 +153,7 @@ impl HostFileError {
             | HostFileError::WrongType { path, .. }
             | HostFileError::Owner { path, .. }
             | HostFileError::Writable { path, .. }
+            | HostFileError::HardLinked { path, .. }
             | HostFileError::Read { path, .. }
             | HostFileError::TooLarge { path, .. }
             | HostFileError::NotText { path } => path,
@@ -191,13 +205,21 @@ fn kind_of(file_type: std::fs::FileType) -> &'static str {
     }
 }
 
-/// `fstat` the opened descriptor and check its type and, for [`Trust::Owned`], its owner
-/// and mode.
+/// Whether [`check`] refuses a regular file with more than one hard link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Links {
+    One,
+    Any,
+}
+
+/// `fstat` the opened descriptor and check its type and, for [`Trust::Owned`], its owner,
+/// mode and (with [`Links::One`]) link count.
 fn check(
     file: &File,
     path: &Path,
     want_dir: bool,
     trust: Trust,
+    links: Links,
 ) -> Result<std::fs::Metadata, HostFileError> {
     let meta = file.metadata().map_err(|source| HostFileError::Stat {
         path: path.to_owned(),
@@ -232,6 +254,12 @@ fn check(
                     mode: meta.mode() & 0o7777,
                 });
             }
+            if !want_dir && links == Links::One && meta.nlink() > 1 {
+                return Err(HostFileError::HardLinked {
+                    path: path.to_owned(),
+                    links: meta.nlink(),
+                });
+            }
         }
     }
     Ok(meta)
@@ -240,7 +268,7 @@ fn check(
 /// Open a regular file for reading.
 pub fn open_read(path: &Path, trust: Trust) -> Result<File, HostFileError> {
     let file = open_with(OpenOptions::new().read(true), 0, path)?;
-    check(&file, path, false, trust)?;
+    check(&file, path, false, trust, Links::One)?;
     Ok(file)
 }
 
@@ -255,7 +283,7 @@ pub fn open_write(path: &Path, mode: WriteMode) -> Result<File, HostFileError> {
         WriteMode::Existing => options.write(true),
     };
     let file = open_with(&mut options, 0, path)?;
-    check(&file, path, false, Trust::Owned)?;
+    check(&file, path, false, Trust::Owned, Links::One)?;
     if mode == WriteMode::Truncate {
         file.set_len(0).map_err(|source| HostFileError::Open {
             path: path.to_owned(),
@@ -272,7 +300,7 @@ pub fn open_dir(path: &Path, trust: Trust) -> Result<File, HostFileError> {
         OFlag::O_DIRECTORY.bits(),
         path,
     )?;
-    check(&file, path, true, trust)?;
+    check(&file, path, true, trust, Links::One)?;
     Ok(file)
 }
 
@@ -298,7 +326,7 @@ pub fn read_following_to_string(
             path: path.to_owned(),
             source,
         })?;
-    check(&file, path, false, trust)?;
+    check(&file, path, false, trust, Links::Any)?;
     read_file(file, path, limit)
 }
 

@@ -191,3 +191,37 @@ fn shared_configuration_follows_symlinks_but_not_into_fifos() {
         HostFileError::Writable { .. }
     ));
 }
+
+#[test]
+fn trusted_files_with_a_second_hard_link_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    std::fs::write(&path, "x").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let other = dir.path().join("planted");
+    std::fs::hard_link(&path, &other).unwrap();
+    for error in [
+        open_read(&path, Trust::Owned).unwrap_err(),
+        open_write(&path, WriteMode::Append).unwrap_err(),
+        open_write(&path, WriteMode::Truncate).unwrap_err(),
+    ] {
+        assert!(
+            matches!(error, HostFileError::HardLinked { links: 2, .. }),
+            "{error}"
+        );
+        assert!(error.to_string().contains("mv "), "{error}");
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        b"x",
+        "truncate waited for the check"
+    );
+    open_read(&path, Trust::Any).expect("untrusted reads do not care");
+    assert_eq!(
+        read_following_to_string(&path, Trust::Owned, 100).unwrap(),
+        "x",
+        "shared configuration may be hard-linked"
+    );
+    std::fs::remove_file(&other).unwrap();
+    open_write(&path, WriteMode::Append).expect("one link is fine");
+}
