@@ -94,6 +94,17 @@ pub enum GitGuardError {
         #[source]
         source: io::Error,
     },
+    /// A directory commands can reach could not be read.
+    #[error(
+        "failed to read directory {path} to check for git metadata: {source}; give its owner read and search permission (`chmod u+rx {path}`) or remove it before running git on the host"
+    )]
+    Unreadable {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
     /// New git metadata was still found after [`MAX_SWEEP_PASSES`] passes.
     #[error(
         "failed to quarantine git metadata: repositories are nested inside new `.git` directories more than {limit} levels deep; remove {path} before running git on the host"
@@ -511,10 +522,9 @@ impl Walk {
         let stamp = stamp_of(&meta);
         let cached = match self.old.remove(dir) {
             Some(cached) if cached.stamp == stamp => cached,
-            _ => match read_dir(dir, stamp, &mut self.entries) {
-                Ok(fresh) => fresh,
-                // Unreadable to Cordon: no more writable for a command, which has fewer rights.
-                Err(_) => return Ok(()),
+            _ => match read_dir_restoring(dir, &meta, &mut self.entries)? {
+                Some(fresh) => fresh,
+                None => return Ok(()),
             },
         };
         self.entries += cached.subdirs.len() + 1;
@@ -556,6 +566,72 @@ impl Walk {
         }
         Ok(())
     }
+}
+
+/// Read a directory afresh ([`read_dir`]); `None` when it is gone or cannot be reached by a
+/// command either.
+///
+/// The sweep runs once the command's processes are dead, so a directory a command made
+/// unreadable (`chmod 311`, even on a root) can be given back: its owner's read and search
+/// permission is restored (`fchmodat` relative to its parent without following a symlink)
+/// and it is read again. One Cordon still cannot read but can search (another user's) may
+/// hold what a command made: the walk fails closed. One Cordon cannot even search cannot be
+/// entered by a command of the same user either and is skipped.
+fn read_dir_restoring(
+    dir: &Path,
+    meta: &std::fs::Metadata,
+    entries: &mut usize,
+) -> Result<Option<CachedDir>, GitGuardError> {
+    let unreadable = |source: io::Error| GitGuardError::Unreadable {
+        path: dir.to_path_buf(),
+        source,
+    };
+    match read_dir(dir, stamp_of(meta), entries) {
+        Ok(fresh) => return Ok(Some(fresh)),
+        Err(error) => match Errno::from_raw(error.raw_os_error().unwrap_or(0)) {
+            Errno::ENOENT | Errno::ENOTDIR => return Ok(None),
+            Errno::EACCES | Errno::EPERM => {}
+            _ => return Err(unreadable(error)),
+        },
+    }
+    if restore_owner_rx(dir, meta).is_ok() {
+        tracing::warn!(
+            path = %dir.display(),
+            "git guard: gave a directory a command made unreadable back its owner's read and search permission"
+        );
+        let meta = std::fs::symlink_metadata(dir).map_err(unreadable)?;
+        return read_dir(dir, stamp_of(&meta), entries)
+            .map(Some)
+            .map_err(unreadable);
+    }
+    if nix::unistd::access(dir, nix::unistd::AccessFlags::X_OK).is_err() {
+        tracing::debug!(path = %dir.display(), "git guard: skipped a directory no command can enter");
+        return Ok(None);
+    }
+    tracing::error!(path = %dir.display(), "git guard: cannot read a directory commands can reach");
+    Err(unreadable(io::Error::from_raw_os_error(
+        Errno::EACCES as i32,
+    )))
+}
+
+/// Add the owner's read and search bits to `dir` (a directory `meta` describes), through
+/// its parent without following a symlink at `dir`.
+fn restore_owner_rx(dir: &Path, meta: &std::fs::Metadata) -> Result<(), Errno> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Err(Errno::EINVAL);
+    };
+    let parent = nix::fcntl::open(
+        parent,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    let mode = nix::sys::stat::Mode::from_bits_truncate((meta.mode() & 0o7777) | 0o500);
+    nix::sys::stat::fchmodat(
+        &parent,
+        name,
+        mode,
+        nix::sys::stat::FchmodatFlags::NoFollowSymlink,
+    )
 }
 
 /// Read a directory afresh: its subdirectories, whether it has a `.git` and whether it is a

@@ -259,3 +259,87 @@ fn repositories_nested_deeper_than_the_bound_fail_the_sweep() {
     // The next sweep goes on from there.
     assert_eq!(guard.sweep().unwrap().len(), 1);
 }
+
+const UNREADABLE_ENV: &str = "CORDON_GIT_GUARD_UNREADABLE_DIRS";
+
+/// Root reads every directory, so the restore path only runs for another user: run as root,
+/// this test runs itself again as uid 65534 on directories set up for that user (one it
+/// owns, one root owns that it can search but not read); run as another user, it checks the
+/// restore path directly (a directory of another owner cannot be made then).
+#[test]
+fn unreadable_directories_are_restored_or_fail_the_sweep() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if let Ok(dirs) = std::env::var(UNREADABLE_ENV) {
+        let (own, foreign) = dirs.split_once(':').unwrap();
+        unreadable_body(Path::new(own), Some(Path::new(foreign)));
+        return;
+    }
+    let base = tempfile::tempdir().unwrap();
+    let base_path = base.path().canonicalize().unwrap();
+    let own = base_path.join("own");
+    mkdirs(&own);
+    if !nix::unistd::geteuid().is_root() {
+        unreadable_body(&own, None);
+        return;
+    }
+    let foreign_ws = base_path.join("foreign-ws");
+    mkdirs(&foreign_ws);
+    for dir in [&base_path, &own, &foreign_ws] {
+        std::os::unix::fs::chown(dir, Some(65534), Some(65534)).unwrap();
+    }
+    let foreign = foreign_ws.join("foreign");
+    mkdirs(&foreign);
+    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o311)).unwrap();
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "git_guard::tests::unreadable_directories_are_restored_or_fail_the_sweep",
+            "--test-threads=1",
+        ])
+        .env(
+            UNREADABLE_ENV,
+            format!("{}:{}", own.display(), foreign_ws.display()),
+        )
+        .uid(65534)
+        .gid(65534)
+        .status()
+        .unwrap();
+    assert!(status.success(), "the run as uid 65534 failed: {status}");
+}
+
+fn unreadable_body(own: &Path, foreign_ws: Option<&Path>) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &Path| {
+        std::fs::symlink_metadata(path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    let (mut guard, _) = GitGuard::start(&[own.to_path_buf()], &[], None).unwrap();
+    // A command hides a repository in a directory nobody can list, and makes the root
+    // unlistable too.
+    git_dir_layout(&own.join("sub/hidden/.git"));
+    std::fs::set_permissions(own.join("sub"), std::fs::Permissions::from_mode(0o311)).unwrap();
+    std::fs::set_permissions(own, std::fs::Permissions::from_mode(0o311)).unwrap();
+    assert!(std::fs::read_dir(own).is_err(), "unreadable now");
+    let quarantined = guard.sweep().unwrap();
+    assert_eq!(
+        quarantined
+            .iter()
+            .map(|entry| entry.path.clone())
+            .collect::<Vec<_>>(),
+        vec![own.join("sub/hidden/.git")]
+    );
+    assert_eq!(mode(own), 0o711);
+    assert_eq!(mode(&own.join("sub")), 0o711);
+    if let Some(foreign_ws) = foreign_ws {
+        let error = GitGuard::start(&[foreign_ws.to_path_buf()], &[], None).unwrap_err();
+        assert!(
+            matches!(&error, GitGuardError::Unreadable { path, .. } if path == &foreign_ws.join("foreign")),
+            "{error}"
+        );
+        assert!(error.to_string().contains("chmod u+rx"), "{error}");
+    }
+}
