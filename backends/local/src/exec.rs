@@ -516,13 +516,43 @@ async fn supervise(run: Supervised<'_>) -> ExecOutcome {
                 }
             }
             _ = cancel.cancelled(), if !running => break,
-            _ = sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() => break,
+            _ = sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() => {
+                // On a busy machine this task can wake up late, with the deadline passed and
+                // output still unread in the pipe (or not yet forwarded): that output was
+                // written before the deadline, so it is kept.
+                if listener {
+                    let mut tail = pending.take().unwrap_or_default();
+                    if pipe_open {
+                        read_ready(&reader, &mut tail, PIPE_CAPACITY as usize);
+                    }
+                    if !tail.is_empty() {
+                        let _ = output.send(tail).await;
+                    }
+                }
+                break;
+            }
         }
     }
     ExecOutcome {
         status: exited.flatten(),
         termination,
         notes: Vec::new(),
+    }
+}
+
+/// Append what `reader` holds right now to `into`, without waiting, up to `limit` bytes. (A
+/// plain non-blocking read: tokio's `try_read` answers from readiness it has seen, not from
+/// the pipe.)
+fn read_ready(reader: &pipe::Receiver, into: &mut Vec<u8>, limit: usize) {
+    use std::os::fd::AsFd;
+    let mut chunk = vec![0u8; CHUNK];
+    while into.len() < limit {
+        match nix::unistd::read(reader.as_fd(), &mut chunk) {
+            Ok(0) => break,
+            Ok(n) => into.extend_from_slice(&chunk[..n]),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => break,
+        }
     }
 }
 
@@ -545,6 +575,23 @@ mod tests {
             .parse()
             .unwrap();
         assert_eq!(size, PIPE_CAPACITY.min(max).max(64 * 1024));
+    }
+
+    #[tokio::test]
+    async fn output_already_in_the_pipe_is_read_without_waiting() {
+        let (read_end, write_end) = output_pipe().unwrap();
+        nix::unistd::write(&write_end, b"written before the deadline\n").unwrap();
+        let reader = pipe::Receiver::from_owned_fd(read_end).unwrap();
+        let mut tail = b"pending, ".to_vec();
+        read_ready(&reader, &mut tail, 1 << 20);
+        assert_eq!(tail, b"pending, written before the deadline\n");
+        // The write end is still open and nothing is left: it returns at once.
+        read_ready(&reader, &mut tail, 1 << 20);
+        assert_eq!(tail.len(), 37);
+        // Never more than the limit (give or take one read).
+        nix::unistd::write(&write_end, &[b'x'; 1000]).unwrap();
+        read_ready(&reader, &mut tail, 10);
+        assert_eq!(tail.len(), 37);
     }
 
     #[test]

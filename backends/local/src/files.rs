@@ -159,16 +159,15 @@ impl Shared {
         }
     }
 
-    /// Refuse reading through `opened` when its canonical path is denied.
-    pub(crate) fn check_readable(&self, opened: &Opened, path: &Path) -> Result<(), FsError> {
+    /// Open `path` for reading, refused when its canonical path is denied.
+    fn open_readable(&self, path: &Path, flags: OFlag) -> Result<Opened, FsError> {
         if !self.rules.has_denied() {
-            return Ok(());
+            return self.roots.open(path, flags, "open");
         }
-        let canonical =
-            fd_path(opened.fd.as_fd()).map_err(|e| FsError::from_io("resolve", path, e))?;
+        let (opened, canonical) = self.roots.open_named(path, flags, "open")?;
         match self.verdict(&canonical) {
             Verdict::Denied => Err(FsError::Denied { path: canonical }),
-            Verdict::Protected | Verdict::Free => Ok(()),
+            Verdict::Protected | Verdict::Free => Ok(opened),
         }
     }
 
@@ -212,12 +211,8 @@ impl Shared {
     }
 
     fn open_for_read(&self, path: &Path) -> Result<ReadHandle, FsError> {
-        let opened = self.roots.open(
-            path,
-            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY,
-            "open",
-        )?;
-        self.check_readable(&opened, path)?;
+        let opened =
+            self.open_readable(path, OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY)?;
         let stat = fstat(&opened.fd).map_err(|e| fs_error("inspect", path, e))?;
         match file_type(&stat) {
             SFlag::S_IFREG => {}
@@ -435,10 +430,8 @@ impl Shared {
     }
 
     fn metadata_sync(&self, path: &Path) -> Result<FileMeta, FsError> {
-        let opened = self.roots.open(path, OFlag::O_PATH, "inspect")?;
+        let (opened, canonical) = self.roots.open_named(path, OFlag::O_PATH, "inspect")?;
         let stat = fstat(&opened.fd).map_err(|e| fs_error("inspect", path, e))?;
-        let canonical =
-            fd_path(opened.fd.as_fd()).map_err(|e| FsError::from_io("resolve", path, e))?;
         let verdict = self.verdict(&canonical);
         if verdict == Verdict::Denied {
             return Err(FsError::Denied { path: canonical });
@@ -531,13 +524,10 @@ impl Shared {
     fn entry_kind(&self, entry: &Path) -> Result<FileKind, String> {
         let is_link =
             || std::fs::symlink_metadata(entry).is_ok_and(|meta| meta.file_type().is_symlink());
-        match self.roots.open(entry, OFlag::O_PATH, "inspect") {
-            Ok(opened) => {
-                if self.rules.has_denied() {
-                    let real = fd_path(opened.fd.as_fd()).map_err(|e| e.to_string())?;
-                    if self.verdict(&real) == Verdict::Denied {
-                        return Err("symlink points to a path denied by policy".into());
-                    }
+        match self.roots.open_named(entry, OFlag::O_PATH, "inspect") {
+            Ok((opened, real)) => {
+                if self.verdict(&real) == Verdict::Denied {
+                    return Err("symlink points to a path denied by policy".into());
                 }
                 fstat(&opened.fd)
                     .map(|stat| kind_of(&stat))

@@ -33,6 +33,10 @@ use crate::LocalError;
 /// How often `openat2` is retried when the kernel reports a concurrent rename (`EAGAIN`).
 const EAGAIN_RETRIES: usize = 16;
 
+/// How often [`Roots::canonicalize`] resolves a path again when the file it opened was
+/// replaced before its name could be read back.
+const REPLACED_RETRIES: usize = 16;
+
 /// Whether a root may be written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Access {
@@ -256,11 +260,17 @@ impl Roots {
         }
         let mut existing = path;
         let mut missing: Vec<&OsStr> = Vec::new();
+        let mut replaced = 0;
         loop {
             match self.open(existing, OFlag::O_PATH, "resolve") {
                 Ok(opened) => {
-                    let mut real = fd_path(opened.fd.as_fd())
-                        .map_err(|e| FsError::from_io("resolve", path, e))?;
+                    let Some(mut real) = self.name_of(opened.fd.as_fd(), existing, path)? else {
+                        replaced += 1;
+                        if replaced > REPLACED_RETRIES {
+                            return Err(fs_error("resolve", path, Errno::EAGAIN));
+                        }
+                        continue;
+                    };
                     let Some((first, rest)) = missing.split_last() else {
                         return Ok(real);
                     };
@@ -309,6 +319,54 @@ impl Roots {
             }
             existing = existing.parent().ok_or_else(not_found)?;
         }
+    }
+}
+
+impl Roots {
+    /// [`Roots::open`] plus the canonical path of what was opened, read back from the fd and
+    /// checked to still be `path`'s file ([`Roots::name_of`]); opened again when the file was
+    /// replaced in between. Policy verdicts are taken on this path: a name read back from the
+    /// fd of a file replaced meanwhile is the writer's temp name, which no rule names.
+    pub fn open_named(
+        &self,
+        path: &Path,
+        flags: OFlag,
+        op: &'static str,
+    ) -> Result<(Opened, PathBuf), FsError> {
+        for _ in 0..=REPLACED_RETRIES {
+            let opened = self.open(path, flags, op)?;
+            if let Some(name) = self.name_of(opened.fd.as_fd(), path, path)? {
+                return Ok((opened, name));
+            }
+        }
+        Err(fs_error(op, path, Errno::EAGAIN))
+    }
+
+    /// The path of `fd` (opened from `existing`), read back from `/proc`, or `None` when the
+    /// file at `existing` was replaced meanwhile: an atomic write (a rename or an exchange
+    /// over the name) leaves the fd on the old inode, whose name is then the writer's temp
+    /// name or `… (deleted)`, never the path asked for. So the name only counts if `existing`
+    /// still leads to the same inode after it was read.
+    fn name_of(
+        &self,
+        fd: BorrowedFd<'_>,
+        existing: &Path,
+        path: &Path,
+    ) -> Result<Option<PathBuf>, FsError> {
+        let real = fd_path(fd).map_err(|e| FsError::from_io("resolve", path, e))?;
+        let stat = nix::sys::stat::fstat(fd).map_err(|e| fs_error("resolve", path, e))?;
+        if file_type(&stat) == SFlag::S_IFDIR {
+            // Writes never swap a directory in.
+            return Ok(Some(real));
+        }
+        let again = match self.open(existing, OFlag::O_PATH, "resolve") {
+            Ok(again) => again,
+            Err(FsError::NotFound { .. }) => return Ok(None),
+            Err(other) => return Err(other),
+        };
+        let same = nix::sys::stat::fstat(again.fd.as_fd())
+            .is_ok_and(|now| now.st_dev == stat.st_dev && now.st_ino == stat.st_ino);
+        Ok(same.then_some(real))
     }
 }
 

@@ -24,7 +24,6 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -45,7 +44,7 @@ use nix::sys::stat::{SFlag, fstat};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Shared;
-use crate::roots::{Verdict, fd_path, file_type};
+use crate::roots::{Verdict, file_type};
 
 /// Longest line text returned (bytes, cut at a char boundary). Tools show at most 500
 /// characters of a line; this bounds memory when a pattern matches huge minified lines.
@@ -98,8 +97,8 @@ impl Shared {
     fn resolve_start(&self, requested: &Path) -> Result<Start, SearchError> {
         let absolute = self.absolute(requested);
         let note = |reason: String| Start::Refused(format!("{}: {reason}", requested.display()));
-        let opened = match self.roots.open(&absolute, OFlag::O_PATH, "open") {
-            Ok(opened) => opened,
+        let (opened, canonical) = match self.roots.open_named(&absolute, OFlag::O_PATH, "open") {
+            Ok(named) => named,
             Err(FsError::NotFound { .. } | FsError::NotADirectory { .. }) => {
                 return Err(SearchError::PathNotFound {
                     path: requested.to_path_buf(),
@@ -111,10 +110,6 @@ impl Shared {
                 });
             }
             Err(other) => return Ok(note(fs_reason(&other))),
-        };
-        let canonical = match fd_path(opened.fd.as_fd()) {
-            Ok(canonical) => canonical,
-            Err(e) => return Ok(note(e.to_string())),
         };
         if self.verdict(&canonical) == Verdict::Denied {
             return Ok(note("access denied by policy".into()));
@@ -873,13 +868,10 @@ fn find_blocking(
 
 /// Whether a symlink found by the walk points to a regular file reachable within the roots.
 fn symlink_to_file(shared: &Shared, link: &Path) -> Result<bool, String> {
-    match shared.roots.open(link, OFlag::O_PATH, "inspect") {
-        Ok(opened) => {
-            if shared.rules.has_denied() {
-                let real = fd_path(opened.fd.as_fd()).map_err(|e| e.to_string())?;
-                if shared.verdict(&real) == Verdict::Denied {
-                    return Ok(false);
-                }
+    match shared.roots.open_named(link, OFlag::O_PATH, "inspect") {
+        Ok((opened, real)) => {
+            if shared.verdict(&real) == Verdict::Denied {
+                return Ok(false);
             }
             fstat(&opened.fd)
                 .map(|stat| file_type(&stat) == SFlag::S_IFREG)

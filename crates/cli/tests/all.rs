@@ -4,5 +4,6 @@
 mod cli;
 mod doctor;
 mod hostfiles;
+mod load;
 mod mcp;
 mod run;

@@ -724,3 +724,30 @@ fn bad_roots_are_clear_errors() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canonicalize_names_the_path_while_the_file_is_replaced() {
+    // Each write swaps a new inode in; a path read back from an fd that still holds the old
+    // one would be the writer's temp name or "… (deleted)".
+    let fx = Fixture::new();
+    let path = fx.put("shared.txt", "0\n");
+    let files = fx.files();
+    let writer = {
+        let (files, path) = (files.clone(), path.clone());
+        tokio::spawn(async move {
+            for round in 0..2_000 {
+                files
+                    .write_file(&path, format!("{round}\n").as_bytes())
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let mut resolved = 0;
+    while !writer.is_finished() {
+        assert_eq!(files.canonicalize(&path).await.unwrap(), path);
+        resolved += 1;
+    }
+    writer.await.unwrap();
+    assert!(resolved > 0);
+}
