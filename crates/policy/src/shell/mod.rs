@@ -790,6 +790,8 @@ impl Analyser {
 
     fn parameter(&mut self, expr: &ParameterExpr, depth: usize) {
         let mut texts: Vec<&str> = Vec::new();
+        // Texts bash evaluates as arithmetic after removing quotes.
+        let mut arithmetic: Vec<&str> = Vec::new();
         let parameter = match expr {
             ParameterExpr::Parameter { parameter, .. }
             | ParameterExpr::ParameterLength { parameter, .. }
@@ -857,7 +859,11 @@ impl Analyser {
                 ..
             } => {
                 texts.push(&offset.value);
-                texts.extend(length.as_ref().map(|length| length.value.as_str()));
+                arithmetic.push(&offset.value);
+                if let Some(length) = length {
+                    texts.push(&length.value);
+                    arithmetic.push(&length.value);
+                }
                 Some(parameter)
             }
             ParameterExpr::ReplaceSubstring {
@@ -874,6 +880,18 @@ impl Analyser {
         };
         if let Some(bword::Parameter::NamedWithIndex { index, .. }) = parameter {
             texts.push(index);
+            arithmetic.push(index);
+        }
+        // `${a['$(cmd)']}`, `${s:'a[$(cmd)]'}`: quoting hides the substitution from word
+        // expansion, and the arithmetic evaluation after quote removal runs it.
+        for text in arithmetic {
+            if text.contains(['\'', '"', '\\'])
+                && (text.contains("$(") || text.contains('`') || text.contains("${"))
+            {
+                self.opaque(format!(
+                    "the subscript or offset `{text}` holds quoted substitutions that bash runs when it evaluates it as arithmetic"
+                ));
+            }
         }
         for text in texts {
             self.nested_text(text, depth);
@@ -881,9 +899,6 @@ impl Analyser {
     }
 }
 
-/// An upper bound of the parser's nesting for `text`: every bracket outside single quotes
-/// and every compound-command keyword opens a level; closers are not trusted (a here-document
-/// or a quoted string may hold them), so nothing is subtracted.
 /// Builtins that take variable names (or arithmetic) in their arguments. Bash evaluates an
 /// array subscript in such a name as arithmetic, and arithmetic runs `$(…)` found in the text
 /// even when the word was quoted: `test -v 'a[$(git push)]'`, `printf -v 'a[$(…)]' x`.
@@ -918,6 +933,9 @@ fn evaluates_subscript(text: &str) -> bool {
     })
 }
 
+/// An upper bound of the parser's nesting for `text`: every bracket outside single quotes
+/// and every compound-command keyword opens a level; closers are not trusted (a here-document
+/// or a quoted string may hold them), so nothing is subtracted.
 fn opener_count(text: &str) -> usize {
     let mut count = 0usize;
     let mut word = String::new();
@@ -1429,6 +1447,14 @@ mod tests {
         }
         assert_eq!(commands("test -v 'a[1]'"), ["test -v 'a[1]'"]);
         assert_eq!(commands("echo 'a[$(x)]'"), ["echo 'a[$(x)]'"]);
+        for script in [
+            "a=(1); echo ${a['$(git push)']}",
+            "echo ${s:'a[$(git push)]'}",
+            "echo ${s:0:\"a[\\`git push\\`]\"}",
+        ] {
+            assert!(opaque(script).join("; ").contains("arithmetic"), "{script}");
+        }
+        assert_eq!(commands("echo ${a[1]} ${s:1:2}"), ["echo ${a[1]} ${s:1:2}"]);
         assert!(super::evaluates_subscript("a[$(x)]"));
         assert!(!super::evaluates_subscript("$(x)[1]"));
     }

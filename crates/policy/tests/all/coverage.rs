@@ -88,6 +88,9 @@ fn review_findings_are_denied_or_unanalysable() {
         "unset 'a[$(git push)]'",
         "let 'a[$(git push)]'",
         "x='a[$(git push)]'; echo $((x))",
+        "a=(1); echo ${a['$(git push)']}",
+        "echo ${s:'a[$(git push)]'}",
+        "echo ${a[@]:0:'a[$(git push)]'}",
         // git's dashed programs
         "/usr/lib/git-core/git-push",
         "git-push origin",
