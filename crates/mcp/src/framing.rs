@@ -248,6 +248,126 @@ mod tests {
         assert_eq!(out, vec![Frame::Oversized { bytes: 1024 * 1000 }]);
     }
 
+    /// What the framer must produce for `bytes`: one frame per `\n`-terminated line and one
+    /// for a final unterminated line, lines over `max` reported by size.
+    fn reference(max: usize, bytes: &[u8]) -> Vec<Frame> {
+        let mut parts: Vec<&[u8]> = bytes.split(|byte| *byte == b'\n').collect();
+        if bytes.is_empty() || bytes.ends_with(b"\n") {
+            parts.pop();
+        }
+        parts
+            .into_iter()
+            .map(|part| {
+                if part.len() > max {
+                    Frame::Oversized { bytes: part.len() }
+                } else {
+                    Frame::Line(part.to_vec())
+                }
+            })
+            .collect()
+    }
+
+    /// `bytes` cut at the given points (any order, duplicates allowed).
+    fn chunks(bytes: &[u8], cuts: &[proptest::sample::Index]) -> Vec<Vec<u8>> {
+        let mut at: Vec<usize> = cuts.iter().map(|cut| cut.index(bytes.len() + 1)).collect();
+        at.sort_unstable();
+        let mut out = Vec::new();
+        let mut start = 0;
+        for cut in at.into_iter().chain([bytes.len()]) {
+            out.push(bytes[start..cut].to_vec());
+            start = cut;
+        }
+        out
+    }
+
+    fn config() -> proptest::test_runner::Config {
+        let cases = std::env::var("CORDON_PROPTEST_CASES")
+            .map(|text| {
+                text.parse()
+                    .expect("CORDON_PROPTEST_CASES must be a number")
+            })
+            .unwrap_or(512);
+        let rng_seed = match std::env::var("CORDON_PROPTEST_SEED").as_deref() {
+            Ok("random") => proptest::test_runner::RngSeed::Random,
+            Ok(text) => proptest::test_runner::RngSeed::Fixed(
+                text.parse()
+                    .expect("CORDON_PROPTEST_SEED must be a number or \"random\""),
+            ),
+            Err(_) => proptest::test_runner::RngSeed::Fixed(0xC0_4D_0A),
+        };
+        proptest::test_runner::Config {
+            cases,
+            rng_seed,
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        }
+    }
+
+    /// Random bytes with many line breaks and runs long enough to go over a small limit.
+    fn stream() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        prop::collection::vec(
+            prop_oneof![
+                3 => any::<u8>().prop_map(|byte| vec![byte]),
+                1 => Just(b"\n".to_vec()),
+                1 => (any::<u8>(), 1usize..40).prop_map(|(byte, n)| vec![byte; n]),
+            ],
+            0..64,
+        )
+        .prop_map(|pieces| pieces.concat())
+    }
+
+    #[test]
+    fn any_split_of_any_stream_frames_like_the_whole_stream() {
+        use proptest::prelude::*;
+        let strategy = (
+            stream(),
+            prop::collection::vec(any::<proptest::sample::Index>(), 0..8),
+            1usize..24,
+        );
+        proptest::test_runner::TestRunner::new(config())
+            .run(&strategy, |(bytes, cuts, max)| {
+                let pieces = chunks(&bytes, &cuts);
+                let pieces: Vec<&[u8]> = pieces.iter().map(Vec::as_slice).collect();
+                prop_assert_eq!(frames(max, &pieces), reference(max, &bytes));
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn valid_frames_after_garbage_arrive_intact() {
+        use proptest::prelude::*;
+        let valid = prop::collection::vec(
+            (0u32..1000)
+                .prop_map(|id| format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"ping\"}}")),
+            1..4,
+        );
+        let strategy = (
+            stream(),
+            valid,
+            prop::collection::vec(any::<proptest::sample::Index>(), 0..8),
+        );
+        proptest::test_runner::TestRunner::new(config())
+            .run(&strategy, |(garbage, valid, cuts)| {
+                // Whatever came before, a line break ends it; the frames after it are whole.
+                let mut bytes = garbage;
+                bytes.push(b'\n');
+                for line in &valid {
+                    bytes.extend_from_slice(line.as_bytes());
+                    bytes.push(b'\n');
+                }
+                let pieces = chunks(&bytes, &cuts);
+                let pieces: Vec<&[u8]> = pieces.iter().map(Vec::as_slice).collect();
+                let out = frames(64, &pieces);
+                let tail: Vec<Frame> = valid.iter().map(|line| self::line(line)).collect();
+                prop_assert!(out.len() >= tail.len());
+                prop_assert_eq!(&out[out.len() - tail.len()..], tail.as_slice());
+                Ok(())
+            })
+            .unwrap();
+    }
+
     #[test]
     fn blocking_reader_delivers_frames_then_closes() {
         let (sender, mut receiver) = mpsc::channel(16);
