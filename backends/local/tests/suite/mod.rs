@@ -3,6 +3,7 @@
 mod exec;
 mod files;
 mod parity;
+mod paths;
 mod search;
 mod state;
 mod support;
