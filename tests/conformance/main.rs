@@ -168,6 +168,7 @@ macro_rules! host_workspace_tests {
                     operator_nested_repository_is_kept_usable_and_read_only,
                     allowed_nested_repository_is_kept,
                     layout_with_executable_files_for_objects_and_refs_is_quarantined,
+                    hooks_path_in_the_workspace_is_read_only,
                 ],
             );
         }

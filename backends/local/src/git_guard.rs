@@ -207,6 +207,8 @@ pub struct GitGuard {
     baseline_file: Option<PathBuf>,
     /// Entries the last sweep looked at.
     last_entries: usize,
+    /// Hooks directories of the roots' own repositories (`core.hooksPath`) inside a root.
+    hooks: Vec<PathBuf>,
 }
 
 impl GitGuard {
@@ -246,7 +248,19 @@ impl GitGuard {
             cache: HashMap::new(),
             baseline_file: None,
             last_entries: 0,
+            hooks: Vec::new(),
         };
+        for root in roots {
+            for hooks in hooks_paths_of(root) {
+                if roots.iter().any(|writable| hooks.starts_with(writable)) {
+                    tracing::info!(
+                        path = %hooks.display(),
+                        "git guard: the repository's hooks directory lies in a writable root; keeping it read-only"
+                    );
+                    guard.hooks.push(hooks);
+                }
+            }
+        }
         let mut quarantined = Vec::new();
         let stale = state_dir.map(stale_baselines).unwrap_or_default();
         // Everything a dead session did not know about may be its work: fail closed (with
@@ -281,7 +295,9 @@ impl GitGuard {
         &self.recorded
     }
 
-    /// The paths both layers keep read-only: each recorded `.git` that is a directory or a
+    /// The paths both layers keep read-only: the hooks directory a root's own repository
+    /// names with `core.hooksPath` in `.git/config` when it lies in a writable root (husky's
+    /// `.husky`: the operator's next commit would run what a command wrote there), each recorded `.git` that is a directory or a
     /// gitfile (a symlink is left alone: replacing it makes a new, unrecorded entry), each
     /// recorded git directory below a root, and in a root that is a git directory itself the
     /// entries git runs or trusts (`HEAD`, `config`, `hooks`, `commondir`, `objects`, `refs`,
@@ -309,6 +325,7 @@ impl GitGuard {
                 }
             }
         }
+        paths.extend(self.hooks.iter().cloned());
         paths.sort();
         paths.dedup();
         paths
@@ -448,6 +465,96 @@ impl GitGuard {
             renamed_to,
         })
     }
+}
+
+/// Largest `.git/config` read for `core.hooksPath`.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The hooks directory `root/.git/config` sets with `core.hooksPath` (the last one wins, as
+/// in git), resolved like git does (relative to the working tree, `~/` to the home
+/// directory); also where it leads when it is a symlink. Empty when unset or unreadable.
+/// Only that file is read (no `[include]`, no global configuration).
+fn hooks_paths_of(root: &Path) -> Vec<PathBuf> {
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags_nofollow()
+        .open(root.join(".git/config"))
+    else {
+        return Vec::new();
+    };
+    if !file.metadata().is_ok_and(|meta| meta.is_file()) {
+        return Vec::new();
+    }
+    let mut text = String::new();
+    if file
+        .take(MAX_CONFIG_BYTES)
+        .read_to_string(&mut text)
+        .is_err()
+    {
+        return Vec::new();
+    }
+    let Some(value) = config_hooks_path(&text) else {
+        return Vec::new();
+    };
+    let path = match value.strip_prefix("~/") {
+        Some(rest) => match std::env::var_os("HOME") {
+            Some(home) => Path::new(&home).join(rest),
+            None => return Vec::new(),
+        },
+        None => root.join(&value),
+    };
+    let mut lexical = PathBuf::new();
+    for component in path.components() {
+        match component {
+            std::path::Component::ParentDir => {
+                lexical.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    let mut paths = vec![lexical.clone()];
+    if let Ok(real) = lexical.canonicalize()
+        && real != lexical
+    {
+        paths.push(real);
+    }
+    paths
+}
+
+/// The last `hooksPath` value of the `[core]` section in git configuration text.
+fn config_hooks_path(text: &str) -> Option<String> {
+    let mut in_core = false;
+    let mut found = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(section) = line.strip_prefix('[') {
+            let name = section.split(']').next().unwrap_or("").trim();
+            in_core = name.eq_ignore_ascii_case("core");
+            continue;
+        }
+        if !in_core {
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        if !key.trim().eq_ignore_ascii_case("hookspath") {
+            continue;
+        }
+        let mut out = String::new();
+        let mut quoted = false;
+        for ch in value.trim().chars() {
+            match ch {
+                '"' => quoted = !quoted,
+                '#' | ';' if !quoted => break,
+                _ => out.push(ch),
+            }
+        }
+        let out = out.trim().to_owned();
+        found = (!out.is_empty()).then_some(out);
+    }
+    found
 }
 
 /// Entries of a git directory that git runs or trusts; protected in a root that is a git

@@ -343,3 +343,27 @@ fn unreadable_body(own: &Path, foreign_ws: Option<&Path>) {
         assert!(error.to_string().contains("chmod u+rx"), "{error}");
     }
 }
+
+#[test]
+fn a_hooks_path_inside_the_root_is_protected() {
+    let (_tmp, ws) = root();
+    git_dir_layout(&ws.join(".git"));
+    std::fs::write(
+        ws.join(".git/config"),
+        "[core]\n\tbare = false\n[user]\n\thooksPath = ignored\n[CORE]\n\thooksPath = \"./.husky\" # husky\n",
+    )
+    .unwrap();
+    touch(&ws.join(".husky/pre-commit"));
+    let exempt = [ws.join(".git")];
+    let (guard, _) = GitGuard::start(std::slice::from_ref(&ws), &exempt, None).unwrap();
+    assert_eq!(guard.protected_paths(), vec![ws.join(".husky")]);
+
+    // Outside the writable roots it is not Cordon's to protect.
+    std::fs::write(ws.join(".git/config"), "[core]\n\thooksPath = ../hooks\n").unwrap();
+    let (guard, _) = GitGuard::start(std::slice::from_ref(&ws), &exempt, None).unwrap();
+    assert!(guard.protected_paths().is_empty());
+    assert_eq!(
+        config_hooks_path("[core]\n\thooksPath = a\n\thookspath = b\n").as_deref(),
+        Some("b")
+    );
+}

@@ -267,3 +267,48 @@ pub async fn layout_with_executable_files_for_objects_and_refs_is_quarantined(h:
     }
     assert!(!canary.exists(), "host git ran the model's fsmonitor");
 }
+
+/// The operator's repository runs hooks from the working tree (`core.hooksPath = .husky`, as
+/// husky sets it up): that directory stays read-only, so the next commit does not run a hook
+/// the model wrote.
+pub async fn hooks_path_in_the_workspace_is_read_only(h: Arc<dyn Harness>) {
+    let mut ws = Workspace::open(&h).await;
+    ws.close().await;
+    for args in [
+        &["init", "-q"][..],
+        &["config", "core.hooksPath", ".husky"][..],
+    ] {
+        let out = host_git(&ws, ws.host_root(), args);
+        assert!(out.status.success(), "{out:?}");
+    }
+    std::fs::create_dir(ws.host(".husky")).expect("create .husky");
+    std::fs::write(ws.host(".husky/pre-commit"), "#!/bin/sh\nexit 0\n").expect("write hook");
+    ws.restart().await;
+    let canary = ws.outside("husky-hook-ran");
+    let change = ws
+        .call(
+            "bash",
+            json!({"command": format!(
+                "printf '#!/bin/sh\\ntouch {}\\n' > .husky/pre-commit || echo refused-hook; \
+                 printf 'x' > .husky/pre-push || echo refused-new",
+                canary.display()
+            )}),
+        )
+        .await;
+    for refused in ["refused-hook", "refused-new"] {
+        assert!(change.text.contains(refused), "{refused}: {change:#?}");
+    }
+    let write = ws
+        .call(
+            "write",
+            json!({"path": ".husky/pre-commit", "content": "#!/bin/sh\ntouch x\n"}),
+        )
+        .await;
+    assert!(write.is_error(), "{write:#?}");
+    ws.close().await;
+    assert_eq!(
+        std::fs::read_to_string(ws.host(".husky/pre-commit")).expect("hook kept"),
+        "#!/bin/sh\nexit 0\n"
+    );
+    assert!(!canary.exists());
+}
