@@ -75,6 +75,26 @@ pub struct Limits {
     /// Largest file the `edit` tool loads (`None`: no limit).
     #[serde(default = "default_edit_file_bytes")]
     pub edit_file_bytes: Option<u64>,
+    /// Largest spill file kept of one command's full output (`None`: no cap).
+    #[serde(default = "default_spill_bytes")]
+    pub spill_bytes: Option<u64>,
+    /// Spill space one session may use in total, over all its commands (`None`: no cap).
+    #[serde(default = "default_spill_session_bytes")]
+    pub spill_session_bytes: Option<u64>,
+}
+
+/// Default of [`Limits::spill_bytes`]: 256 MiB.
+pub const DEFAULT_SPILL_BYTES: u64 = 256 << 20;
+
+/// Default of [`Limits::spill_session_bytes`]: 1 GiB.
+pub const DEFAULT_SPILL_SESSION_BYTES: u64 = 1 << 30;
+
+fn default_spill_bytes() -> Option<u64> {
+    Some(DEFAULT_SPILL_BYTES)
+}
+
+fn default_spill_session_bytes() -> Option<u64> {
+    Some(DEFAULT_SPILL_SESSION_BYTES)
 }
 
 /// Default of [`Limits::edit_file_bytes`]: 64 MiB.
@@ -96,6 +116,8 @@ impl Default for Limits {
             open_files: None,
             cpu_time_secs: None,
             edit_file_bytes: default_edit_file_bytes(),
+            spill_bytes: default_spill_bytes(),
+            spill_session_bytes: default_spill_session_bytes(),
         }
     }
 }

@@ -71,6 +71,8 @@ pub(crate) struct RawLimits {
     pub open_files: Option<Spanned<Count>>,
     pub cpu_time: Option<Spanned<Count>>,
     pub edit_file_size: Option<Spanned<ByteSize>>,
+    pub spill: Option<Spanned<ByteSize>>,
+    pub spill_session: Option<Spanned<ByteSize>>,
 }
 
 #[derive(Debug, Deserialize)]

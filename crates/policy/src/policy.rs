@@ -1095,6 +1095,8 @@ fn compile_limits(
         open_files,
         cpu_time,
         edit_file_size,
+        spill,
+        spill_session,
     } = raw;
     let timeout_value = timeout
         .as_ref()
@@ -1148,6 +1150,12 @@ fn compile_limits(
     }
     if let Some(edit_file_size) = &edit_file_size {
         limits.edit_file_bytes = positive(edit_file_size, "edit_file_size")?;
+    }
+    if let Some(spill) = &spill {
+        limits.spill_bytes = positive(spill, "spill")?;
+    }
+    if let Some(spill_session) = &spill_session {
+        limits.spill_session_bytes = positive(spill_session, "spill_session")?;
     }
     let count = |value: &Spanned<crate::format::Count>, key: &str| -> Result<u64, PolicyError> {
         match value.get_ref().0 {

@@ -44,7 +44,8 @@ pub(crate) fn build_tools(
                             default_timeout: spec.limits.default_timeout,
                             max_timeout: spec.limits.max_timeout,
                         },
-                    );
+                    )
+                    .with_spill_limits(spec.limits.spill_bytes, spec.limits.spill_session_bytes);
                     if policy.redactor().is_empty() {
                         Arc::new(tool)
                     } else {

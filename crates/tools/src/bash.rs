@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cordon_core::protocol::Content;
+use cordon_core::sandbox::{DEFAULT_SPILL_BYTES, DEFAULT_SPILL_SESSION_BYTES};
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation, UpdateCallback};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -27,7 +28,8 @@ use crate::ops::{
     BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FileOperations, Termination,
 };
 use crate::output::{
-    AccumulatorStats, FinalOutput, FullOutput, OutputAccumulator, Redact, Snapshot,
+    AccumulatorStats, FinalOutput, FullOutput, OutputAccumulator, Redact, Snapshot, SpillAccount,
+    SpillLimits,
 };
 use crate::truncate::{DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Limits};
 
@@ -229,6 +231,8 @@ pub struct BashTool {
     options: BashOptions,
     parameters: Value,
     redact: Option<Redact>,
+    spill_cap: Option<u64>,
+    spill_account: Option<Arc<SpillAccount>>,
     last_stats: Mutex<Option<AccumulatorStats>>,
 }
 
@@ -259,8 +263,22 @@ impl BashTool {
             options,
             parameters,
             redact: None,
+            spill_cap: Some(DEFAULT_SPILL_BYTES),
+            spill_account: Some(Arc::new(SpillAccount::new(DEFAULT_SPILL_SESSION_BYTES))),
             last_stats: Mutex::new(None),
         }
+    }
+
+    /// The same tool keeping at most `per_command` bytes of one command's full output and
+    /// `session_total` over all commands of this tool (one session); `None`: no cap.
+    pub fn with_spill_limits(
+        mut self,
+        per_command: Option<u64>,
+        session_total: Option<u64>,
+    ) -> Self {
+        self.spill_cap = per_command;
+        self.spill_account = session_total.map(|total| Arc::new(SpillAccount::new(total)));
+        self
     }
 
     /// Redact the output with `redact` before it is truncated (see [`Redact`]); results are
@@ -336,6 +354,10 @@ impl AgentTool for BashTool {
         if let Some(redact) = &self.redact {
             output.redact_with(redact.clone());
         }
+        output.limit_spill(SpillLimits {
+            per_command: self.spill_cap,
+            session: self.spill_account.clone(),
+        });
         let mut updates = Throttle::new(on_update.clone());
         let exec = self.bash.exec(request, cancel, sender);
         tokio::pin!(exec);
@@ -505,8 +527,14 @@ fn build_result(
     if let Some(path) = &full_output_path {
         details.insert("fullOutputPath".into(), json!(path));
     }
-    if let FullOutput::Failed { error, .. } = &snapshot.full_output {
-        details.insert("fullOutputError".into(), json!(error));
+    match &snapshot.full_output {
+        FullOutput::Failed { error, .. } => {
+            details.insert("fullOutputError".into(), json!(error));
+        }
+        FullOutput::Capped { saved, .. } => {
+            details.insert("fullOutputCappedAt".into(), json!(saved));
+        }
+        FullOutput::NotNeeded | FullOutput::Saved(_) => {}
     }
     if let Some(clamped) = timeout.clamped_to {
         details.insert("timeoutClampedTo".into(), seconds_json(clamped));
@@ -1372,8 +1400,11 @@ mod tests {
         ));
         let result = h.call(json!({"command": "x"})).await;
         let total = (CHUNK * TIMES) as u64 + 8;
-        let path = full_output_path(&result);
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), total);
+        let details = result.details.clone().unwrap();
+        let path = PathBuf::from(details["fullOutputPath"].as_str().expect("path"));
+        // The spill keeps the first 256 MiB only (it used to grow with the output).
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), DEFAULT_SPILL_BYTES);
+        assert_eq!(details["fullOutputCappedAt"], DEFAULT_SPILL_BYTES);
         std::fs::remove_file(&path).unwrap();
         let stats = h.stats();
         assert_eq!(stats.raw_bytes, total);
@@ -1383,12 +1414,13 @@ mod tests {
             stats.tail_capacity_high_water
         );
         assert!(stats.prespill_high_water <= DEFAULT_MAX_BYTES + CHUNK);
-        let details = result.details.clone().unwrap();
         assert_eq!(details["truncation"]["totalLines"], 1024 * 1024 + 1);
-        // 49 lines of 1 KiB plus the last line fill the 50 KiB limit.
+        // 49 lines of 1 KiB plus the last line fill the 50 KiB limit: the real end.
         let lines = 1024 * 1024 + 1;
         assert!(text(&result).ends_with(&format!(
-            "g\nthe end\n\n[Showing lines {}-{lines} of {lines} (50.0KB limit). Full output: {}]",
+            "g\nthe end\n\n[Showing lines {}-{lines} of {lines} (50.0KB limit). Full output \
+             capped: only the first 256.0MB are saved in {} (the per-command cap, policy \
+             `[limits] spill`); the tail above is the real end of the output]",
             lines - 49,
             path.display()
         )));

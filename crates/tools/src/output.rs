@@ -18,6 +18,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::io::{AsyncWriteExt, BufWriter};
 
@@ -63,6 +64,15 @@ pub enum FullOutput {
     NotNeeded,
     /// The whole raw output is in this file.
     Saved(PathBuf),
+    /// The spill hit its cap: the file holds the first `saved` raw bytes only.
+    Capped {
+        /// The spill file.
+        path: PathBuf,
+        /// Raw bytes saved.
+        saved: u64,
+        /// Which cap stopped it.
+        by: SpillCap,
+    },
     /// Spilling failed; `path` (if any) holds an incomplete copy.
     Failed {
         /// The incomplete file, if it was created.
@@ -77,10 +87,61 @@ impl FullOutput {
     pub fn path(&self) -> Option<&PathBuf> {
         match self {
             FullOutput::NotNeeded => None,
-            FullOutput::Saved(path) => Some(path),
+            FullOutput::Saved(path) | FullOutput::Capped { path, .. } => Some(path),
             FullOutput::Failed { path, .. } => path.as_ref(),
         }
     }
+}
+
+/// Which bound stopped a spill file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpillCap {
+    /// The per-command cap (policy `[limits] spill`).
+    Command,
+    /// The session's total spill space (policy `[limits] spill_session`) is used up.
+    Session,
+}
+
+/// Spill space left for a whole session, shared by all its commands, so a session cannot fill
+/// the disk with spill files however many commands it runs.
+#[derive(Debug)]
+pub struct SpillAccount {
+    left: AtomicU64,
+}
+
+impl SpillAccount {
+    /// An account of `total` bytes.
+    pub fn new(total: u64) -> Self {
+        SpillAccount {
+            left: AtomicU64::new(total),
+        }
+    }
+
+    /// Bytes still available.
+    pub fn left(&self) -> u64 {
+        self.left.load(Ordering::SeqCst)
+    }
+
+    /// Take up to `wanted` bytes; returns how many were granted.
+    fn take(&self, wanted: u64) -> u64 {
+        let mut granted = 0;
+        let _ = self
+            .left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                granted = left.min(wanted);
+                Some(left - granted)
+            });
+        granted
+    }
+}
+
+/// The bounds of one command's spill file.
+#[derive(Clone, Debug, Default)]
+pub struct SpillLimits {
+    /// Most raw bytes one spill file keeps (`None`: no cap).
+    pub per_command: Option<u64>,
+    /// The session's account every spilled byte is taken from (`None`: unaccounted).
+    pub session: Option<Arc<SpillAccount>>,
 }
 
 /// What the model sees of the output at one moment.
@@ -129,6 +190,20 @@ impl Snapshot {
         };
         let full = match &self.full_output {
             FullOutput::Saved(path) => format!("Full output: {}", path.display()),
+            FullOutput::Capped { path, saved, by } => {
+                let bound = match by {
+                    SpillCap::Command => "the per-command cap, policy `[limits] spill`",
+                    SpillCap::Session => {
+                        "the session's spill space is used up, policy `[limits] spill_session`"
+                    }
+                };
+                format!(
+                    "Full output capped: only the first {} are saved in {} ({bound}); the tail \
+                     above is the real end of the output",
+                    format_size(usize::try_from(*saved).unwrap_or(usize::MAX)),
+                    path.display()
+                )
+            }
             FullOutput::Failed {
                 path: Some(path),
                 error,
@@ -210,6 +285,8 @@ pub struct OutputAccumulator {
     dropped_any: bool,
     front_at_line_start: bool,
     spill: Spill,
+    spill_limits: SpillLimits,
+    spilled: u64,
     stats: AccumulatorStats,
 }
 
@@ -236,8 +313,15 @@ impl OutputAccumulator {
             dropped_any: false,
             front_at_line_start: true,
             spill: Spill::Buffering(Vec::new()),
+            spill_limits: SpillLimits::default(),
+            spilled: 0,
             stats: AccumulatorStats::default(),
         }
+    }
+
+    /// Bound the spill file by `limits` (by default it is unbounded).
+    pub fn limit_spill(&mut self, limits: SpillLimits) {
+        self.spill_limits = limits;
     }
 
     /// Redact every snapshot's text with `redact` before truncating it (the held window is
@@ -257,18 +341,7 @@ impl OutputAccumulator {
                 buffer.extend_from_slice(&chunk);
                 self.stats.prespill_high_water = self.stats.prespill_high_water.max(buffer.len());
             }
-            Spill::Writing { path, writer } => {
-                if let Err(source) = writer.write_all(&chunk).await {
-                    let error = SpillError::Write {
-                        path: path.clone(),
-                        source,
-                    };
-                    self.spill = Spill::Done(FullOutput::Failed {
-                        path: Some(path.clone()),
-                        error: error.to_string(),
-                    });
-                }
-            }
+            Spill::Writing { .. } => self.write_spill(&chunk).await,
             Spill::Done(_) => {}
         }
         self.decode(chunk);
@@ -352,25 +425,85 @@ impl OutputAccumulator {
             return;
         };
         self.spill = match self.files.create_spill_file().await {
-            Ok((path, file)) => {
-                let mut writer = BufWriter::with_capacity(SPILL_BUFFER_BYTES, file);
-                match writer.write_all(&buffer).await {
-                    Ok(()) => Spill::Writing { path, writer },
-                    Err(source) => Spill::Done(FullOutput::Failed {
-                        error: SpillError::Write {
-                            path: path.clone(),
-                            source,
-                        }
-                        .to_string(),
-                        path: Some(path),
-                    }),
-                }
-            }
+            Ok((path, file)) => Spill::Writing {
+                path,
+                writer: BufWriter::with_capacity(SPILL_BUFFER_BYTES, file),
+            },
             Err(source) => Spill::Done(FullOutput::Failed {
                 path: None,
                 error: SpillError::Create { source }.to_string(),
             }),
         };
+        if matches!(self.spill, Spill::Writing { .. }) {
+            self.write_spill(&buffer).await;
+        }
+    }
+
+    /// How much of `wanted` more bytes the spill may take, and which cap cut it.
+    fn grant_spill(&self, wanted: u64) -> (u64, Option<SpillCap>) {
+        let mut granted = wanted;
+        let mut cut = None;
+        if let Some(cap) = self.spill_limits.per_command {
+            let room = cap.saturating_sub(self.spilled);
+            if room < granted {
+                granted = room;
+                cut = Some(SpillCap::Command);
+            }
+        }
+        if let Some(account) = &self.spill_limits.session {
+            let taken = account.take(granted);
+            if taken < granted {
+                granted = taken;
+                cut = Some(SpillCap::Session);
+            }
+        }
+        (granted, cut)
+    }
+
+    /// Append raw bytes to the open spill file, up to its caps; the first refused byte closes
+    /// it as [`FullOutput::Capped`].
+    async fn write_spill(&mut self, data: &[u8]) {
+        let (granted, cut) = self.grant_spill(data.len() as u64);
+        let Spill::Writing { path, writer } = &mut self.spill else {
+            return;
+        };
+        let granted_len = usize::try_from(granted).unwrap_or(data.len());
+        if let Err(source) = writer.write_all(&data[..granted_len]).await {
+            let path = path.clone();
+            self.spill = Spill::Done(FullOutput::Failed {
+                error: SpillError::Write {
+                    path: path.clone(),
+                    source,
+                }
+                .to_string(),
+                path: Some(path),
+            });
+            return;
+        }
+        self.spilled += granted;
+        let Some(by) = cut else {
+            return;
+        };
+        let Spill::Writing { path, mut writer } =
+            std::mem::replace(&mut self.spill, Spill::Done(FullOutput::NotNeeded))
+        else {
+            return;
+        };
+        self.spill = Spill::Done(match close_spill(&mut writer).await {
+            Ok(()) => FullOutput::Capped {
+                path,
+                saved: self.spilled,
+                by,
+            },
+            Err(source) => FullOutput::Failed {
+                error: SpillError::Write {
+                    path: path.clone(),
+                    source,
+                }
+                .to_string(),
+                path: Some(path),
+            },
+        });
     }
 
     /// Streaming UTF-8 decode of one chunk into the tail and counters. Valid chunks move into
@@ -736,6 +869,97 @@ pub(crate) mod tests {
         let (out, _) = run(vec![b"end".to_vec(), vec![0xf0, 0x9f]]).await;
         assert_eq!(out.snapshot.text, "end\u{FFFD}");
         assert_eq!(out.snapshot.truncation.total_lines, 1);
+    }
+
+    async fn spill_with(
+        files: &Arc<dyn FileOperations>,
+        limits: SpillLimits,
+        lines: std::ops::RangeInclusive<u32>,
+    ) -> (FinalOutput, Vec<u8>) {
+        let mut acc = OutputAccumulator::new(files.clone(), Limits::default());
+        acc.limit_spill(limits);
+        let mut raw = Vec::new();
+        for i in lines {
+            let line = format!("line {i:06} {}\n", "z".repeat(40)).into_bytes();
+            raw.extend_from_slice(&line);
+            acc.push(line).await;
+        }
+        (acc.finish().await.0, raw)
+    }
+
+    #[tokio::test]
+    async fn the_spill_stops_at_its_cap_and_the_tail_stays_the_real_end() {
+        let (_dir, files) = files();
+        let (capped, raw) = spill_with(
+            &files,
+            SpillLimits {
+                per_command: Some(100_000),
+                session: None,
+            },
+            1..=20_000,
+        )
+        .await;
+        let (uncapped, _) = spill_with(&files, SpillLimits::default(), 1..=20_000).await;
+        let FullOutput::Capped { path, saved, by } = &capped.snapshot.full_output else {
+            panic!(
+                "expected a capped spill, got {:?}",
+                capped.snapshot.full_output
+            )
+        };
+        assert_eq!((*saved, *by), (100_000, SpillCap::Command));
+        assert_eq!(std::fs::read(path).unwrap(), raw[..100_000]);
+        // What the model sees is the end of the output, not of the capped file.
+        assert_eq!(capped.snapshot.text, uncapped.snapshot.text);
+        assert!(
+            capped
+                .snapshot
+                .text
+                .ends_with(&format!("line 020000 {}", "z".repeat(40)))
+        );
+        assert_eq!(
+            capped.snapshot.footer().unwrap(),
+            format!(
+                "[Showing lines 19035-20000 of 20000 (50.0KB limit). Full output capped: only \
+                 the first 97.7KB are saved in {} (the per-command cap, policy `[limits] \
+                 spill`); the tail above is the real end of the output]",
+                path.display()
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn commands_of_one_session_share_its_spill_space() {
+        let (_dir, files) = files();
+        let account = Arc::new(SpillAccount::new(1_500_000));
+        let limits = SpillLimits {
+            per_command: None,
+            session: Some(account.clone()),
+        };
+        let (first, raw) = spill_with(&files, limits.clone(), 1..=20_000).await;
+        assert!(matches!(first.snapshot.full_output, FullOutput::Saved(_)));
+        assert_eq!(account.left(), 1_500_000 - raw.len() as u64);
+        let (second, raw) = spill_with(&files, limits.clone(), 1..=20_000).await;
+        let FullOutput::Capped { path, saved, by } = &second.snapshot.full_output else {
+            panic!(
+                "expected a capped spill, got {:?}",
+                second.snapshot.full_output
+            )
+        };
+        assert_eq!(by, &SpillCap::Session);
+        assert_eq!(*saved, 1_500_000 - raw.len() as u64);
+        assert_eq!(std::fs::read(path).unwrap(), raw[..*saved as usize]);
+        assert_eq!(account.left(), 0);
+        // Spent: the next spill keeps nothing but still exists, empty, and says so.
+        let (third, _) = spill_with(&files, limits, 1..=3_000).await;
+        assert!(
+            third
+                .snapshot
+                .footer()
+                .unwrap()
+                .contains("spill space is used up"),
+            "{:?}",
+            third.snapshot.footer()
+        );
     }
 
     #[tokio::test]

@@ -189,6 +189,8 @@ fn default_policy_sandbox_spec() {
                 open_files: None,
                 cpu_time_secs: None,
                 edit_file_bytes: Some(64 << 20),
+                spill_bytes: Some(256 << 20),
+                spill_session_bytes: Some(1 << 30),
             },
             env: EnvSpec::default(),
             allow_degraded: false,
@@ -322,6 +324,8 @@ fn ci_untrusted_policy_behaves_as_documented() {
             open_files: Some(1024),
             cpu_time_secs: Some(1800),
             edit_file_bytes: Some(64 << 20),
+            spill_bytes: Some(256 << 20),
+            spill_session_bytes: Some(1 << 30),
         }
     );
 }

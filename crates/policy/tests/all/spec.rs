@@ -35,6 +35,8 @@ file_size = "100MiB"
 open_files = 256
 cpu_time = 90
 edit_file_size = "8MiB"
+spill = "unlimited"
+spill_session = "2GiB"
 
 [env]
 pass = ["HOME", "CARGO_HOME"]
@@ -62,6 +64,8 @@ set = { RUST_BACKTRACE = "1", LANG = "C.UTF-8" }
                 open_files: Some(256),
                 cpu_time_secs: Some(90),
                 edit_file_bytes: Some(8 << 20),
+                spill_bytes: None,
+                spill_session_bytes: Some(2 << 30),
             },
             env: EnvSpec {
                 pass: strings(&["HOME", "CARGO_HOME"]),
