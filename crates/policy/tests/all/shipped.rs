@@ -133,6 +133,31 @@ fn default_policy_redacts_tokens_and_named_variables() {
         p.redactor().redact_text(&format!("x\n{key}\ny")).0,
         "x\n[REDACTED]\ny"
     );
+    // A key cut off by truncation (or still arriving) is redacted from its first line on, up
+    // to what cannot be part of it (a read footer); a window that starts inside a key is
+    // redacted up to its last line.
+    let body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nBKcwggSjAgEAAoIBAQC7\n";
+    assert_eq!(
+        p.redactor()
+            .redact_text(&format!(
+                "x\n-----BEGIN PRIVATE KEY-----\n{body}[Showing lines 1-3. Use offset=4]"
+            ))
+            .0,
+        "x\n[REDACTED][Showing lines 1-3. Use offset=4]"
+    );
+    assert_eq!(
+        p.redactor()
+            .redact_text(&format!("{body}-----END PRIVATE KEY-----\nafter"))
+            .0,
+        "[REDACTED]\nafter"
+    );
+    assert_eq!(
+        p.redactor()
+            .redact_text(&format!("a.\n{body}-----END PRIVATE KEY-----\n"))
+            .0,
+        format!("a.\n{body}-----END PRIVATE KEY-----\n"),
+        "a tail marker after other text is left alone (nothing identifies the body)"
+    );
 }
 
 #[test]
