@@ -16,7 +16,7 @@ mod suites;
 
 use std::process::ExitCode;
 
-const SUITES: [&str; 5] = ["files", "cli", "bash", "grep", "throughput"];
+const SUITES: [&str; 6] = ["files", "cli", "bash", "git-sweep", "grep", "throughput"];
 
 fn main() -> ExitCode {
     let mut wanted: Vec<String> = std::env::args().skip(1).collect();
@@ -52,6 +52,7 @@ fn main() -> ExitCode {
                 "files" => suites::files().await,
                 "cli" => suites::cli().await,
                 "bash" => suites::bash().await,
+                "git-sweep" => suites::git_sweep().await,
                 "grep" => suites::grep().await,
                 _ => suites::throughput().await,
             }

@@ -306,6 +306,81 @@ pub async fn bash() -> BenchResult {
     Ok(())
 }
 
+/// The built-in default policy with `[filesystem] nested_git` set to `mode`, written to
+/// `path` (outside the workspace).
+fn default_policy_with_nested_git(path: &Path, mode: &str) -> std::io::Result<PathBuf> {
+    let text = include_str!("../../policies/default.toml").replacen(
+        "[filesystem]\n",
+        &format!("[filesystem]\nnested_git = \"{mode}\"\n"),
+        1,
+    );
+    std::fs::write(path, text)?;
+    Ok(path.to_path_buf())
+}
+
+/// `bash: true` with the git metadata sweep after each command (default policy) vs without
+/// it (`nested_git = "allow"`), interleaved, on a small workspace and on a generated one of
+/// 50 000 files in 5 050 directories.
+pub async fn git_sweep() -> BenchResult {
+    for (label, parents, dirs_per_parent, files_per_dir) in [
+        ("10 files", 1, 1, 10),
+        ("50 000 files / 5 050 directories", 50, 100, 10),
+    ] {
+        let ws = Workspace::new("git-sweep")?;
+        let root = ws.0.join("ws");
+        for parent in 0..parents {
+            for dir in 0..dirs_per_parent {
+                let path = root.join(format!("p{parent}/d{dir}"));
+                std::fs::create_dir_all(&path)?;
+                for file in 0..files_per_dir {
+                    std::fs::write(path.join(format!("f{file}.txt")), "x\n")?;
+                }
+            }
+        }
+        let status = Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&root)
+            .status()?;
+        assert!(status.success(), "git init failed");
+        let mut sessions = Vec::new();
+        for mode in ["quarantine", "allow"] {
+            let policy = default_policy_with_nested_git(&ws.0.join(format!("{mode}.toml")), mode)?;
+            let mut options = SessionOptions::local(&root);
+            options.policy = Some(policy);
+            sessions.push(Session::open(options).await?);
+        }
+        let args = json!({"command": "true"});
+        for _ in 0..20 {
+            for session in &sessions {
+                ensure_ok(&call(session, "bash", args.clone()).await);
+            }
+        }
+        let (mut swept, mut plain) = (Vec::new(), Vec::new());
+        for _ in 0..200 {
+            for (session, samples) in sessions.iter().zip([&mut swept, &mut plain]) {
+                let start = Instant::now();
+                ensure_ok(&call(session, "bash", args.clone()).await);
+                samples.push(start.elapsed());
+            }
+        }
+        let (swept, plain) = (Samples::from_vec(swept), Samples::from_vec(plain));
+        row(
+            &format!(
+                "`bash: true` with the git metadata sweep, {label}, vs `nested_git = \"allow\"`"
+            ),
+            &ms(swept.p50()),
+            &ms(plain.p50()),
+            &ratio(swept.p50(), plain.p50()),
+            "",
+            "",
+        );
+        for session in sessions {
+            session.shutdown().await;
+        }
+    }
+    Ok(())
+}
+
 fn default_tree() -> PathBuf {
     match std::env::var_os("CORDON_BENCH_TREE") {
         Some(tree) => PathBuf::from(tree),

@@ -211,3 +211,40 @@ async fn symlink_swap_races_cannot_redirect_writes() {
     assert!(landed + refused > 0);
     h.assert_victim_untouched("after the symlink swap race");
 }
+
+/// Files host programs run later (editor tasks, direnv, shell start-up files, agent
+/// configuration) are protected by the default policy: bash cannot change existing ones at
+/// any depth, and the file tools refuse them whether or not they exist.
+#[tokio::test(flavor = "multi_thread")]
+async fn files_host_programs_run_later_are_read_only() {
+    let h = Harness::bare().await;
+    let planted = [
+        ".vscode/tasks.json",
+        "sub/.envrc",
+        "deep/er/.bashrc",
+        ".claude/settings.json",
+        ".mcp.json",
+    ];
+    for rel in planted {
+        let path = h.at(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "operator\n").unwrap();
+    }
+    for rel in planted {
+        h.bash_fails(rel, &format!("echo evil >> {rel}")).await;
+        h.bash_fails(rel, &format!("rm -f {rel} && test ! -e {rel}"))
+            .await;
+        h.tool_fails(rel, "write", json!({"path": rel, "content": "evil\n"}))
+            .await;
+        assert_eq!(
+            std::fs::read_to_string(h.at(rel)).unwrap(),
+            "operator\n",
+            "{rel}"
+        );
+    }
+    for rel in ["new/.envrc", ".idea/workspace.xml", ".codex/config.toml"] {
+        h.tool_fails(rel, "write", json!({"path": rel, "content": "evil\n"}))
+            .await;
+        assert!(!h.at(rel).exists(), "{rel}");
+    }
+}

@@ -930,7 +930,7 @@ fn example_session_replays_cleanly() {
     let (_, is_error, refused) = by_id("call_install_hook");
     assert!(is_error);
     assert!(
-        refused.starts_with("Blocked by policy (builtin:default.toml:63): writing ")
+        refused.starts_with("Blocked by policy (builtin:default.toml:64): writing ")
             && refused.ends_with(
                 "/.git/hooks/pre-commit is not allowed: the path is protected (read-only) by \
                  the policy (`.git/**`)"

@@ -237,7 +237,8 @@ async fn openai_run_edits_writes_and_shows_the_terminal_view() {
         "- Use read to examine files instead of cat or sed.",
         &format!("Workspace root: {} ", root.display()),
         "- Network: off.",
-        "- Protected (readable, never writable, also by commands): .git/**, .cordon/**.",
+        "- Protected (readable, never writable, also by commands): .git/**, .cordon/**, \
+         **/.gitmodules,",
         "**/.env",
     ] {
         assert!(

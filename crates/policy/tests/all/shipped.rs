@@ -180,7 +180,11 @@ fn default_policy_sandbox_spec() {
                 "~/.gradle/caches",
             ]),
             writable_roots: vec![],
-            protected: strings(&[".git/**", ".cordon/**"]),
+            protected: [&[".git/**", ".cordon/**"][..], DANGEROUS_FILES]
+                .concat()
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
             denied: strings(&[
                 "**/.env",
                 "**/.env.*",
@@ -328,14 +332,15 @@ fn ci_untrusted_policy_behaves_as_documented() {
     assert_eq!(spec.network, NetworkMode::Disabled);
     assert_eq!(
         spec.protected,
-        strings(&[
-            ".git/**",
-            ".cordon/**",
-            ".github/**",
-            ".gitlab-ci.yml",
-            ".circleci/**",
-            ".ci/**"
-        ])
+        [
+            &[".git/**", ".cordon/**"][..],
+            DANGEROUS_FILES,
+            &[".github/**", ".gitlab-ci.yml", ".circleci/**", ".ci/**"],
+        ]
+        .concat()
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect::<Vec<_>>()
     );
     assert_eq!(
         spec.limits,
@@ -433,4 +438,61 @@ fn build_host_policy_behaves_as_documented() {
     assert_eq!(spec.limits.memory_bytes, Some(8 << 30));
     assert_eq!(spec.limits.pids, Some(4096));
     assert_eq!(spec.limits.max_timeout, Duration::from_secs(3600));
+}
+
+/// The files host programs execute or trust later, protected by every shipped policy.
+const DANGEROUS_FILES: &[&str] = &[
+    "**/.gitmodules",
+    "**/.gitconfig",
+    "**/.envrc",
+    "**/.vscode/**",
+    "**/.idea/**",
+    "**/.bashrc",
+    "**/.bash_profile",
+    "**/.bash_login",
+    "**/.profile",
+    "**/.zshrc",
+    "**/.zshenv",
+    "**/.zprofile",
+    "**/.ripgreprc",
+    "**/.mcp.json",
+    "**/.claude/**",
+    "**/.codex/**",
+];
+
+#[test]
+fn every_shipped_policy_protects_the_dangerous_files() {
+    for name in [
+        "default.toml",
+        "build-host.toml",
+        "ci-untrusted.toml",
+        "readonly.toml",
+    ] {
+        let protected = shipped(name).sandbox_spec().protected;
+        for pattern in DANGEROUS_FILES {
+            assert!(
+                protected.iter().any(|p| p == pattern),
+                "{name} does not protect {pattern}"
+            );
+        }
+    }
+    let p = shipped("default.toml");
+    for path in [
+        "sub/.envrc",
+        ".vscode/tasks.json",
+        ".claude/settings.json",
+        "deep/er/.bashrc",
+        ".mcp.json",
+        ".gitmodules",
+    ] {
+        assert_eq!(
+            call(&p, "write", &json!({"path": path, "content": "x"})).decision,
+            Decision::Deny,
+            "{path}"
+        );
+    }
+    assert_eq!(
+        call(&p, "read", &json!({"path": ".vscode/tasks.json"})).decision,
+        Decision::Allow
+    );
 }
