@@ -981,3 +981,48 @@ fn sigterm_ends_the_session_with_its_last_sweep() {
     assert!(!ws.path("r/.git").exists(), "{run:#?}");
     assert!(ws.path("r/.git.cordon-quarantine").is_dir(), "{run:#?}");
 }
+
+/// Arguments too large for one command-line argument (E2BIG past 128 KiB) come from stdin
+/// (`-`) or a file (`@FILE`).
+#[test]
+fn exec_takes_large_arguments_from_stdin_or_a_file() {
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path().to_str().unwrap().to_owned();
+    let content = "x".repeat(1 << 20);
+    let args = serde_json::json!({"path": "big.txt", "content": content}).to_string();
+    let run = cordon_in(
+        ws.path(),
+        &["exec", "write", "-", "--root", &root],
+        Some(&args),
+    );
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("big.txt")).unwrap(),
+        content
+    );
+
+    let file = ws.path().join("args.json");
+    let args = serde_json::json!({"path": "copy.txt", "content": content}).to_string();
+    std::fs::write(&file, args).unwrap();
+    let at = format!("@{}", file.display());
+    let run = cordon_in(ws.path(), &["exec", "write", &at, "--root", &root], None);
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("copy.txt")).unwrap(),
+        content
+    );
+
+    let run = cordon_in(
+        ws.path(),
+        &["exec", "write", "-", "--root", &root],
+        Some("[1, 2"),
+    );
+    run.assert_usage_error("invalid ARGS_JSON");
+    let missing = format!("@{}", ws.path().join("nope.json").display());
+    let run = cordon_in(
+        ws.path(),
+        &["exec", "write", &missing, "--root", &root],
+        None,
+    );
+    run.assert_usage_error("failed to open ARGS_JSON file");
+}
