@@ -172,7 +172,7 @@ pub async fn ask_without_approver_is_denied(h: Arc<dyn Harness>) {
 pub async fn protected_git_config(h: Arc<dyn Harness>) {
     let ws = Workspace::open(&h).await;
     ws.put(".git/config", "[core]\n\tbare = false\n");
-    let rule = default_rule("protect = ");
+    let rule = default_rule("    \".git/**\",");
     let blocked = |path: &str| {
         format!(
             "Blocked by policy ({rule}): writing $ROOT/{path} is not allowed: the path is \
@@ -284,7 +284,7 @@ pub async fn audit_log_records_decisions(h: Arc<dyn Harness>) {
         })
         .collect();
     let read_rule = json!(default_rule("    \"**\","));
-    let protect_rule = json!(default_rule("protect = "));
+    let protect_rule = json!(default_rule("    \".git/**\","));
     assert_eq!(
         summary,
         [
