@@ -351,19 +351,7 @@ fn split_setting(text: &str) -> (&str, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shell::analyse_script;
-
-    fn found(script: &str) -> Vec<String> {
-        analyse_script(script)
-            .commands
-            .iter()
-            .map(ToString::to_string)
-            .collect()
-    }
-
-    fn reasons(script: &str) -> String {
-        analyse_script(script).unanalysable.join("; ")
-    }
+    use crate::shell::test_support::{found, reasons};
 
     #[test]
     fn settings_are_classified() {

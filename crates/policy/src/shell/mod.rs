@@ -31,6 +31,26 @@ mod runners;
 mod variables;
 mod wrappers;
 
+/// What the analyser tests of the table modules share.
+#[cfg(test)]
+mod test_support {
+    use super::analyse_script;
+
+    /// The commands `script` runs, as the rules see them.
+    pub(crate) fn found(script: &str) -> Vec<String> {
+        analyse_script(script)
+            .commands
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    /// Why `script` is unanalysable (empty when it is not).
+    pub(crate) fn reasons(script: &str) -> String {
+        analyse_script(script).unanalysable.join("; ")
+    }
+}
+
 pub use wrappers::{SYSTEM_BIN_DIRS, is_system_program_path};
 
 use std::fmt;

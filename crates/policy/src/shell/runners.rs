@@ -657,19 +657,7 @@ fn sed_runs_commands(script: &str, brackets: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shell::analyse_script;
-
-    fn found(script: &str) -> Vec<String> {
-        analyse_script(script)
-            .commands
-            .iter()
-            .map(ToString::to_string)
-            .collect()
-    }
-
-    fn reasons(script: &str) -> String {
-        analyse_script(script).unanalysable.join("; ")
-    }
+    use crate::shell::test_support::{found, reasons};
 
     #[test]
     fn option_commands_are_judged() {
