@@ -686,3 +686,15 @@ fn a_full_disk_never_runs_an_unrecorded_call_nor_tears_the_log() {
     assert_eq!(after.code, 0, "{after:#?}");
     verify_audit_log(&std::fs::read_to_string(&audit).unwrap()).expect("chain continues");
 }
+
+#[test]
+fn verifying_a_huge_sparse_audit_log_is_refused_without_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let file = std::fs::File::create(&log).unwrap();
+    file.set_len(1 << 40).unwrap();
+    drop(file);
+    let run = cordon(dir.path(), &["audit", "verify", log.to_str().unwrap()]);
+    assert_ne!(run.code, 0, "{run:#?}");
+    assert!(run.stderr.contains("larger than"), "{run:#?}");
+}

@@ -331,7 +331,23 @@ pub fn read_following_to_string(
 }
 
 fn read_file(file: File, path: &Path, limit: u64) -> Result<String, HostFileError> {
-    let mut bytes = Vec::new();
+    // The file is regular (checked): its size says at once whether it fits, so a huge or
+    // sparse file is refused without reading `limit` bytes first. `take` still guards a file
+    // that grows while it is read.
+    let size = file
+        .metadata()
+        .map_err(|source| HostFileError::Read {
+            path: path.to_owned(),
+            source,
+        })?
+        .len();
+    if size > limit {
+        return Err(HostFileError::TooLarge {
+            path: path.to_owned(),
+            limit,
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
     file.take(limit.saturating_add(1))
         .read_to_end(&mut bytes)
         .map_err(|source| HostFileError::Read {

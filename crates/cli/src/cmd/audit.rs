@@ -11,6 +11,9 @@ use cordon_policy::audit::{AuditHead, verify_audit_log, verify_audit_log_from_he
 
 /// The largest head file read (one line).
 const MAX_HEAD_FILE_BYTES: u64 = 4096;
+/// Largest audit log `verify` reads (it holds the whole log in memory): about three million
+/// lines, far more than a session writes, and a bound on what a huge or sparse file can cost.
+const MAX_AUDIT_LOG_BYTES: u64 = 1 << 30;
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
@@ -58,8 +61,8 @@ pub fn audit(command: AuditCommand) -> anyhow::Result<ExitCode> {
                 }
                 (None, None) => None,
             };
-            // An audit log can be large; it is read whole, as verifying needs every line.
-            let text = hostfile::read_to_string(&file, Trust::Any, u64::MAX)
+            // Read whole, as verifying needs every line; bounded so a huge file is an error.
+            let text = hostfile::read_to_string(&file, Trust::Any, MAX_AUDIT_LOG_BYTES)
                 .with_context(|| format!("failed to read {}", file.display()))?;
             let verified = match &expected {
                 None => verify_audit_log(&text).map(|report| report.to_text()),
