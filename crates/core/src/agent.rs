@@ -1,6 +1,7 @@
-//! The multi-turn agent loop (SPEC §2, reference §2): ask the model, execute its tool calls
-//! as a batch, feed the results back, repeat until the model stops, a batch terminates, the
-//! turn budget is spent, the provider fails, or the run is cancelled.
+//! The multi-turn agent loop (docs/semantics.md#stop-reasons, docs/semantics.md#terminate):
+//! ask the model, execute its tool calls as a batch, feed the results back, repeat until the
+//! model stops, a batch terminates, the turn budget is spent, the provider fails, or the run is
+//! cancelled.
 //!
 //! This module owns the turn structure and the message/turn/agent events around the model
 //! call. Per-batch rules live in [`crate::executor`]; the model itself is behind

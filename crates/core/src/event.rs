@@ -1,4 +1,5 @@
-//! Agent events (SPEC §2): one JSON object per event, tagged by `"type"`, fields camelCase.
+//! Agent events (docs/contract.md#events): one JSON object per event, tagged by `"type"`, fields
+//! camelCase.
 
 use std::sync::Arc;
 

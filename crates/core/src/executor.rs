@@ -1,4 +1,5 @@
-//! Execution of one assistant message's tool calls as a batch (SPEC §2).
+//! Execution of one assistant message's tool calls as a batch (docs/semantics.md#pipeline,
+//! docs/semantics.md#batches).
 //!
 //! This module owns every per-batch rule: the length stop, the sequential/parallel choice,
 //! preflight (lookup, `prepare_arguments`, validation, `before_tool_call`) in source order,
@@ -78,8 +79,8 @@ pub struct BatchOutcome {
     pub terminate: bool,
 }
 
-/// Execute the tool calls of `batch.assistant_message` with every rule of SPEC §2, emitting
-/// the tool events and then the ToolResult message events. Never fails: every failure
+/// Execute the tool calls of `batch.assistant_message` with every rule of the module docs,
+/// emitting the tool events and then the ToolResult message events. Never fails: every failure
 /// becomes an error result the model can read.
 pub async fn execute_tool_calls(batch: ToolBatch<'_>) -> BatchOutcome {
     let calls: Vec<&ToolCall> = batch.assistant_message.tool_calls().collect();
@@ -108,7 +109,7 @@ pub async fn execute_tool_calls(batch: ToolBatch<'_>) -> BatchOutcome {
     BatchOutcome { results, terminate }
 }
 
-/// The model-facing text for a call of a length-stopped message (reference wording).
+/// The model-facing text for a call of a length-stopped message (docs/semantics.md#stop-reasons).
 fn truncated_call_text(name: &str) -> String {
     format!(
         "Tool call \"{name}\" was not executed: the response hit the output token limit, so its \

@@ -1,5 +1,5 @@
-//! `before_tool_call` and `after_tool_call` hooks (SPEC §2.4): where policy decisions,
-//! audit logging and redaction plug into the loop.
+//! `before_tool_call` and `after_tool_call` hooks (docs/semantics.md#hooks): where policy
+//! decisions, audit logging and redaction plug into the loop.
 
 use async_trait::async_trait;
 use serde_json::Value;

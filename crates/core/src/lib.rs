@@ -1,16 +1,16 @@
 //! `cordon-core`: the model protocol, the agent runtime's tool contract, and the agent loop.
 //!
 //! This crate owns what every other Cordon crate agrees on:
-//! - [`protocol`]: the JSON shapes models and hosts exchange (CONTRACT §1), serialised camelCase;
+//! - [`protocol`]: the JSON shapes models and hosts exchange (docs/contract.md#json-shapes);
 //! - [`tool`]: the [`tool::AgentTool`] trait a tool implements and the result it returns;
 //! - [`hooks`]: `before_tool_call` / `after_tool_call`, where policy and redaction plug in;
-//! - [`event`]: the agent events streamed to hosts (SPEC §2);
+//! - [`event`]: the agent events streamed to hosts (docs/contract.md#events);
 //! - [`provider`]: the small trait a model provider implements to drive the loop;
 //! - [`sandbox`]: the plain, serialisable sandbox specification every backend enforces;
 //! - [`excerpt`]: short quotations of model input in error texts;
 //! - [`validate`]: lenient coercion and JSON Schema validation of tool arguments;
 //! - [`hostfile`]: opening Cordon's own files on the host (no symlinks, no FIFOs, owner checks);
-//! - [`executor`]: one assistant message's tool calls as a batch, with every SPEC §2 rule;
+//! - [`executor`]: one assistant message's tool calls as a batch (docs/semantics.md#batches);
 //! - [`agent`]: the multi-turn loop over a [`provider::ModelProvider`];
 //! - [`replay`]: `cordon replay` semantics, the loop without a model;
 //! - `testing` (feature `testing`): a scripted provider for tests.

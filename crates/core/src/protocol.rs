@@ -1,4 +1,4 @@
-//! Model protocol types (CONTRACT §1): tool calls, tool results, messages.
+//! Model protocol types (docs/contract.md#json-shapes): tool calls, tool results, messages.
 //!
 //! Every type here serialises to the exact camelCase JSON of the contract. Nothing here
 //! executes anything.
@@ -80,7 +80,8 @@ pub enum StopReason {
     /// Natural end of the message.
     #[default]
     Stop,
-    /// The output token limit was hit; tool call arguments may be truncated (SPEC §2.2).
+    /// The output token limit was hit; tool call arguments may be truncated
+    /// (docs/semantics.md#stop-reasons).
     Length,
     /// The model asked for tool calls.
     ToolUse,
@@ -181,7 +182,7 @@ fn content_or_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<C
     })
 }
 
-/// The result of one tool call, as the model and hosts see it (CONTRACT §1).
+/// The result of one tool call, as the model and hosts see it (docs/contract.md#tool-result).
 ///
 /// `details` and `structuredContent` are always serialised, as `null` when absent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
-//! `cordon replay` semantics (CONTRACT §2): execute pre-recorded assistant messages' tool calls
-//! with full agent-loop semantics, without a model.
+//! `cordon replay` semantics (docs/contract.md#subcommands): execute pre-recorded assistant
+//! messages' tool calls with full agent-loop semantics, without a model.
 //!
 //! This module owns the replay turn structure only; each message's batch goes through the same
 //! code as a live run ([`crate::executor`]), so the length rule, preflight, hooks (policy) and

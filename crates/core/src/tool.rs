@@ -1,4 +1,4 @@
-//! The agent runtime's tool contract (SPEC §1): [`AgentTool`] and [`AgentToolResult`].
+//! The agent runtime's tool contract: [`AgentTool`] and [`AgentToolResult`].
 //!
 //! A tool is an open set, so it is a trait. It never builds messages itself: it returns a
 //! result or an error, and the loop turns either into a [`crate::protocol::ToolResult`].
@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::protocol::{Content, ToolDefinition, ToolResult};
 
-/// Whether a tool may run concurrently with the other calls of its batch (SPEC §2.3).
+/// Whether a tool may run concurrently with the other calls of its batch
+/// (docs/semantics.md#batches).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ExecutionMode {
@@ -23,7 +24,7 @@ pub enum ExecutionMode {
     Sequential,
 }
 
-/// What a tool returns (SPEC §1).
+/// What a tool returns (docs/contract.md#tool-result).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentToolResult {
@@ -38,7 +39,7 @@ pub struct AgentToolResult {
     /// Whether this result reports a failure.
     #[serde(default)]
     pub is_error: bool,
-    /// Hint that the loop may skip the automatic next model call (SPEC §2.7).
+    /// Hint that the loop may skip the automatic next model call (docs/semantics.md#terminate).
     #[serde(default)]
     pub terminate: bool,
 }
@@ -143,7 +144,8 @@ pub trait AgentTool: Send + Sync {
         &[]
     }
 
-    /// Compatibility shim applied to raw arguments before validation (SPEC §2.4).
+    /// Compatibility shim applied to raw arguments before validation
+    /// (docs/semantics.md#pipeline).
     fn prepare_arguments(&self, args: Value) -> Value {
         args
     }

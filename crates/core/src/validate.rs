@@ -1,5 +1,5 @@
-//! Tool-argument validation (SPEC §2.4): lenient, schema-driven coercion of primitives followed
-//! by JSON Schema validation, with an error the model can act on.
+//! Tool-argument validation (docs/semantics.md#pipeline): lenient, schema-driven coercion of
+//! primitives followed by JSON Schema validation, with an error the model can act on.
 //!
 //! This module owns the compiled-validator cache and the exact error text. It does not run
 //! `prepare_arguments` (the caller does, before calling in) and it never sees hook mutations:

@@ -1,4 +1,5 @@
-//! Batch rules (SPEC §2): ordering, modes, preflight, hooks, updates, cancellation, failures.
+//! Batch rules (docs/semantics.md#batches): ordering, modes, preflight, hooks, updates,
+//! cancellation, failures.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
