@@ -1,4 +1,4 @@
-//! The `bash` tool (SPEC §4, pi §1.4 and §4): runs the model's command through
+//! The `bash` tool (docs/semantics.md#bash): runs the model's command through
 //! [`BashOperations::exec`] and builds everything the model sees from the raw output stream.
 //!
 //! It owns: argument parsing and timeout resolution (a default and a maximum, never "no
@@ -7,9 +7,9 @@
 //! throttled partial updates, and the result text, `details` and `structuredContent` — the same
 //! for success and error results, so the full-output path is never lost.
 //!
-//! It never runs a process itself: the backend spawns, kills the process tree on timeout or
-//! cancel, and drains stdio. Commands are not coordinated with the edit/write mutation queue;
-//! a command that changes files races with concurrent file tools (SPEC §3).
+//! It never runs a process itself: the backend spawns, kills the process tree on timeout or cancel,
+//! and drains stdio. Commands are not coordinated with the edit/write mutation queue; a command
+//! that changes files races with concurrent file tools (docs/semantics.md#mutation-queue).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -38,7 +38,7 @@ pub const UPDATE_THROTTLE: Duration = Duration::from_millis(100);
 /// Output chunks in flight between the backend and the tool; awaiting a full channel is the
 /// back-pressure that keeps memory bounded.
 const OUTPUT_CHANNEL_CHUNKS: usize = 16;
-/// The largest timeout accepted, in seconds (the reference's limit, 2^31-1 ms).
+/// The largest timeout accepted, in seconds (2^31-1 milliseconds).
 pub const MAX_TIMEOUT_SECONDS: f64 = 2_147_483.647;
 
 const DESCRIPTION: &str = "Execute a bash command in the current working directory. Returns \
@@ -180,7 +180,7 @@ pub fn resolve_timeout(
     })
 }
 
-/// `120`, `0.01`, `2147483.647`: whole numbers without a fraction, like the reference.
+/// `120`, `0.01`, `2147483.647`: whole numbers without a fraction.
 fn format_seconds(seconds: f64) -> String {
     format!("{seconds}")
 }

@@ -1,4 +1,4 @@
-//! The `edit` tool (SPEC §4, reference §1.3 and §3): targeted replacements in one file.
+//! The `edit` tool (docs/semantics.md#edit): targeted replacements in one file.
 //!
 //! Owns the argument shim ([`prepare_edit_arguments`]), input validation, and the
 //! access-read-compute-write cycle run inside the file's mutation queue; the matching and diff
@@ -113,11 +113,10 @@ pub enum EditError {
     },
 }
 
-/// Normalise the shapes models send `edit` arguments in (reference `prepareEditArguments`,
-/// extended): `edits` as a JSON string (raw control characters inside its strings repaired),
-/// as an array of JSON strings, or as a single `{oldText, newText}` object; legacy top-level
-/// `oldText`/`newText` appended to `edits` and removed. Anything else, including valid input,
-/// is returned unchanged.
+/// Normalise the shapes models send `edit` arguments in (docs/semantics.md#edit): `edits` as a JSON
+/// string (raw control characters inside its strings repaired), as an array of JSON strings, or as
+/// a single `{oldText, newText}` object; legacy top-level `oldText`/`newText` appended to `edits`
+/// and removed. Anything else, including valid input, is returned unchanged.
 pub fn prepare_edit_arguments(args: Value) -> Value {
     let Value::Object(mut map) = args else {
         return args;
@@ -262,10 +261,10 @@ impl EditTool {
         self
     }
 
-    /// What a call with `args` would change, without writing anything (reference
-    /// `computeEditsDiff`, for a host's preview before approval): the same shim, validation,
-    /// matching and diff as [`AgentTool::execute`], needing read access only and taking no
-    /// queue. The result can be stale by the time the edit itself runs.
+    /// What a call with `args` would change, without writing anything (for a host's preview
+    /// before approval): the same shim, validation, matching and diff as [`AgentTool::execute`],
+    /// needing read access only and taking no queue. The result can be stale by the time the
+    /// edit itself runs.
     pub async fn preview(&self, args: Value) -> Result<EditDiff, EditError> {
         let EditArgs { path, edits } = decode_args("edit", prepare_edit_arguments(args))
             .map_err(EditError::InvalidArguments)?;

@@ -1,4 +1,4 @@
-//! The `edit` tool's text engine (reference §3.3–3.4): match replacements against the
+//! The `edit` tool's text engine (docs/semantics.md#edit): match replacements against the
 //! original content, apply them all or none, and render the results as a numbered display
 //! diff and a standard unified patch.
 //!
@@ -49,7 +49,7 @@ pub struct Applied {
 }
 
 /// Why a set of replacements cannot be applied; the text is what the model reads. `index` is
-/// `None` when the call had a single replacement (the reference words those differently).
+/// `None` when the call had a single replacement (its message then names no `edits[i]`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EditFailure {
     /// An `oldText` is empty.
@@ -673,7 +673,7 @@ impl FuzzyDoc {
     }
 }
 
-/// The fuzzy form of an LF text (reference `normalizeForFuzzyMatch`).
+/// The fuzzy form of an LF text (docs/semantics.md#edit).
 pub fn fuzzy_normalize(lf: &str) -> String {
     FuzzyDoc::new(lf).text
 }
@@ -750,9 +750,9 @@ pub fn edit_diff(path: &str, original: &str, edited: &str) -> EditDiff {
     }
 }
 
-/// A numbered display diff of two LF texts (reference `generateDiffString`): `+`/`-`/` `
-/// prefixes, line numbers padded to a common width, at most `context` unchanged lines around
-/// each change and `...` for gaps. Also returns the new-file line of the first change.
+/// A numbered display diff of two LF texts: `+`/`-`/` ` prefixes, line numbers padded to a
+/// common width, at most `context` unchanged lines around each change and `...` for gaps. Also
+/// returns the new-file line of the first change.
 pub fn display_diff(old: &str, new: &str, context: usize) -> (String, Option<usize>) {
     let window = Window::new(old, new, context);
     render_display(old, new, &window, &window.diff(), context)
@@ -1258,8 +1258,8 @@ mod tests {
             original,
             &[("你好,世界", "你好，pi"), ("你好(pi)", "你好(pi)")],
         );
-        // The second edit is a no-op on its line but rewrites it normalised: that is what
-        // the reference does for touched lines.
+        // The second edit is a no-op on its line but rewrites it normalised: a fuzzy match
+        // rewrites every line it touches from its normalised form.
         assert_eq!(content(out), "你好，pi\n你好(pi)\n");
     }
 
@@ -1296,7 +1296,7 @@ mod tests {
 
     #[test]
     fn exact_unique_match_accepted_next_to_a_fuzzy_twin() {
-        // The reference counts in fuzzy space and would call this ambiguous.
+        // Counted in fuzzy space this would be ambiguous; the exact match is unique on its own.
         let original = "x = 'a'\nx = \u{2018}a\u{2019}\n";
         assert_eq!(
             content(edit(original, "x = 'a'", "x = 1")),

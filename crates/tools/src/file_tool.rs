@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use crate::ops::FsError;
 
-/// The message every file tool reports when its call was cancelled (reference string).
+/// The message every file tool reports when its call was cancelled
+/// (docs/semantics.md#cancellation).
 pub(crate) const ABORTED: &str = "Operation aborted";
 
 /// Decode a tool's arguments into its typed argument struct. Unknown fields are ignored (the
@@ -46,7 +47,7 @@ pub(crate) fn whole_number(name: &str, value: f64, minimum: u64) -> Result<u64, 
 }
 
 /// The part of a file-operation failure the model reads after `Could not … file: PATH. `:
-/// the reference's `Error code: ENOENT.` form where a POSIX code says it all, otherwise the
+/// the short `Error code: ENOENT.` form where a POSIX code says it all, otherwise the
 /// backend's explanation (policy, confinement, transport) so the model knows what to do.
 pub(crate) fn fs_error_text(error: &FsError) -> String {
     match error {

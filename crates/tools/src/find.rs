@@ -1,4 +1,4 @@
-//! The `find` tool (SPEC §4, pi §1.6): validates the model's arguments, asks the backend's
+//! The `find` tool (docs/semantics.md#find): validates the model's arguments, asks the backend's
 //! [`SearchOperations::find`] for one result more than it shows, and formats the structured
 //! result with [`crate::search_format`].
 //!

@@ -1,4 +1,4 @@
-//! The `grep` tool (SPEC §4, pi §1.5): validates the model's arguments, asks the backend's
+//! The `grep` tool (docs/semantics.md#grep): validates the model's arguments, asks the backend's
 //! [`SearchOperations::grep`] for one match more than it shows, and formats the structured
 //! result with [`crate::search_format`].
 //!

@@ -1,5 +1,5 @@
-//! Images for the `read` tool (reference §1.1, `utils/mime.ts` and `utils/image-process.ts`):
-//! detection by magic bytes, BMP to PNG conversion, and resizing to what a model accepts inline.
+//! Images for the `read` tool (docs/semantics.md#read): detection by magic bytes, BMP to PNG
+//! conversion, and resizing to what a model accepts inline.
 //!
 //! The file extension is never consulted. An image already within the limits is returned
 //! byte for byte; otherwise it is scaled to fit [`MAX_DIMENSION`] and re-encoded, trying PNG
@@ -152,7 +152,7 @@ pub enum ImageOmitted {
 }
 
 impl ImageOmitted {
-    /// The reference's note for the model.
+    /// The note for the model.
     pub fn note(self) -> &'static str {
         match self {
             ImageOmitted::Unconvertible => {

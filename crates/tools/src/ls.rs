@@ -1,4 +1,4 @@
-//! The `ls` tool (SPEC §4, reference §1.7): list one directory.
+//! The `ls` tool (docs/semantics.md#ls): list one directory.
 //!
 //! Entries (dotfiles included) are sorted case-insensitively (lower-case comparison, ties by
 //! the raw name), directories get a `/` suffix, and entries whose kind cannot be determined

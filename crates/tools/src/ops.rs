@@ -1,5 +1,5 @@
-//! The backend contract (SPEC §5): [`FileOperations`], [`BashOperations`] and
-//! [`SearchOperations`], bundled by [`Backend`].
+//! The backend contract (docs/architecture.md#backend-traits): [`FileOperations`],
+//! [`BashOperations`] and [`SearchOperations`], bundled by [`Backend`].
 //!
 //! Every operation is a plain request with plain data in and out, so that it can later travel
 //! over a wire to a resident agent inside a container or on an SSH host. Paths are absolute
@@ -16,7 +16,8 @@ use tokio::io::AsyncWrite;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-/// Identifies one backend instance; part of the mutation-queue key (SPEC §3).
+/// Identifies one backend instance; part of the mutation-queue key
+/// (docs/semantics.md#mutation-queue).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct BackendId(Arc<str>);
 
@@ -285,7 +286,7 @@ pub trait FileOperations: Send + Sync {
     }
 }
 
-/// A command to run (SPEC §4, bash).
+/// A command to run (docs/semantics.md#bash).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecRequest {

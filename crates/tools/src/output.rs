@@ -1,5 +1,5 @@
-//! The bash output accumulator (SPEC §4, pi §4.3): turns the raw byte stream of a command into
-//! what the model sees, with memory bounded whatever the output size.
+//! The bash output accumulator (docs/semantics.md#bash): turns the raw byte stream of a command
+//! into what the model sees, with memory bounded whatever the output size.
 //!
 //! It owns:
 //! - streaming UTF-8 decoding (a character split across chunks decodes intact; invalid bytes
@@ -161,9 +161,9 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The reference's footer for truncated output (`[Showing lines S-E of T. Full output:
-    /// PATH]`, the `(50.0KB limit)` variant, or `[Showing last X of line E (line is Y). …]`),
-    /// `None` when nothing was cut.
+    /// The footer for truncated output (`[Showing lines S-E of T. Full output: PATH]`, the
+    /// `(50.0KB limit)` variant, or `[Showing last X of line E (line is Y). …]`), `None` when
+    /// nothing was cut.
     pub fn footer(&self) -> Option<String> {
         let t = &self.truncation;
         if !t.truncated {

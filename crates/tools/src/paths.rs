@@ -1,4 +1,4 @@
-//! Resolving the paths a model sends (reference `path-utils.ts`): Unicode spaces, a leading
+//! Resolving the paths a model sends (docs/semantics.md#paths): Unicode spaces, a leading
 //! `@`, `~`, `file://` URLs, then relative to the workspace root. Resolution is lexical; the
 //! backend confines the result to its roots by kernel or remote-side checks, never here.
 

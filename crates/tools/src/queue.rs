@@ -1,4 +1,4 @@
-//! The per-file mutation queue (SPEC §3, reference `file-mutation-queue.ts`).
+//! The per-file mutation queue (docs/semantics.md#mutation-queue).
 //!
 //! `edit` and `write` run their whole read-compute-write cycle inside
 //! [`with_mutation_queue`]. The key is `(backend id, canonical path)`: the backend's

@@ -1,12 +1,12 @@
-//! The `read` tool (SPEC §4, reference §1.1): a text file with offset/limit and continuation
+//! The `read` tool (docs/semantics.md#read): a text file with offset/limit and continuation
 //! notices, or an image as an inline attachment.
 //!
 //! One [`FileOperations::read_file`] per call. Images are recognised by magic bytes (never by
 //! extension) and prepared by [`crate::image`]. Binary files (NUL bytes or invalid UTF-8 in
-//! the first 8 KiB) get a short note instead of mojibake. Text keeps the reference's notices
-//! and head truncation (2000 lines / 50 KB, never half a line), with these differences: a
-//! trailing newline never counts as an extra line, the hint for an over-long first line
-//! shell-quotes the resolved path, and a negative `offset`/`limit` is an error.
+//! the first 8 KiB) get a short note instead of mojibake. Text gets continuation notices and
+//! head truncation (2000 lines / 50 KB, never half a line); a trailing newline never counts as
+//! an extra line, the hint for an over-long first line shell-quotes the resolved path, and a
+//! negative `offset`/`limit` is an error.
 //! `read` does not take the mutation queue.
 
 use std::path::{Path, PathBuf};
@@ -170,8 +170,9 @@ impl ReadTool {
         self
     }
 
-    /// The first chunk of `path`, falling back to the reference's filename variants when it
-    /// does not exist. Returns the bytes and the path actually read.
+    /// The first chunk of `path`, falling back to other spellings of its name
+    /// (docs/semantics.md#paths) when it does not exist. Returns the bytes and the path actually
+    /// read.
     async fn read_first_chunk(
         &self,
         shown: &str,

@@ -1,5 +1,5 @@
-//! Sanitising command output for the model (SPEC §4, bash): ANSI escape sequences (CSI, OSC,
-//! DCS/SOS/PM/APC strings, other `ESC` sequences, and their C1 forms) and stray control
+//! Sanitising command output for the model (docs/semantics.md#bash): ANSI escape sequences (CSI,
+//! OSC, DCS/SOS/PM/APC strings, other `ESC` sequences, and their C1 forms) and stray control
 //! characters are removed; `\n` and `\t` are kept, `\r\n` becomes `\n`, a lone `\r` is removed.
 //!
 //! It never removes a `\n` — an escape sequence cut by a newline ends there — so a sanitised

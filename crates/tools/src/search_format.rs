@@ -1,5 +1,5 @@
-//! The text the model sees from `grep` and `find` (SPEC §4, pi §1.5–1.6), built once from the
-//! backends' structured results so every backend prints the same.
+//! The text the model sees from `grep` and `find` (docs/semantics.md#grep, docs/semantics.md#find),
+//! built once from the backends' structured results so every backend prints the same.
 //!
 //! It owns: paths relative to the search directory with `/` (the basename for a single-file
 //! grep), `rel:N: text` / `rel-N- text` lines, defensive de-duplication of context lines, the

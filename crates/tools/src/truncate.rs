@@ -1,4 +1,4 @@
-//! Output truncation shared by every tool (reference `truncate.ts`): head truncation for
+//! Output truncation shared by every tool (docs/semantics.md#truncation): head truncation for
 //! file reads and searches, tail truncation for command output. Sizes are UTF-8 bytes; a
 //! trailing newline never counts as an extra line; head truncation never yields half a line.
 
@@ -87,7 +87,7 @@ pub fn count_lines(content: &str) -> usize {
     }
 }
 
-/// `1023B`, `50.0KB`, `1.5MB` — the reference's `formatSize` (round half up).
+/// `1023B`, `50.0KB`, `1.5MB`: one decimal, rounded half up.
 pub fn format_size(bytes: usize) -> String {
     const KIB: f64 = 1024.0;
     if bytes < 1024 {

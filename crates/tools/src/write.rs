@@ -1,4 +1,4 @@
-//! The `write` tool (SPEC §4, reference §1.2): create or overwrite a file with the given text.
+//! The `write` tool (docs/semantics.md#write): create or overwrite a file with the given text.
 //!
 //! Parent directories are created; the file is replaced atomically through
 //! [`FileOperations::write_file`] (temporary file + rename, permissions kept), inside the
@@ -266,7 +266,7 @@ mod tests {
     async fn reports_utf8_byte_count() {
         let dir = tempfile::tempdir().unwrap();
         let tool = tool(dir.path());
-        // 1 + 2 + 4 + 3 bytes; the reference would say 5 (UTF-16 units).
+        // 1 + 2 + 4 + 3 bytes, not 5 UTF-16 units.
         let content = "aé🙂€";
         let result = call(&tool, json!({"path": "u.txt", "content": content}))
             .await
