@@ -1,4 +1,4 @@
-//! The top-level command line (CONTRACT §2): parsing only, no effects. Each subcommand's
+//! The top-level command line (docs/contract.md#cli): parsing only, no effects. Each subcommand's
 //! arguments live in its module under `cmd/`.
 
 use std::process::ExitCode;

@@ -1,6 +1,6 @@
-//! `cordon`: the command-line entry point. A thin layer of argument parsing and wiring over
-//! the library crates (`cordon-runtime` does the work). Exit codes (CONTRACT §2): 0 success,
-//! 1 error result, 2 usage or configuration error with a one-line reason on stderr.
+//! `cordon`: the command-line entry point. A thin layer of argument parsing and wiring over the
+//! library crates (`cordon-runtime` does the work). Exit codes (docs/contract.md#exit-codes): 0
+//! success, 1 error result, 2 usage or configuration error with a one-line reason on stderr.
 
 mod args;
 mod cmd;

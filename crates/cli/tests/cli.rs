@@ -1,7 +1,8 @@
-//! End-to-end tests of `cordon exec`, `cordon replay`, `cordon policy` and `cordon audit`,
-//! run from the built binary: output shapes (CONTRACT §1), exit codes (CONTRACT §2: 0 success,
-//! 1 error result, 2 usage/configuration error with one line on stderr), event order, Ctrl-C,
-//! and the example session the README uses as its main command.
+//! End-to-end tests of `cordon exec`, `cordon replay`, `cordon policy` and `cordon audit`, run from
+//! the built binary: output shapes (docs/contract.md#json-shapes), exit codes
+//! (docs/contract.md#exit-codes: 0 success, 1 error result, 2 usage/configuration error with one
+//! line on stderr), event order, Ctrl-C, and the example session the README uses as its main
+//! command.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

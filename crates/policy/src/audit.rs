@@ -1,5 +1,5 @@
-//! The audit log (CONTRACT §4) as pure functions: build the next JSON line of the hash chain
-//! and verify a whole log. The runtime does the file I/O (append + flush per line).
+//! The audit log (docs/contract.md#audit-log) as pure functions: build the next JSON line of the
+//! hash chain and verify a whole log. The runtime does the file I/O (append + flush per line).
 //!
 //! Each line is one JSON object, keys in this order: `ts`, `backend`, `toolCallId`, `tool`,
 //! `argsSha256`, `decision`, `rule`, `reason`, `isError`, `durationMs`, `prev`, and, only when

@@ -1,6 +1,6 @@
-//! The policy file as written (CONTRACT §3 plus the documented extensions): serde structs
-//! with `deny_unknown_fields` and `toml::Spanned` values, so every semantic error can name
-//! the line and column it comes from. Nothing here interprets a value; `compile` does.
+//! The policy file as written (docs/contract.md#policy-file; every key in policies/README.md):
+//! serde structs with `deny_unknown_fields` and `toml::Spanned` values, so every semantic error can
+//! name the line and column it comes from. Nothing here interprets a value; `compile` does.
 
 use std::collections::BTreeMap;
 use std::fmt;

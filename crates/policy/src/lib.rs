@@ -1,5 +1,5 @@
-//! `cordon-policy`: Cordon's policy engine. A declarative TOML file (CONTRACT §3) is parsed,
-//! validated (errors name file, line and column) and compiled once into an immutable
+//! `cordon-policy`: Cordon's policy engine. A declarative TOML file (docs/contract.md#policy-file)
+//! is parsed, validated (errors name file, line and column) and compiled once into an immutable
 //! [`CompiledPolicy`] that
 //! - judges each tool call before it runs ([`CompiledPolicy::decide`] → [`PolicyDecision`]:
 //!   `Allow < Ask < Deny`, the strictest matching rule wins, every decision names its rule

@@ -1,4 +1,4 @@
-//! Running one command through a worker (SPEC §4 bash semantics on a POSIX host).
+//! Running one command through a worker (docs/semantics.md#bash on a POSIX host).
 //!
 //! The worker ([`crate::worker`]) takes an [`ExecJob`]: it `cd`s to the working directory (or
 //! reports `nocwd`), starts `bash -c` (`sh -c` without bash) in its own process group and

@@ -20,7 +20,7 @@ use cordon_tools::read::{ReadOptions, ReadTool};
 use cordon_tools::write::WriteTool;
 use serde_json::Value;
 
-/// Tools in the order the model sees them (the reference's order).
+/// Tools in the order the model sees them (docs/semantics.md#tools).
 const TOOL_ORDER: [&str; 7] = ["read", "bash", "edit", "write", "grep", "find", "ls"];
 
 /// The enabled tools over `backend`.

@@ -1,8 +1,9 @@
 //! grep and find over a remote shell, producing exactly the data the local backend produces
-//! (SPEC §4): files in path order, `.gitignore`/`.ignore` respected the same way inside and
-//! outside git repositories (ripgrep's rules: ancestors' ignore files included, `.ignore` over
-//! `.gitignore`, whitelists, directory pruning), hidden files included, `.git/` never entered,
-//! overlapping context windows merged, stop after the limit, unreadable entries as notes.
+//! (docs/semantics.md#grep): files in path order, `.gitignore`/`.ignore` respected the same way
+//! inside and outside git repositories (ripgrep's rules: ancestors' ignore files included,
+//! `.ignore` over `.gitignore`, whitelists, directory pruning), hidden files included, `.git/`
+//! never entered, overlapping context windows merged, stop after the limit, unreadable entries as
+//! notes.
 //!
 //! - [`rg`]: the fast path when the sandbox has ripgrep: `rg --json` walks and searches; its
 //!   output is parsed and the glob filter applied with `globset`, like the local backend.
