@@ -1,4 +1,4 @@
-//! `edit`: replacements against the original, all-or-nothing, the reference's error strings,
+//! `edit`: replacements against the original, all-or-nothing, the exact error strings,
 //! diff and patch details, line endings and BOM, the legacy argument shim, symlinks.
 
 use std::sync::Arc;
@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cordon_tests::{Harness, Workspace};
 use serde_json::json;
 
-/// The tail every "could not find" message carries after the reference's first sentence.
+/// The tail every "could not find" message carries after its first sentence.
 const NOT_FOUND_TAIL: &str = " Fuzzy matching (ignoring trailing whitespace and treating smart \
 quotes, Unicode dashes and spaces as ASCII) found no match either. Read the file again and copy \
 the text exactly.";

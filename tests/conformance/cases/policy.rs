@@ -1,5 +1,5 @@
-//! Policy decisions in front of every call (CONTRACT §3): disabled tools, tool and path rules,
-//! filesystem globs, bash command rules, `ask` without an approver, protected paths,
+//! Policy decisions in front of every call (docs/contract.md#policy-file): disabled tools, tool and
+//! path rules, filesystem globs, bash command rules, `ask` without an approver, protected paths,
 //! redaction, the audit log. Policies are written per case so rule lines are known.
 
 use std::sync::Arc;

@@ -111,7 +111,7 @@ async fn ignore_files_apply_identically_inside_and_outside_git() {
     check("with a nested repo").await;
 }
 
-/// pi G5/G6: each `.gitignore` applies only inside its own directory; searching a
+/// Each `.gitignore` applies only inside its own directory; searching a
 /// subdirectory still honours the ignore files of its ancestors up to the workspace root,
 /// relative to their own directory, and nothing above the workspace root.
 #[tokio::test]
@@ -216,7 +216,7 @@ async fn hidden_files_found_denied_files_skipped() {
     assert_eq!(found(&out, &fx.ws), vec![".env.example"]);
 }
 
-/// pi G1–G4: a glob without `/` matches file names; with `/` the path relative to the
+/// A glob without `/` matches file names; with `/` the path relative to the
 /// search path, `*` not crossing directories.
 #[tokio::test]
 async fn globs_g1_to_g4() {
