@@ -4,7 +4,12 @@
 //!   design lives in `docs/`, see docs/architecture.md#where-to-look);
 //! - every pointer into `docs/` — `docs/FILE.md#anchor` in source and READMEs, `docs/FILE.md,
 //!   "Heading"`, and the relative links between the docs themselves — names a file that exists
-//!   and a heading it has.
+//!   and a heading it has;
+//! - the docs name files and functions that exist: every repository path they quote exists
+//!   (`crates/…`, `backends/…`, with `{a,b}` and `*` expanded; a bare `name.rs` or `dir/name.rs`
+//!   must end some path), and each function in the "Where to look" table of the architecture
+//!   document is defined in the file that row names. Moving or renaming one without updating
+//!   the docs fails here.
 //!
 //! Pure file reads over the source tree (`.rs`, `.md`, `.toml`, `.sh` and `.ci/run`); `target`,
 //! `vendor` (third-party text) and hidden directories other than `.ci` are skipped.
@@ -390,4 +395,212 @@ fn a_missing_heading_is_reported() {
     // Built, so that this file holds no pointer to a missing file itself.
     let expected = format!("docs/{} does not exist", missing.file);
     assert_eq!(broken(&docs, &missing), Some(expected));
+}
+
+/// The backticked spans of a text: `a`, `b` for "x `a` y `b`".
+fn code_spans(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// The top-level directories a quoted repository path starts with.
+const TREE_ROOTS: [&str; 7] = [
+    "crates/",
+    "backends/",
+    "tests/",
+    "bench/",
+    "policies/",
+    "scripts/",
+    "examples/",
+];
+
+/// `a/{b,c}/d` → `a/b/d`, `a/c/d` (one brace group, as the docs write them).
+fn expand_braces(path: &str) -> Vec<String> {
+    match (path.find('{'), path.find('}')) {
+        (Some(open), Some(close)) if open < close => path[open + 1..close]
+            .split(',')
+            .map(|choice| format!("{}{choice}{}", &path[..open], &path[close + 1..]))
+            .collect(),
+        _ => vec![path.to_owned()],
+    }
+}
+
+/// The paths below `root` that `pattern` names, `*` standing for one whole component.
+fn expand_glob(root: &Path, pattern: &str) -> Vec<PathBuf> {
+    let mut current = vec![PathBuf::new()];
+    for component in pattern.split('/').filter(|c| !c.is_empty()) {
+        let mut next = Vec::new();
+        for base in current {
+            if component == "*" {
+                let Ok(entries) = fs::read_dir(root.join(&base)) else {
+                    continue;
+                };
+                for entry in entries.flatten() {
+                    next.push(base.join(entry.file_name()));
+                }
+            } else {
+                next.push(base.join(component));
+            }
+        }
+        current = next;
+    }
+    current
+        .into_iter()
+        .filter(|path| root.join(path).exists())
+        .collect()
+}
+
+/// The repository files a quoted path names (empty when none exists).
+fn named_files(root: &Path, quoted: &str) -> Vec<PathBuf> {
+    expand_braces(quoted)
+        .iter()
+        .flat_map(|path| expand_glob(root, path))
+        .collect()
+}
+
+/// Whether `span` is a repository path the docs quote.
+fn is_tree_path(span: &str) -> bool {
+    TREE_ROOTS.iter().any(|root| span.starts_with(root)) && !span.contains(' ')
+}
+
+/// Whether `span` is a short Rust file name such as `files.rs` or `linux/mod.rs`.
+fn is_short_rust_path(span: &str) -> bool {
+    span.ends_with(".rs")
+        && !is_tree_path(span)
+        && span
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '/' | '.' | '-'))
+}
+
+/// The rows of the table under the heading `heading`: cells of each line starting with `|`,
+/// header and separator rows dropped.
+fn table_rows<'a>(markdown: &'a str, heading: &str) -> Vec<Vec<&'a str>> {
+    let mut lines = markdown
+        .lines()
+        .skip_while(|line| line.trim_start_matches('#').trim() != heading);
+    lines.next();
+    lines
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        .skip(2)
+        .map(|line| line.trim_matches('|').split('|').map(str::trim).collect())
+        .collect()
+}
+
+/// Whether a cell is nothing but backticked names separated by commas (`a`, `B::c`).
+fn only_names(cell: &str) -> bool {
+    cell.split(',').all(|part| {
+        let part = part.trim();
+        part.len() > 2 && part.starts_with('`') && part.ends_with('`') && !part[1..].contains(' ')
+    })
+}
+
+#[test]
+fn the_docs_name_files_that_exist() {
+    let root = repo_root();
+    let sources = source_files(&root);
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for (path, text) in sources.iter().filter(|(path, _)| path.starts_with("docs")) {
+        for span in code_spans(text) {
+            if is_tree_path(span) {
+                checked += 1;
+                if named_files(&root, span).is_empty() {
+                    problems.push(format!("{}: `{span}` does not exist", path.display()));
+                }
+            } else if is_short_rust_path(span) {
+                checked += 1;
+                let suffix = format!("/{span}");
+                if !sources
+                    .iter()
+                    .any(|(p, _)| p.to_string_lossy().ends_with(&suffix))
+                {
+                    problems.push(format!("{}: no file ends with `{span}`", path.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "the docs name missing files:\n{}",
+        problems.join("\n")
+    );
+    assert!(checked > 50, "only {checked} file names found in docs/");
+}
+
+#[test]
+fn where_to_look_names_functions_defined_in_their_files() {
+    let root = repo_root();
+    let architecture =
+        fs::read_to_string(root.join("docs/architecture.md")).expect("docs/architecture.md");
+    let rows = table_rows(&architecture, "Where to look");
+    assert!(
+        rows.len() > 10,
+        "the \"Where to look\" table has only {} rows",
+        rows.len()
+    );
+    let mut problems = Vec::new();
+    for row in &rows {
+        let [_, file, functions] = row.as_slice() else {
+            panic!(
+                "a \"Where to look\" row has {} cells, not 3: {row:?}",
+                row.len()
+            );
+        };
+        let file = file.trim_matches('`');
+        let texts: Vec<String> = named_files(&root, file)
+            .iter()
+            .filter_map(|path| fs::read_to_string(root.join(path)).ok())
+            .collect();
+        if texts.is_empty() {
+            problems.push(format!("`{file}` does not exist"));
+            continue;
+        }
+        if !only_names(functions) {
+            continue;
+        }
+        for name in code_spans(functions) {
+            let function = name.rsplit("::").next().unwrap_or(name);
+            let definition = format!("fn {function}");
+            let defined = texts.iter().any(|text| {
+                text.match_indices(&definition).any(|(at, _)| {
+                    text[at + definition.len()..]
+                        .chars()
+                        .next()
+                        .is_some_and(|c| c == '(' || c == '<')
+                })
+            });
+            if !defined {
+                problems.push(format!("`{name}` is not defined in `{file}`"));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "docs/architecture.md, \"Where to look\", is out of date:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn quoted_paths_expand() {
+    assert_eq!(
+        expand_braces("crates/tools/src/{read,ls}.rs"),
+        vec!["crates/tools/src/read.rs", "crates/tools/src/ls.rs"]
+    );
+    let root = repo_root();
+    let mut found = named_files(&root, "backends/*/src/{files,bash}.rs");
+    found.sort();
+    assert!(
+        found.contains(&PathBuf::from("backends/local/src/files.rs")),
+        "{found:?}"
+    );
+    assert!(named_files(&root, "crates/nowhere/src/lib.rs").is_empty());
+    assert_eq!(
+        table_rows(
+            "## Where to look\n\ntext\n\n| a | b |\n|---|---|\n| 1 | `x` |\n\n| z |",
+            "Where to look"
+        ),
+        vec![vec!["1", "`x`"]]
+    );
+    assert!(only_names("`a`, `B::c`") && !only_names("the `A` impls"));
 }
