@@ -239,3 +239,112 @@ impl FileOperations for StdFiles {
         Ok((path, Box::new(file)))
     }
 }
+
+/// A PNG "decompression bomb": an all-zero `width`×`height` RGBA image whose pixels compress
+/// about 330:1 (an 11500×11500 image is 3.2 MB on disk and 529 MB decoded).
+///
+/// The deflate stream is written by hand (one fixed-Huffman block: a zero literal, then
+/// 258-byte copies at distance 1) so a bomb of any size costs only its encoded bytes to make.
+pub fn png_zero_bomb(width: u32, height: u32) -> Vec<u8> {
+    let row = 1 + u64::from(width) * 4; // filter byte + RGBA pixels
+    let raw = row * u64::from(height);
+    let mut bits = BitWriter::default();
+    bits.push(1, 1); // BFINAL
+    bits.push(1, 2); // BTYPE = fixed Huffman
+    let mut left = raw;
+    let literal_zero = |bits: &mut BitWriter| bits.push_code(0x30, 8);
+    if left > 0 {
+        literal_zero(&mut bits);
+        left -= 1;
+    }
+    while left >= 258 {
+        bits.push_code(0xC5, 8); // length code 285: 258 bytes
+        bits.push_code(0, 5); // distance code 0: distance 1
+        left -= 258;
+    }
+    for _ in 0..left {
+        literal_zero(&mut bits);
+    }
+    bits.push_code(0, 7); // end of block (256)
+    let mut zlib = vec![0x78, 0x01];
+    zlib.extend_from_slice(&bits.finish());
+    // Adler-32 of `raw` zero bytes: a stays 1, b gains 1 per byte.
+    let adler = (((raw % 65_521) << 16) | 1) as u32;
+    zlib.extend_from_slice(&adler.to_be_bytes());
+
+    let mut ihdr = Vec::with_capacity(13);
+    ihdr.extend_from_slice(&width.to_be_bytes());
+    ihdr.extend_from_slice(&height.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 6, 0, 0, 0]); // 8-bit RGBA, deflate, no filter, no interlace
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png_chunk(&mut png, b"IHDR", &ihdr);
+    png_chunk(&mut png, b"IDAT", &zlib);
+    png_chunk(&mut png, b"IEND", &[]);
+    png
+}
+
+fn png_chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
+    let length = u32::try_from(data.len()).expect("test chunks are under 4 GiB");
+    out.extend_from_slice(&length.to_be_bytes());
+    out.extend_from_slice(kind);
+    out.extend_from_slice(data);
+    let crc = crc32(&[kind.as_slice(), data].concat());
+    out.extend_from_slice(&crc.to_be_bytes());
+}
+
+fn crc32(bytes: &[u8]) -> u32 {
+    let table: Vec<u32> = (0..256u32)
+        .map(|mut c| {
+            for _ in 0..8 {
+                c = if c & 1 == 1 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+            }
+            c
+        })
+        .collect();
+    !bytes.iter().fold(!0u32, |crc, &byte| {
+        table[((crc ^ u32::from(byte)) & 0xFF) as usize] ^ (crc >> 8)
+    })
+}
+
+/// Deflate's bit order: values least significant bit first, Huffman codes most significant
+/// bit first.
+#[derive(Default)]
+struct BitWriter {
+    bytes: Vec<u8>,
+    current: u8,
+    used: u8,
+}
+
+impl BitWriter {
+    fn push(&mut self, value: u32, count: u8) {
+        for i in 0..count {
+            self.bit((value >> i) & 1 == 1);
+        }
+    }
+
+    fn push_code(&mut self, code: u32, count: u8) {
+        for i in (0..count).rev() {
+            self.bit((code >> i) & 1 == 1);
+        }
+    }
+
+    fn bit(&mut self, set: bool) {
+        self.current |= u8::from(set) << self.used;
+        self.used += 1;
+        if self.used == 8 {
+            self.bytes.push(self.current);
+            (self.current, self.used) = (0, 0);
+        }
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        if self.used > 0 {
+            self.bytes.push(self.current);
+        }
+        self.bytes
+    }
+}
