@@ -1,19 +1,28 @@
 //! Images for the `read` tool (docs/semantics.md#read): detection by magic bytes, BMP to PNG
-//! conversion, and resizing to what a model accepts inline.
+//! conversion, resizing to what a model accepts inline, and the bounds on decoding.
 //!
 //! The file extension is never consulted. An image already within the limits is returned
 //! byte for byte; otherwise it is scaled to fit [`MAX_DIMENSION`] and re-encoded, trying PNG
 //! and then JPEG at falling qualities, shrinking by a quarter until the base64 payload is under
-//! [`MAX_BASE64_BYTES`]. Everything here is CPU-bound and synchronous; callers run it on a
-//! blocking thread.
+//! [`MAX_BASE64_BYTES`].
+//!
+//! A small file can describe a huge image, so decoding is bounded three ways: [`plan_image`]
+//! reads only the header and refuses images over [`MAX_DECODE_PIXELS`], [`MAX_DECODE_SIDE`]
+//! or [`MAX_DECODED_BYTES`] before any pixel is decoded; [`DecodeJob::run`] decodes under an
+//! allocation limit derived from that header, so a header that lies (or a decoder that needs
+//! more) stops at the limit instead of allocating; and every decode of the process holds a
+//! share of one memory budget while it runs ([`crate::decode_gate`]). Everything here is
+//! CPU-bound and synchronous; callers run it on a blocking thread. This module does not own
+//! reading the file (that is `read`, which also bounds the file's size).
 
+use std::borrow::Cow;
 use std::io::Cursor;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use image::codecs::jpeg::JpegEncoder;
 use image::imageops::FilterType;
-use image::{DynamicImage, ImageFormat, ImageReader};
+use image::{DynamicImage, ImageDecoder as _, ImageError, ImageFormat, ImageReader, Limits};
 
 /// Largest width and height sent inline.
 pub const MAX_DIMENSION: u32 = 2000;
@@ -149,110 +158,390 @@ pub enum ImageOmitted {
     Unconvertible,
     /// Even a 1×1 rendering did not fit the size limit.
     TooLarge,
+    /// Its header describes an image over a decode bound; nothing was decoded.
+    OverDecodeBound {
+        /// Width from the header.
+        width: u32,
+        /// Height from the header.
+        height: u32,
+        /// The bound it is over.
+        bound: DecodeBound,
+    },
+    /// Decoding needed more memory than its header allows (a malformed or lying file); the
+    /// decoder stopped at the limit.
+    DecodeMemory {
+        /// Width from the header.
+        width: u32,
+        /// Height from the header.
+        height: u32,
+        /// The allocation limit the decode ran under, in bytes.
+        max_alloc: u64,
+    },
 }
+
+/// The decode bound an image's header is over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeBound {
+    /// More pixels than this.
+    Pixels(u64),
+    /// A side longer than this many pixels.
+    Side(u32),
+    /// More decoded bytes than `max`; the image needs `decoded`.
+    Bytes {
+        /// Bytes the decoded image would take.
+        decoded: u64,
+        /// The bound.
+        max: u64,
+    },
+}
+
+/// What the model is told to do about an image too big to decode.
+const SMALLER_COPY: &str = "Make a smaller copy with an image tool first (for example \
+ImageMagick: convert FILE -resize 4000x4000 small.png) and read that.";
 
 impl ImageOmitted {
     /// The note for the model.
-    pub fn note(self) -> &'static str {
+    pub fn note(self) -> String {
         match self {
             ImageOmitted::Unconvertible => {
                 "[Image omitted: could not be converted to a supported inline image format.]"
+                    .to_owned()
             }
             ImageOmitted::TooLarge => {
                 "[Image omitted: could not be resized below the inline image size limit.]"
+                    .to_owned()
             }
+            ImageOmitted::OverDecodeBound {
+                width,
+                height,
+                bound,
+            } => {
+                let over = match bound {
+                    DecodeBound::Pixels(max) => format!(
+                        "it is {width}x{height}, {} pixels; read decodes at most {max} pixels \
+                         per image",
+                        u64::from(width) * u64::from(height)
+                    ),
+                    DecodeBound::Side(max) => format!(
+                        "it is {width}x{height}; read decodes at most {max} pixels per side"
+                    ),
+                    DecodeBound::Bytes { decoded, max } => format!(
+                        "it is {width}x{height} and decodes to {decoded} bytes; read decodes \
+                         at most {max} bytes per image"
+                    ),
+                };
+                format!("[Image omitted: {over}. {SMALLER_COPY}]")
+            }
+            ImageOmitted::DecodeMemory {
+                width,
+                height,
+                max_alloc,
+            } => format!(
+                "[Image omitted: decoding it needed more than {max_alloc} bytes, more than its \
+                 {width}x{height} header allows; the file is malformed. {SMALLER_COPY}]"
+            ),
         }
     }
 }
 
-/// Turn an image file's bytes into an inline image: BMP is always converted to PNG; with
-/// `auto_resize`, images over [`MAX_DIMENSION`] or [`MAX_BASE64_BYTES`] are scaled and
-/// re-encoded, and images within the limits are returned untouched.
-pub fn prepare_image(
-    bytes: Vec<u8>,
-    mime: ImageMime,
-    auto_resize: bool,
-) -> Result<InlineImage, ImageOmitted> {
-    prepare_image_within(bytes, mime, auto_resize, Bounds::DEFAULT)
-}
+/// Most pixels `read` decodes in one image: 64 Mi (8192×8192). Camera photos (12 to 50
+/// megapixels), 5K and 8K screenshots fit; decoded as 8-bit RGBA that is 256 MiB.
+pub const MAX_DECODE_PIXELS: u64 = 1 << 26;
+/// Longest side `read` decodes, in pixels (the largest JPEG or GIF can have; tall page
+/// screenshots fit).
+pub const MAX_DECODE_SIDE: u32 = 65_535;
+/// Most bytes one decoded image may take: [`MAX_DECODE_PIXELS`] of 8-bit RGBA (16-bit images
+/// get half the pixels).
+pub const MAX_DECODED_BYTES: u64 = 256 << 20;
+/// What a decoder may allocate beyond the decoded image and a second image's worth: row
+/// buffers, colour profiles, text chunks, a GIF frame of the image's own size.
+const DECODER_SLACK_BYTES: u64 = 16 << 20;
 
-/// The limits an inline image must respect.
+/// The limits an inline image must respect, and the bounds on decoding it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Bounds {
-    /// Largest width and height.
+    /// Largest width and height sent.
     pub max_dimension: u32,
     /// Base64 payloads must be strictly smaller.
     pub max_base64_bytes: usize,
+    /// Most pixels decoded.
+    pub max_decode_pixels: u64,
+    /// Longest side decoded.
+    pub max_decode_side: u32,
+    /// Most bytes a decoded image may take.
+    pub max_decoded_bytes: u64,
+    /// What a decoder may allocate beyond twice the decoded image.
+    pub decoder_slack_bytes: u64,
 }
 
 impl Bounds {
-    const DEFAULT: Bounds = Bounds {
+    pub(crate) const DEFAULT: Bounds = Bounds {
         max_dimension: MAX_DIMENSION,
         max_base64_bytes: MAX_BASE64_BYTES,
+        max_decode_pixels: MAX_DECODE_PIXELS,
+        max_decode_side: MAX_DECODE_SIDE,
+        max_decoded_bytes: MAX_DECODED_BYTES,
+        decoder_slack_bytes: DECODER_SLACK_BYTES,
     };
 
     fn fits(self, encoded: &[u8]) -> bool {
         base64_len(encoded.len()) < self.max_base64_bytes
     }
+
+    /// `Some(bound)` when the header describes an image over a decode bound.
+    fn exceeded_by(self, header: Header) -> Option<DecodeBound> {
+        let Header {
+            width,
+            height,
+            decoded_bytes,
+        } = header;
+        if width.max(height) > self.max_decode_side {
+            Some(DecodeBound::Side(self.max_decode_side))
+        } else if u64::from(width) * u64::from(height) > self.max_decode_pixels {
+            Some(DecodeBound::Pixels(self.max_decode_pixels))
+        } else if decoded_bytes > self.max_decoded_bytes {
+            Some(DecodeBound::Bytes {
+                decoded: decoded_bytes,
+                max: self.max_decoded_bytes,
+            })
+        } else {
+            None
+        }
+    }
 }
 
-/// [`prepare_image`] with explicit limits.
-pub(crate) fn prepare_image_within(
+/// What an image's header says, read without decoding any pixel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Header {
+    width: u32,
+    height: u32,
+    /// Bytes of the decoded image in the decoder's colour type.
+    decoded_bytes: u64,
+}
+
+impl Header {
+    fn read(bytes: &[u8], mime: ImageMime, bounds: Bounds) -> Result<Header, ImageOmitted> {
+        let mut reader = ImageReader::with_format(Cursor::new(bytes), mime.format());
+        // No dimension limit here: the bounds are checked by the caller, so the note can say
+        // which one was hit. The allocation limit covers what the header parse itself
+        // allocates (a PNG's colour profile and text before its pixels).
+        reader.limits(decode_limits(None, bounds.decoder_slack_bytes));
+        let decoder = reader
+            .into_decoder()
+            .map_err(|_| ImageOmitted::Unconvertible)?;
+        let (width, height) = decoder.dimensions();
+        Ok(Header {
+            width,
+            height,
+            decoded_bytes: decoder.total_bytes(),
+        })
+    }
+}
+
+fn decode_limits(max_side: Option<u32>, max_alloc: u64) -> Limits {
+    let mut limits = Limits::no_limits();
+    limits.max_image_width = max_side;
+    limits.max_image_height = max_side;
+    limits.max_alloc = Some(max_alloc);
+    limits
+}
+
+/// What `read` does with an image file's bytes, decided from its header alone.
+#[derive(Debug)]
+pub enum ImagePlan {
+    /// Nothing to decode: the result is ready.
+    Ready(Result<InlineImage, ImageOmitted>),
+    /// The image must be decoded: run the job on a blocking thread, holding a permit of the
+    /// decode gate for [`DecodeJob::cost_bytes`].
+    Decode(DecodeJob),
+}
+
+/// Decide from the header what to do with an image file's bytes: BMP is always converted to
+/// PNG; with `auto_resize`, images over [`MAX_DIMENSION`] or [`MAX_BASE64_BYTES`] are scaled
+/// and re-encoded, and images within the limits are returned untouched. Images over a decode
+/// bound are omitted here, with a note naming the bound.
+pub fn plan_image(bytes: Vec<u8>, mime: ImageMime, auto_resize: bool) -> ImagePlan {
+    plan_image_within(bytes, mime, auto_resize, Bounds::DEFAULT)
+}
+
+/// [`plan_image`] with explicit limits.
+pub(crate) fn plan_image_within(
     bytes: Vec<u8>,
     mime: ImageMime,
     auto_resize: bool,
     bounds: Bounds,
-) -> Result<InlineImage, ImageOmitted> {
-    let mut hints = Vec::new();
-    let (bytes, mime, mut decoded) = match mime {
-        ImageMime::Bmp => {
-            let image = image::load_from_memory_with_format(&bytes, ImageFormat::Bmp)
-                .map_err(|_| ImageOmitted::Unconvertible)?;
-            let png = encode_png(&image).ok_or(ImageOmitted::Unconvertible)?;
-            hints.push(format!(
-                "[Image converted from {} to {}.]",
-                ImageMime::Bmp.as_str(),
-                ImageMime::Png.as_str()
-            ));
-            (png, ImageMime::Png, Some(image))
-        }
-        ImageMime::Png | ImageMime::Jpeg | ImageMime::Gif | ImageMime::Webp => (bytes, mime, None),
+) -> ImagePlan {
+    let convert = match mime {
+        ImageMime::Bmp => true,
+        ImageMime::Png | ImageMime::Jpeg | ImageMime::Gif | ImageMime::Webp => false,
     };
-    let untouched = |bytes: &[u8], mime, hints| InlineImage {
+    if !convert && !auto_resize {
+        return ImagePlan::Ready(Ok(untouched(&bytes, mime, Vec::new())));
+    }
+    let header = match Header::read(&bytes, mime, bounds) {
+        Ok(header) => header,
+        Err(omitted) => return ImagePlan::Ready(Err(omitted)),
+    };
+    if !convert
+        && header.width <= bounds.max_dimension
+        && header.height <= bounds.max_dimension
+        && bounds.fits(&bytes)
+    {
+        return ImagePlan::Ready(Ok(untouched(&bytes, mime, Vec::new())));
+    }
+    if let Some(bound) = bounds.exceeded_by(header) {
+        tracing::info!(
+            mime = mime.as_str(),
+            width = header.width,
+            height = header.height,
+            decoded_bytes = header.decoded_bytes,
+            ?bound,
+            "image not decoded: its header is over a decode bound"
+        );
+        return ImagePlan::Ready(Err(ImageOmitted::OverDecodeBound {
+            width: header.width,
+            height: header.height,
+            bound,
+        }));
+    }
+    ImagePlan::Decode(DecodeJob {
+        bytes,
+        mime,
+        header,
+        auto_resize,
+        bounds,
+    })
+}
+
+/// An image within the decode bounds that must be decoded (to convert or to resize it).
+#[derive(Debug)]
+pub struct DecodeJob {
+    bytes: Vec<u8>,
+    mime: ImageMime,
+    header: Header,
+    auto_resize: bool,
+    bounds: Bounds,
+}
+
+impl DecodeJob {
+    /// An upper estimate of the memory this job holds at its peak, in bytes: the decoded
+    /// image plus the larger of what its decoder may allocate besides and what resizing and
+    /// re-encoding it take.
+    pub fn cost_bytes(&self) -> u64 {
+        let decoded = self.header.decoded_bytes;
+        let decoder = decoded.saturating_add(self.bounds.decoder_slack_bytes);
+        decoded.saturating_add(decoder.max(self.work_bytes()))
+    }
+
+    /// The allocation limit of the decode: the image itself, as much again and the slack.
+    fn max_alloc(&self) -> u64 {
+        self.header
+            .decoded_bytes
+            .saturating_mul(2)
+            .saturating_add(self.bounds.decoder_slack_bytes)
+    }
+
+    /// Memory beside the decoded image for converting, scaling and encoding it.
+    fn work_bytes(&self) -> u64 {
+        let Header {
+            width,
+            height,
+            decoded_bytes,
+        } = self.header;
+        let pixels = (u64::from(width) * u64::from(height)).max(1);
+        let per_pixel = decoded_bytes.div_ceil(pixels);
+        // A BMP's PNG copy is at most about its decoded size.
+        let converted = match self.mime {
+            ImageMime::Bmp => decoded_bytes,
+            ImageMime::Png | ImageMime::Jpeg | ImageMime::Gif | ImageMime::Webp => 0,
+        };
+        let (out_width, out_height) = fit_within(width, height, self.bounds.max_dimension);
+        let out_pixels = u64::from(out_width) * u64::from(out_height);
+        // Lanczos keeps an f32 RGBA copy of the source's width at the target's height.
+        let resample = if uses_box_filter((width, height), (out_width, out_height)) {
+            0
+        } else {
+            u64::from(width) * u64::from(out_height) * 16
+        };
+        // The scaled image, its RGB copy for JPEG, and an encoded payload.
+        let output = out_pixels * (per_pixel + 3 + 4);
+        converted + resample + output
+    }
+
+    /// Decode, convert and resize the image. Run it on a blocking thread, holding a decode
+    /// gate permit for [`DecodeJob::cost_bytes`].
+    pub fn run(self) -> Result<InlineImage, ImageOmitted> {
+        let max_alloc = self.max_alloc();
+        let DecodeJob {
+            bytes,
+            mime,
+            header,
+            auto_resize,
+            bounds,
+        } = self;
+        let mut reader = ImageReader::with_format(Cursor::new(&bytes), mime.format());
+        reader.limits(decode_limits(Some(bounds.max_decode_side), max_alloc));
+        let image = reader.decode().map_err(|error| match error {
+            ImageError::Limits(error) => {
+                tracing::warn!(
+                    mime = mime.as_str(),
+                    width = header.width,
+                    height = header.height,
+                    max_alloc,
+                    %error,
+                    "image decode stopped at its allocation limit"
+                );
+                ImageOmitted::DecodeMemory {
+                    width: header.width,
+                    height: header.height,
+                    max_alloc,
+                }
+            }
+            _ => ImageOmitted::Unconvertible,
+        })?;
+        let mut hints = Vec::new();
+        let (bytes, mime) = match mime {
+            ImageMime::Bmp => {
+                let png = encode_png(&image).ok_or(ImageOmitted::Unconvertible)?;
+                hints.push(format!(
+                    "[Image converted from {} to {}.]",
+                    ImageMime::Bmp.as_str(),
+                    ImageMime::Png.as_str()
+                ));
+                (png, ImageMime::Png)
+            }
+            ImageMime::Png | ImageMime::Jpeg | ImageMime::Gif | ImageMime::Webp => (bytes, mime),
+        };
+        let (width, height) = (image.width(), image.height());
+        if !auto_resize
+            || (width <= bounds.max_dimension
+                && height <= bounds.max_dimension
+                && bounds.fits(&bytes))
+        {
+            return Ok(untouched(&bytes, mime, hints));
+        }
+        drop(bytes);
+        let (resized, out_mime, out_width, out_height) =
+            shrink_until_it_fits(&image, bounds).ok_or(ImageOmitted::TooLarge)?;
+        hints.push(format!(
+            "[Image: original {width}x{height}, displayed at {out_width}x{out_height}. Multiply \
+             coordinates by {:.2} to map to original image.]",
+            f64::from(width) / f64::from(out_width)
+        ));
+        Ok(InlineImage {
+            data_base64: BASE64.encode(&resized),
+            mime: out_mime,
+            hints,
+        })
+    }
+}
+
+fn untouched(bytes: &[u8], mime: ImageMime, hints: Vec<String>) -> InlineImage {
+    InlineImage {
         data_base64: BASE64.encode(bytes),
         mime,
         hints,
-    };
-    if !auto_resize {
-        return Ok(untouched(&bytes, mime, hints));
     }
-    let (width, height) = match &decoded {
-        Some(image) => (image.width(), image.height()),
-        None => ImageReader::with_format(Cursor::new(&bytes), mime.format())
-            .into_dimensions()
-            .map_err(|_| ImageOmitted::Unconvertible)?,
-    };
-    if width <= bounds.max_dimension && height <= bounds.max_dimension && bounds.fits(&bytes) {
-        return Ok(untouched(&bytes, mime, hints));
-    }
-    let image = match decoded.take() {
-        Some(image) => image,
-        None => image::load_from_memory_with_format(&bytes, mime.format())
-            .map_err(|_| ImageOmitted::Unconvertible)?,
-    };
-    drop(bytes);
-    let (resized, out_mime, out_width, out_height) =
-        shrink_until_it_fits(&image, bounds).ok_or(ImageOmitted::TooLarge)?;
-    hints.push(format!(
-        "[Image: original {width}x{height}, displayed at {out_width}x{out_height}. Multiply \
-         coordinates by {:.2} to map to original image.]",
-        f64::from(width) / f64::from(out_width)
-    ));
-    Ok(InlineImage {
-        data_base64: BASE64.encode(&resized),
-        mime: out_mime,
-        hints,
-    })
 }
 
 /// Length of the base64 encoding of `n` bytes (with padding).
@@ -268,15 +557,12 @@ fn shrink_until_it_fits(
 ) -> Option<(Vec<u8>, ImageMime, u32, u32)> {
     let (mut width, mut height) = fit_within(image.width(), image.height(), bounds.max_dimension);
     loop {
-        let scaled = if (width, height) == (image.width(), image.height()) {
-            image.clone()
-        } else {
-            image.resize_exact(width, height, FilterType::Lanczos3)
-        };
+        let scaled = scale_down(image, width, height);
         if let Some(png) = encode_png(&scaled).filter(|png| bounds.fits(png)) {
             return Some((png, ImageMime::Png, width, height));
         }
         let rgb = DynamicImage::ImageRgb8(scaled.to_rgb8());
+        drop(scaled);
         for quality in JPEG_QUALITIES {
             if let Some(jpeg) = encode_jpeg(&rgb, quality).filter(|jpeg| bounds.fits(jpeg)) {
                 return Some((jpeg, ImageMime::Jpeg, width, height));
@@ -288,6 +574,25 @@ fn shrink_until_it_fits(
         width = shrink(width);
         height = shrink(height);
     }
+}
+
+/// `image` at `width`×`height`: itself when the size is unchanged; Lanczos3 near the original
+/// size; averaging of source boxes from twice the target size down, where averaging is a good
+/// low-pass filter already and Lanczos would need an f32 copy of the image's full width.
+fn scale_down(image: &DynamicImage, width: u32, height: u32) -> Cow<'_, DynamicImage> {
+    let from = (image.width(), image.height());
+    if from == (width, height) {
+        Cow::Borrowed(image)
+    } else if uses_box_filter(from, (width, height)) {
+        Cow::Owned(image.thumbnail_exact(width, height))
+    } else {
+        Cow::Owned(image.resize_exact(width, height, FilterType::Lanczos3))
+    }
+}
+
+/// Whether scaling `from` to `to` shrinks a side by half or more.
+fn uses_box_filter(from: (u32, u32), to: (u32, u32)) -> bool {
+    u64::from(from.0) >= 2 * u64::from(to.0) || u64::from(from.1) >= 2 * u64::from(to.1)
 }
 
 fn shrink(side: u32) -> u32 {
@@ -365,6 +670,27 @@ pub(crate) mod samples {
 mod tests {
     use super::samples::{encoded, noise_png};
     use super::*;
+
+    /// Plan and, where needed, decode at once (no gate: one image at a time).
+    fn prepare_image_within(
+        bytes: Vec<u8>,
+        mime: ImageMime,
+        auto_resize: bool,
+        bounds: Bounds,
+    ) -> Result<InlineImage, ImageOmitted> {
+        match plan_image_within(bytes, mime, auto_resize, bounds) {
+            ImagePlan::Ready(prepared) => prepared,
+            ImagePlan::Decode(job) => job.run(),
+        }
+    }
+
+    fn prepare_image(
+        bytes: Vec<u8>,
+        mime: ImageMime,
+        auto_resize: bool,
+    ) -> Result<InlineImage, ImageOmitted> {
+        prepare_image_within(bytes, mime, auto_resize, Bounds::DEFAULT)
+    }
 
     #[test]
     fn detects_supported_formats_by_magic() {
@@ -503,6 +829,7 @@ mod tests {
     const SMALL: Bounds = Bounds {
         max_dimension: 100,
         max_base64_bytes: 8000,
+        ..Bounds::DEFAULT
     };
 
     #[test]
@@ -534,6 +861,7 @@ mod tests {
         let bounds = Bounds {
             max_dimension: 100,
             max_base64_bytes: 8,
+            ..Bounds::DEFAULT
         };
         let png = encoded(20, 20, ImageFormat::Png);
         assert_eq!(
@@ -557,6 +885,7 @@ mod tests {
         let bounds = Bounds {
             max_dimension: 100,
             max_base64_bytes: 12_000,
+            ..Bounds::DEFAULT
         };
         assert!(!bounds.fits(&png));
         let image = prepare_image_within(png, ImageMime::Png, true, bounds).unwrap();
@@ -600,5 +929,186 @@ mod tests {
         assert_eq!(base64_len(1), 4);
         assert_eq!(base64_len(3), 4);
         assert_eq!(base64_len(4), 8);
+    }
+
+    fn plan_note(plan: ImagePlan) -> String {
+        match plan {
+            ImagePlan::Ready(Err(omitted)) => omitted.note(),
+            ImagePlan::Ready(Ok(image)) => panic!("expected an omitted image, got {image:?}"),
+            ImagePlan::Decode(job) => panic!("expected no decode, got {job:?}"),
+        }
+    }
+
+    #[test]
+    fn png_bomb_is_refused_from_its_header() {
+        // 3.2 MB on disk, 529 MB decoded.
+        let bomb = crate::testing::png_zero_bomb(11_500, 11_500);
+        assert!(bomb.len() < 4 << 20);
+        assert_eq!(
+            plan_note(plan_image(bomb, ImageMime::Png, true)),
+            "[Image omitted: it is 11500x11500, 132250000 pixels; read decodes at most 67108864 \
+             pixels per image. Make a smaller copy with an image tool first (for example \
+             ImageMagick: convert FILE -resize 4000x4000 small.png) and read that.]"
+        );
+    }
+
+    #[test]
+    fn the_pixel_bound_is_inclusive() {
+        let at_bound = crate::testing::png_zero_bomb(8192, 8192);
+        let ImagePlan::Decode(job) = plan_image(at_bound, ImageMime::Png, true) else {
+            panic!("8192x8192 is within the bound");
+        };
+        // Decoded 256 MiB, as much again and the slack for the decoder; a box-filtered
+        // 2000x2000 result is smaller than that.
+        assert_eq!(job.cost_bytes(), (256 << 20) + (256 << 20) + (16 << 20));
+        let over = crate::testing::png_zero_bomb(8193, 8192);
+        assert!(plan_note(plan_image(over, ImageMime::Png, true)).contains("8193x8192"));
+    }
+
+    /// `encoded(…)` with the dimensions in its header replaced by `width`×`height`.
+    fn with_header_dimensions(format: ImageFormat, width: u32, height: u32) -> Vec<u8> {
+        let mut bytes = encoded(16, 16, format);
+        let (w16, h16) = (width as u16, height as u16);
+        match format {
+            ImageFormat::Jpeg => {
+                let sof = bytes
+                    .windows(2)
+                    .position(|marker| marker == [0xFF, 0xC0])
+                    .expect("baseline JPEG has SOF0");
+                // FF C0, length (2), precision (1), height (2), width (2)
+                bytes[sof + 5..sof + 7].copy_from_slice(&h16.to_be_bytes());
+                bytes[sof + 7..sof + 9].copy_from_slice(&w16.to_be_bytes());
+            }
+            ImageFormat::Gif => {
+                // Logical screen descriptor after "GIF89a".
+                bytes[6..8].copy_from_slice(&w16.to_le_bytes());
+                bytes[8..10].copy_from_slice(&h16.to_le_bytes());
+            }
+            ImageFormat::WebP => {
+                assert_eq!(&bytes[12..16], b"VP8L", "lossless WebP");
+                // Signature 0x2F, then 14 bits width - 1, 14 bits height - 1.
+                let at = 21;
+                let bits = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+                let bits = (bits & !0x0FFF_FFFF) | (width - 1) | ((height - 1) << 14);
+                bytes[at..at + 4].copy_from_slice(&bits.to_le_bytes());
+            }
+            ImageFormat::Bmp => {
+                bytes[18..22].copy_from_slice(&width.to_le_bytes());
+                bytes[22..26].copy_from_slice(&height.to_le_bytes());
+            }
+            other => panic!("no header patch for {other:?}"),
+        }
+        bytes
+    }
+
+    #[test]
+    fn every_format_is_refused_from_its_header() {
+        for (format, mime) in [
+            (ImageFormat::Jpeg, ImageMime::Jpeg),
+            (ImageFormat::Gif, ImageMime::Gif),
+            (ImageFormat::WebP, ImageMime::Webp),
+            (ImageFormat::Bmp, ImageMime::Bmp),
+        ] {
+            let bytes = with_header_dimensions(format, 11_500, 11_500);
+            let note = plan_note(plan_image(bytes, mime, true));
+            assert!(
+                note.starts_with("[Image omitted: it is 11500x11500, 132250000 pixels;"),
+                "{format:?}: {note}"
+            );
+        }
+    }
+
+    #[test]
+    fn side_and_byte_bounds_are_refused_from_the_header() {
+        let bounds = Bounds {
+            max_dimension: 10,
+            max_decode_side: 50,
+            max_decoded_bytes: 1000,
+            ..Bounds::DEFAULT
+        };
+        let wide = encoded(60, 4, ImageFormat::Png);
+        assert_eq!(
+            plan_note(plan_image_within(wide, ImageMime::Png, true, bounds)),
+            "[Image omitted: it is 60x4; read decodes at most 50 pixels per side. Make a smaller \
+             copy with an image tool first (for example ImageMagick: convert FILE -resize \
+             4000x4000 small.png) and read that.]"
+        );
+        // 20x20 RGB is 1200 bytes decoded.
+        let heavy = encoded(20, 20, ImageFormat::Png);
+        assert!(
+            plan_note(plan_image_within(heavy, ImageMime::Png, true, bounds)).starts_with(
+                "[Image omitted: it is 20x20 and decodes to 1200 bytes; read decodes at most \
+                 1000 bytes per image."
+            )
+        );
+        // A BMP is decoded even without resizing, so the bounds apply to it too.
+        let bmp = encoded(60, 4, ImageFormat::Bmp);
+        assert!(plan_note(plan_image_within(bmp, ImageMime::Bmp, false, bounds)).contains("60x4"));
+    }
+
+    #[test]
+    fn a_lying_gif_header_stops_at_the_allocation_limit() {
+        // The screen says 64x64 (16 KiB decoded); the one frame is 300x300 (360 KB).
+        let mut gif = encoded(300, 300, ImageFormat::Gif);
+        gif[6..8].copy_from_slice(&64u16.to_le_bytes());
+        gif[8..10].copy_from_slice(&64u16.to_le_bytes());
+        let bounds = Bounds {
+            max_dimension: 32,
+            decoder_slack_bytes: 64 << 10,
+            ..Bounds::DEFAULT
+        };
+        let ImagePlan::Decode(job) = plan_image_within(gif, ImageMime::Gif, true, bounds) else {
+            panic!("64x64 is within the decode bounds and over max_dimension");
+        };
+        assert_eq!(
+            job.run(),
+            Err(ImageOmitted::DecodeMemory {
+                width: 64,
+                height: 64,
+                max_alloc: 2 * 64 * 64 * 4 + (64 << 10),
+            })
+        );
+    }
+
+    #[test]
+    fn jpeg_gif_and_webp_are_still_resized() {
+        for (format, mime) in [
+            (ImageFormat::Jpeg, ImageMime::Jpeg),
+            (ImageFormat::Gif, ImageMime::Gif),
+            (ImageFormat::WebP, ImageMime::Webp),
+        ] {
+            let bytes = encoded(240, 120, format);
+            let image = prepare_image_within(bytes, mime, true, SMALL).unwrap();
+            assert_eq!(
+                image.hints,
+                [
+                    "[Image: original 240x120, displayed at 100x50. Multiply coordinates by 2.40 \
+                  to map to original image.]"
+                ],
+                "{format:?}"
+            );
+            let decoded =
+                image::load_from_memory(&BASE64.decode(&image.data_base64).unwrap()).unwrap();
+            assert_eq!((decoded.width(), decoded.height()), (100, 50), "{format:?}");
+        }
+    }
+
+    #[test]
+    fn large_downscales_average_boxes_of_source_pixels() {
+        // Columns alternate black and white: averaging pairs gives an even grey everywhere,
+        // where Lanczos rings at the edges.
+        let stripes = image::GrayImage::from_fn(40, 4, |x, _| {
+            image::Luma([if x % 2 == 0 { 0 } else { 254 }])
+        });
+        let stripes = DynamicImage::ImageLuma8(stripes);
+        let scaled = scale_down(&stripes, 20, 2);
+        let gray = scaled.to_luma8();
+        assert!(gray.pixels().all(|pixel| pixel.0[0] == 127), "{gray:?}");
+        assert!(uses_box_filter((4000, 10), (2000, 5)));
+        assert!(!uses_box_filter((3999, 3999), (2000, 2000)));
+        assert!(matches!(
+            scale_down(&DynamicImage::new_rgb8(3, 3), 3, 3),
+            Cow::Borrowed(_)
+        ));
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod bash;
 pub mod bounds;
+pub mod decode_gate;
 pub mod edit;
 pub mod edit_diff;
 mod file_tool;

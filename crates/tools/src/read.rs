@@ -2,7 +2,9 @@
 //! notices, or an image as an inline attachment.
 //!
 //! One [`FileOperations::read_file`] per call. Images are recognised by magic bytes (never by
-//! extension) and prepared by [`crate::image`]. Binary files (NUL bytes or invalid UTF-8 in
+//! extension) and prepared by [`crate::image`]: the header is checked against the decode bounds
+//! before anything is decoded, and decodes share the process's decode memory budget
+//! ([`crate::decode_gate`]), waiting for it cancellably. Binary files (NUL bytes or invalid UTF-8 in
 //! the first 8 KiB) get a short note instead of mojibake. Text gets continuation notices and
 //! head truncation (2000 lines / 50 KB, never half a line); a trailing newline never counts as
 //! an extra line, the hint for an over-long first line shell-quotes the resolved path, and a
@@ -21,8 +23,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bounds::MAX_PATH_CHARS;
 use crate::bounds::check_length;
+use crate::decode_gate::DecodeGate;
 use crate::file_tool::{ABORTED, decode_args, fs_error_text, whole_number};
-use crate::image::{ImageMime, SNIFF_BYTES, detect_image_mime, prepare_image};
+use crate::image::{ImageMime, ImagePlan, SNIFF_BYTES, detect_image_mime, plan_image};
 use crate::ops::{FileOperations, FsError};
 use crate::paths::{read_path_variants, resolve_to_cwd, shell_quote};
 use crate::truncate::{
@@ -143,6 +146,7 @@ pub struct ReadTool {
     options: ReadOptions,
     chunk_bytes: usize,
     scan_budget: u64,
+    decode_gate: DecodeGate,
 }
 
 impl ReadTool {
@@ -153,6 +157,7 @@ impl ReadTool {
             options,
             chunk_bytes: READ_CHUNK_BYTES,
             scan_budget: SCAN_BUDGET_BYTES,
+            decode_gate: DecodeGate::process(),
         }
     }
 
@@ -167,6 +172,13 @@ impl ReadTool {
     fn with_chunking(mut self, chunk_bytes: usize, scan_budget: u64) -> Self {
         self.chunk_bytes = chunk_bytes.max(1);
         self.scan_budget = scan_budget;
+        self
+    }
+
+    /// The same tool decoding images under `gate` instead of the process's gate.
+    #[cfg(test)]
+    fn with_decode_gate(mut self, gate: DecodeGate) -> Self {
+        self.decode_gate = gate;
         self
     }
 
@@ -358,11 +370,32 @@ impl ReadTool {
             bytes
         };
         let auto_resize = self.options.auto_resize_images;
-        let prepared = tokio::task::spawn_blocking(move || prepare_image(bytes, mime, auto_resize));
-        let prepared = tokio::select! {
+        let task_failed = |_| ReadError::ImageTask {
+            path: path.to_owned(),
+        };
+        // The header is read first; only an image within the decode bounds is decoded, and
+        // only once its share of the process's decode memory is free.
+        let plan = tokio::task::spawn_blocking(move || plan_image(bytes, mime, auto_resize));
+        let plan = tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(ReadError::Aborted),
-            prepared = prepared => prepared.map_err(|_| ReadError::ImageTask { path: path.to_owned() })?,
+            plan = plan => plan.map_err(task_failed)?,
+        };
+        let prepared = match plan {
+            ImagePlan::Ready(prepared) => prepared,
+            ImagePlan::Decode(job) => {
+                let permit = tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return Err(ReadError::Aborted),
+                    permit = self.decode_gate.admit(job.cost_bytes()) => permit,
+                };
+                let decoded = tokio::task::spawn_blocking(move || permit.run(|| job.run()));
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return Err(ReadError::Aborted),
+                    decoded = decoded => decoded.map_err(task_failed)?,
+                }
+            }
         };
         Ok(match prepared {
             Ok(image) => {
@@ -722,6 +755,7 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
+    use crate::decode_gate::DECODE_BUDGET_BYTES;
     use crate::file_tool::test_util::{call, call_with, error, text};
     use crate::image::samples::encoded;
     use crate::testing::StdFiles;
@@ -1149,6 +1183,106 @@ mod tests {
             );
             assert_eq!(result.content.len(), 1);
         }
+    }
+
+    #[tokio::test]
+    async fn png_bomb_is_omitted_without_decoding() {
+        let dir = tempfile::tempdir().unwrap();
+        let bomb = crate::testing::png_zero_bomb(11_500, 11_500);
+        std::fs::write(dir.path().join("bomb.png"), bomb).unwrap();
+        let gate = DecodeGate::new(DECODE_BUDGET_BYTES);
+        let tool = tool(dir.path()).with_decode_gate(gate.clone());
+        let result = read_with(&tool, json!({"path": "bomb.png"})).await;
+        assert_eq!(
+            text(&result),
+            "Read image file [image/png]\n[Image omitted: it is 11500x11500, 132250000 pixels; \
+             read decodes at most 67108864 pixels per image. Make a smaller copy with an image \
+             tool first (for example ImageMagick: convert FILE -resize 4000x4000 small.png) and \
+             read that.]"
+        );
+        assert_eq!(result.content.len(), 1);
+        assert_eq!(gate.counts().peak_running, 0, "nothing was decoded");
+    }
+
+    /// A gate with room for `decodes` decodes of `png`, whose decodes each wait for a token
+    /// from the returned sender before they start.
+    fn held_gate(png: &[u8], decodes: u64) -> (DecodeGate, std::sync::mpsc::Sender<()>) {
+        let ImagePlan::Decode(job) = plan_image(png.to_vec(), ImageMime::Png, true) else {
+            panic!("the image needs decoding");
+        };
+        let gate = DecodeGate::new(decodes * job.cost_bytes().next_multiple_of(1 << 20));
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let released = std::sync::Mutex::new(released);
+        gate.on_decode(move || released.lock().unwrap().recv().unwrap());
+        (gate, release)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn parallel_image_reads_share_the_decode_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let png = encoded(2100, 42, ImageFormat::Png);
+        std::fs::write(dir.path().join("wide.png"), &png).unwrap();
+        let (gate, release) = held_gate(&png, 2);
+        let tool = Arc::new(tool(dir.path()).with_decode_gate(gate.clone()));
+        let reads: Vec<_> = (0..6)
+            .map(|_| {
+                let tool = Arc::clone(&tool);
+                tokio::spawn(async move { read_with(&tool, json!({"path": "wide.png"})).await })
+            })
+            .collect();
+        // Every read has reached the gate: two decode (held in the hook), four wait.
+        let state = *gate
+            .watch()
+            .wait_for(|counts| counts.running + counts.waiting == 6)
+            .await
+            .unwrap();
+        assert_eq!((state.running, state.waiting), (2, 4));
+        for _ in 0..6 {
+            release.send(()).unwrap();
+        }
+        for read in reads {
+            let result = read.await.unwrap();
+            assert!(text(&result).contains("displayed at 2000x40"), "{result:?}");
+        }
+        let counts = gate.counts();
+        assert_eq!(counts.peak_running, 2);
+        assert!(counts.peak_running_bytes <= gate.budget_bytes());
+        assert_eq!(
+            (counts.running, counts.waiting, counts.running_bytes),
+            (0, 0, 0)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_waiting_for_decode_memory_can_be_cancelled() {
+        let dir = tempfile::tempdir().unwrap();
+        let png = encoded(2100, 42, ImageFormat::Png);
+        std::fs::write(dir.path().join("wide.png"), &png).unwrap();
+        let (gate, release) = held_gate(&png, 1);
+        let tool = Arc::new(tool(dir.path()).with_decode_gate(gate.clone()));
+        let args = json!({"path": "wide.png"});
+        let first = tokio::spawn({
+            let (tool, args) = (Arc::clone(&tool), args.clone());
+            async move { read_with(&tool, args).await }
+        });
+        let mut counts = gate.watch();
+        counts.wait_for(|counts| counts.running == 1).await.unwrap();
+        let cancel = CancellationToken::new();
+        let second = tokio::spawn({
+            let (tool, args, cancel) = (Arc::clone(&tool), args.clone(), cancel.clone());
+            async move { call_with(tool.as_ref(), args, cancel).await }
+        });
+        counts.wait_for(|counts| counts.waiting == 1).await.unwrap();
+        cancel.cancel();
+        assert_eq!(error(second.await.unwrap()), ReadError::Aborted.to_string());
+        assert_eq!(gate.counts().waiting, 0);
+        release.send(()).unwrap();
+        assert!(text(&first.await.unwrap()).contains("displayed at 2000x40"));
+        // The cancelled wait left the budget whole: the next read decodes.
+        release.send(()).unwrap();
+        let third = read_with(&tool, args).await;
+        assert!(text(&third).contains("displayed at 2000x40"));
+        assert_eq!(gate.counts().peak_running, 1);
     }
 
     #[tokio::test]
