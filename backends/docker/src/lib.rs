@@ -32,6 +32,7 @@ mod workers;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bollard::Docker;
@@ -40,6 +41,7 @@ use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use cordon_backend_local::git_guard::{self, GitGuard};
 use cordon_core::sandbox::{NestedGit, RootAccess, SandboxSpec};
 use cordon_remote::files::{PathRules, Root};
+use cordon_tools::leftovers::{self, SpillBounds, SpillFile};
 use cordon_tools::ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
 
 pub use crate::client::Owner;
@@ -50,9 +52,6 @@ use crate::plan::{ContainerPlan, HOME_DIR, SPILL_DIR, WorkspaceSource};
 pub const DEFAULT_IMAGE: &str = "cordon-sandbox:latest";
 /// Where the workspace appears inside the container.
 pub const CONTAINER_WORKSPACE: &str = "/workspace";
-/// Spill files older than this are deleted when a session starts (minutes).
-pub const SPILL_MAX_AGE_MINUTES: u64 = 24 * 60;
-
 /// How the host workspace reaches the container.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WorkspaceMode {
@@ -719,13 +718,16 @@ impl DockerBackend {
 
 impl Inner {
     /// One root exec at start: the spill volume's root must be writable by any session uid
-    /// (root owns a fresh volume; with no capabilities root can still chmod what it owns), old
-    /// spill files are cleaned up, and we learn whether `rg` is there.
+    /// (root owns a fresh volume; with no capabilities root can still chmod what it owns),
+    /// its spill files are listed for the sweep, and we learn whether `rg` is there.
     async fn probe(&self) -> Result<bool, DockerError> {
         let script = format!(
-            "chmod 1777 {spill} 2>/dev/null; find {spill} -maxdepth 1 -type f -name 'cordon-bash-*.log' -mmin +{age} -exec rm -f {{}} \\; 2>/dev/null; if command -v rg >/dev/null 2>&1; then echo rg=1; else echo rg=0; fi",
+            "chmod 1777 {spill} 2>/dev/null; echo \"now=$(date +%s)\"; \
+             for f in {spill}/cordon-bash-*.log; do \
+               if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then stat -c 'spill=%Y %s %n' \"$f\" 2>/dev/null; fi; \
+             done; \
+             if command -v rg >/dev/null 2>&1; then echo rg=1; else echo rg=0; fi",
             spill = SPILL_DIR,
-            age = SPILL_MAX_AGE_MINUTES
         );
         let argv = vec!["sh".to_owned(), "-c".to_owned(), script];
         let fail = |reason: String| DockerError::Container {
@@ -738,17 +740,97 @@ impl Inner {
             .map_err(|e| fail(e.to_string()))?;
         let (stdout, _stderr) = files::collect(exec.output).await.map_err(fail)?;
         let text = String::from_utf8_lossy(&stdout);
-        if text.contains("rg=1") {
-            Ok(true)
+        let has_rg = if text.contains("rg=1") {
+            true
         } else if text.contains("rg=0") {
-            Ok(false)
+            false
         } else {
-            Err(fail(format!(
+            return Err(fail(format!(
                 "unexpected answer `{}` (does the image have /bin/sh?)",
                 text.trim()
-            )))
+            )));
+        };
+        self.sweep_spill(&text).await;
+        Ok(has_rg)
+    }
+
+    /// Remove this root's spill files past their lifetime ([`cordon_tools::leftovers`]; the
+    /// spill volume is per root, so the size bound is per root here). Best effort: a failure
+    /// leaves the files for a later session.
+    async fn sweep_spill(&self, probe: &str) {
+        let (now, listed) = parse_spill_listing(probe);
+        let Some(now) = now else { return };
+        let files: Vec<SpillFile> = listed.iter().map(|(_, f)| *f).collect();
+        let mut chosen = Vec::new();
+        let kept = leftovers::sweep_spill_files(&files, now, SpillBounds::default(), |i| {
+            chosen.push(listed[i].0.clone());
+            true
+        });
+        if chosen.is_empty() {
+            return;
+        }
+        let count = chosen.len();
+        let argv = spill_removal_argv(chosen);
+        let removed =
+            match client::start_exec(&self.docker, &self.container, argv, Some("0:0")).await {
+                Ok(exec) => files::collect(exec.output).await.map(|_| ()),
+                Err(e) => Err(e.to_string()),
+            };
+        match removed {
+            Ok(()) => tracing::info!(
+                container = %self.container,
+                files = count,
+                kept_bytes = kept,
+                "removed spill files past their lifetime"
+            ),
+            Err(error) => tracing::warn!(
+                container = %self.container,
+                %error,
+                "failed to remove spill files past their lifetime"
+            ),
         }
     }
+}
+
+/// The probe's `now=SECONDS` and `spill=MTIME SIZE PATH` lines; only paths directly in the
+/// spill directory with Cordon's exact spill naming are kept.
+fn parse_spill_listing(text: &str) -> (Option<SystemTime>, Vec<(String, SpillFile)>) {
+    let secs = |s: &str| s.parse::<u64>().ok();
+    let now = text
+        .lines()
+        .find_map(|l| l.strip_prefix("now="))
+        .and_then(secs)
+        .map(|s| UNIX_EPOCH + Duration::from_secs(s));
+    let files = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("spill="))
+        .filter_map(|rest| {
+            let mut parts = rest.splitn(3, ' ');
+            let mtime = secs(parts.next()?)?;
+            let size = secs(parts.next()?)?;
+            let path = parts.next()?;
+            let name = path.strip_prefix(SPILL_DIR)?.strip_prefix('/')?;
+            leftovers::is_spill_file_name(name.as_bytes()).then(|| {
+                (
+                    path.to_owned(),
+                    SpillFile {
+                        size,
+                        modified: UNIX_EPOCH + Duration::from_secs(mtime),
+                    },
+                )
+            })
+        })
+        .collect();
+    (now, files)
+}
+
+/// `rm -f -- PATH…`: unlinks (a symlink itself, never its target).
+fn spill_removal_argv(paths: Vec<String>) -> Vec<String> {
+    ["rm", "-f", "--"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(paths)
+        .collect()
 }
 
 #[async_trait]
@@ -775,5 +857,45 @@ impl Backend for DockerBackend {
 
     async fn shutdown(&self) {
         let _ = self.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spill_listing_keeps_only_cordon_names_directly_in_the_spill_dir() {
+        let text = "now=5000\n\
+                    spill=1000 42 /cordon-spill/cordon-bash-0123456789abcdef.log\n\
+                    spill=1000 42 /cordon-spill/cordon-bash-x\n\
+                    spill=1000 42 /cordon-spill/sub/cordon-bash-0123456789abcdef.log\n\
+                    spill=1000 42 /elsewhere/cordon-bash-0123456789abcdef.log\n\
+                    spill=x 42 /cordon-spill/cordon-bash-0123456789abcdee.log\n\
+                    rg=1\n";
+        let (now, files) = parse_spill_listing(text);
+        assert_eq!(now, Some(UNIX_EPOCH + Duration::from_secs(5000)));
+        assert_eq!(
+            files,
+            vec![(
+                "/cordon-spill/cordon-bash-0123456789abcdef.log".to_owned(),
+                SpillFile {
+                    size: 42,
+                    modified: UNIX_EPOCH + Duration::from_secs(1000),
+                }
+            )]
+        );
+        assert_eq!(parse_spill_listing("rg=0\n"), (None, vec![]));
+    }
+
+    #[test]
+    fn spill_files_are_removed_with_rm_after_the_end_of_options() {
+        assert_eq!(
+            spill_removal_argv(vec![
+                "/cordon-spill/a".to_owned(),
+                "/cordon-spill/b".to_owned()
+            ]),
+            ["rm", "-f", "--", "/cordon-spill/a", "/cordon-spill/b"]
+        );
     }
 }

@@ -325,6 +325,39 @@ async fn spill_volumes_of_deleted_roots_are_removed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_removes_expired_spill_files_of_its_root_and_only_those() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let first = session(&host, ws.path()).await;
+    let ran = run(
+        &first,
+        "cd /cordon-spill && printf x > cordon-bash-00000000000000e1.log && \
+         printf x > cordon-bash-00000000000000e2.log && printf x > notes.log && \
+         ln -s notes.log cordon-bash-00000000000000e3.log && \
+         touch -h -d @1000 cordon-bash-00000000000000e1.log notes.log cordon-bash-00000000000000e3.log && \
+         echo made",
+    )
+    .await;
+    assert!(ran.output.contains("made"), "{}", ran.output);
+    first.shutdown().await;
+    let next = session(&host, ws.path()).await;
+    let listed = run(&next, "ls -a /cordon-spill").await.output;
+    assert!(
+        !listed.contains("e1.log"),
+        "expired spill file stays: {listed}"
+    );
+    for kept in ["e2.log", "notes.log", "e3.log"] {
+        assert!(listed.contains(kept), "{kept} removed: {listed}");
+    }
+    run(
+        &next,
+        "rm -f /cordon-spill/notes.log /cordon-spill/cordon-bash-00000000000000e*",
+    )
+    .await;
+    next.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_networked_container_reaches_no_host_unix_socket() {
     let host = host_or_skip!();
     let ws = workspace();

@@ -570,7 +570,17 @@ impl Shared {
                     | OFlag::O_CLOEXEC,
                 Mode::from_bits_truncate(0o600),
             ) {
-                Ok(fd) => return Ok((path, File::from(fd))),
+                Ok(fd) => {
+                    // Held until the command's output is complete: a sweep of another
+                    // backend never removes a spill file whose lock it cannot take.
+                    let file = File::from(fd);
+                    file.try_lock().map_err(|e| FsError::Io {
+                        op: "lock spill file",
+                        path: path.clone(),
+                        source: io::Error::from(e),
+                    })?;
+                    return Ok((path, file));
+                }
                 Err(Errno::EEXIST) => continue,
                 Err(e) => return Err(fs_error("create spill file", &path, e)),
             }

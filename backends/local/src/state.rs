@@ -1,8 +1,10 @@
 //! Cordon's per-user state on this host: `<base>/cordon-<uid>/` (0700) holding
 //!
 //! - `spill/<16-hex hash of the canonical workspace root>/cordon-bash-<16 hex>.log`: full
-//!   command output, kept across sessions with the same root so a later `read` can open it,
-//!   deleted at backend start once older than [`SPILL_MAX_AGE`];
+//!   command output, kept across sessions so a later `read` (another `cordon exec`) can open
+//!   it; every backend start sweeps the spill files of *all* roots by the bounds of
+//!   [`cordon_tools::leftovers`] (older than a day, or the oldest beyond a total size, never
+//!   one still locked by its writer) and removes root directories left empty;
 //! - `tmp-<pid>-<16 hex>/`: the private `TMPDIR` of one backend's commands, removed when the
 //!   backend is shut down or dropped, or by a later backend once `<pid>` no longer exists;
 //! - `git/<16-hex hash of the root>/`: the git metadata baselines of running sessions on that
@@ -13,12 +15,14 @@
 //! pre-creating it in a shared `/tmp`) is refused rather than used.
 
 use std::ffi::OsStr;
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use cordon_tools::leftovers::{self, SpillBounds, SpillFile};
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{Mode, fchmod, fstat, fstatat, mkdirat};
@@ -28,15 +32,13 @@ use sha2::{Digest, Sha256};
 use crate::LocalError;
 use crate::roots::{fd_path, file_type};
 
-/// Spill files older than this are deleted when a backend starts.
-pub(crate) const SPILL_MAX_AGE: Duration = Duration::from_secs(24 * 60 * 60);
-
 /// The directories one backend uses.
 #[derive(Debug)]
 pub(crate) struct StateDirs {
     /// The spill directory (canonical).
     pub spill_path: PathBuf,
-    /// An open fd of the spill directory (files are created relative to it).
+    /// An open fd of the spill directory (files are created relative to it), holding a shared
+    /// lock on it for the backend's life so no other backend's sweep removes it.
     pub spill_fd: OwnedFd,
     /// The private temp directory for commands.
     pub tmp: PrivateTmp,
@@ -92,8 +94,12 @@ pub(crate) fn prepare(
     let spill_parent_path = user_path.join("spill");
     let spill_parent_fd = secure_dir(user_fd.as_fd(), &spill_parent_path, uid)?;
     let spill_path = spill_parent_path.join(root_hash(canonical_root));
-    let spill_fd = secure_dir(spill_parent_fd.as_fd(), &spill_path, uid)?;
-    remove_old_spill_files(spill_fd.as_fd(), SystemTime::now());
+    let spill_fd = locked_spill_dir(spill_parent_fd.as_fd(), &spill_path, uid)?;
+    sweep_spill(
+        spill_parent_fd.as_fd(),
+        SystemTime::now(),
+        SpillBounds::default(),
+    );
     remove_orphaned_tmp_dirs(user_fd.as_fd(), &user_path);
     let tmp = create_private_tmp(user_fd.as_fd(), &user_path, uid)?;
     let git_parent_path = user_path.join("git");
@@ -204,25 +210,222 @@ fn entry_names(dir: BorrowedFd<'_>) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Best effort: another backend may be cleaning the same directory concurrently.
-fn remove_old_spill_files(spill: BorrowedFd<'_>, now: SystemTime) {
-    for name in entry_names(spill) {
-        if !(name.starts_with(b"cordon-bash-") && name.ends_with(b".log")) {
-            continue;
-        }
-        let name = OsStr::from_bytes(&name);
-        let Ok(stat) = fstatat(spill, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
-            continue;
+/// Create (or reuse) this root's spill directory and take a shared lock on it. A sweep of
+/// another backend may have removed the directory between our open and our lock: then the
+/// name no longer leads to what we locked and we start again.
+fn locked_spill_dir(parent: BorrowedFd<'_>, path: &Path, uid: Uid) -> Result<OwnedFd, LocalError> {
+    let name = path.file_name().unwrap_or(OsStr::new("."));
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let dir = match secure_dir(parent, path, uid) {
+            Ok(fd) => File::from(fd),
+            // Removed between our mkdir and our open.
+            Err(LocalError::StateDir { source, .. })
+                if source.kind() == io::ErrorKind::NotFound && attempts < 8 =>
+            {
+                continue;
+            }
+            Err(other) => return Err(other),
         };
-        let modified =
-            SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(stat.st_mtime).unwrap_or(0));
-        let old = now
-            .duration_since(modified)
-            .is_ok_and(|age| age > SPILL_MAX_AGE);
-        if old {
-            let _ = unlinkat(spill, name, UnlinkatFlags::NoRemoveDir);
+        dir.lock_shared().map_err(|source| LocalError::StateDir {
+            op: "lock",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let held = fstat(&dir).map_err(|e| LocalError::StateDir {
+            op: "inspect",
+            path: path.to_path_buf(),
+            source: io::Error::from(e),
+        })?;
+        match fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(now) if now.st_dev == held.st_dev && now.st_ino == held.st_ino => {
+                return Ok(OwnedFd::from(dir));
+            }
+            Ok(_) | Err(Errno::ENOENT) if attempts < 8 => continue,
+            Ok(_) | Err(Errno::ENOENT) => {
+                return Err(LocalError::StateDir {
+                    op: "keep",
+                    path: path.to_path_buf(),
+                    source: io::Error::other("another process keeps removing it"),
+                });
+            }
+            Err(e) => {
+                return Err(LocalError::StateDir {
+                    op: "inspect",
+                    path: path.to_path_buf(),
+                    source: io::Error::from(e),
+                });
+            }
         }
     }
+}
+
+fn modified(stat: &nix::sys::stat::FileStat) -> SystemTime {
+    let secs = Duration::from_secs(u64::try_from(stat.st_mtime).unwrap_or(0));
+    let nanos = Duration::from_nanos(u64::try_from(stat.st_mtime_nsec).unwrap_or(0));
+    SystemTime::UNIX_EPOCH + secs + nanos
+}
+
+/// A spill file found by the sweep: where it is and which inode it was.
+struct Found {
+    dir: usize,
+    name: Vec<u8>,
+    ino: u64,
+    file: SpillFile,
+}
+
+/// One per-root spill directory seen by the sweep.
+struct RootDir {
+    name: Vec<u8>,
+    fd: OwnedFd,
+    entries: usize,
+    removed: usize,
+}
+
+/// Sweep the spill files of every root under `spill/` (`parent`) by `bounds`, then remove the
+/// root directories left empty. Best effort and concurrent-safe: a file whose writer still
+/// holds its lock, and a directory a live backend holds locked, stay; only names of Cordon's
+/// exact spill naming that are regular files (directories for roots) are touched, no symlink is
+/// followed, nothing is opened that could block. Returns (files removed, bytes removed, root
+/// directories removed).
+fn sweep_spill(
+    parent: BorrowedFd<'_>,
+    now: SystemTime,
+    bounds: SpillBounds,
+) -> (usize, u64, usize) {
+    let mut dirs: Vec<RootDir> = Vec::new();
+    let mut found: Vec<Found> = Vec::new();
+    for name in entry_names(parent) {
+        if !leftovers::is_spill_root_dir_name(&name) {
+            continue;
+        }
+        let Ok(fd) = nix::fcntl::openat(
+            parent,
+            OsStr::from_bytes(&name),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        let entries = entry_names(fd.as_fd());
+        let dir = dirs.len();
+        for file_name in &entries {
+            if !leftovers::is_spill_file_name(file_name) {
+                continue;
+            }
+            let Ok(stat) = fstatat(
+                fd.as_fd(),
+                OsStr::from_bytes(file_name),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            ) else {
+                continue;
+            };
+            if file_type(&stat) != nix::sys::stat::SFlag::S_IFREG {
+                continue;
+            }
+            found.push(Found {
+                dir,
+                name: file_name.clone(),
+                ino: stat.st_ino,
+                file: SpillFile {
+                    size: u64::try_from(stat.st_size).unwrap_or(0),
+                    modified: modified(&stat),
+                },
+            });
+        }
+        dirs.push(RootDir {
+            name,
+            fd,
+            entries: entries.len(),
+            removed: 0,
+        });
+    }
+    let files: Vec<SpillFile> = found.iter().map(|f| f.file).collect();
+    let mut removed_files = 0;
+    let mut removed_bytes = 0;
+    leftovers::sweep_spill_files(&files, now, bounds, |i| {
+        let Found {
+            dir,
+            name,
+            ino,
+            file,
+        } = &found[i];
+        let root = &mut dirs[*dir];
+        if remove_unlocked_file(root.fd.as_fd(), OsStr::from_bytes(name), *ino) {
+            root.removed += 1;
+            removed_files += 1;
+            removed_bytes += file.size;
+            true
+        } else {
+            false
+        }
+    });
+    let mut removed_dirs = 0;
+    for root in &dirs {
+        if root.removed == root.entries && remove_unlocked_dir(parent, root, now, bounds) {
+            removed_dirs += 1;
+        }
+    }
+    if removed_files > 0 || removed_dirs > 0 {
+        tracing::info!(
+            files = removed_files,
+            bytes = removed_bytes,
+            root_dirs = removed_dirs,
+            "removed spill files past their lifetime"
+        );
+    }
+    (removed_files, removed_bytes, removed_dirs)
+}
+
+/// Unlink `name` in `dir` if it is still the regular file `ino` and nobody holds its lock (a
+/// spill writer holds one until the command ends).
+fn remove_unlocked_file(dir: BorrowedFd<'_>, name: &OsStr, ino: u64) -> bool {
+    let Ok(fd) = nix::fcntl::openat(
+        dir,
+        name,
+        OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_CLOEXEC
+            | OFlag::O_NOCTTY,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    let file = File::from(fd);
+    let same = fstat(&file)
+        .is_ok_and(|st| st.st_ino == ino && file_type(&st) == nix::sys::stat::SFlag::S_IFREG);
+    if !same || file.try_lock().is_err() {
+        return false;
+    }
+    unlinkat(dir, name, UnlinkatFlags::NoRemoveDir).is_ok()
+}
+
+/// Remove an emptied root directory unless a live backend holds it (shared lock) or it
+/// changed within `bounds.min_age`. `rmdir` itself refuses a directory that is not empty.
+fn remove_unlocked_dir(
+    parent: BorrowedFd<'_>,
+    root: &RootDir,
+    now: SystemTime,
+    bounds: SpillBounds,
+) -> bool {
+    let Ok(fd) = root.fd.try_clone() else {
+        return false;
+    };
+    let dir = File::from(fd);
+    // A directory created a moment ago may be about to be locked by its backend.
+    let settled = root.removed > 0
+        || fstat(&dir).is_ok_and(|st| leftovers::age(now, modified(&st)) >= bounds.min_age);
+    if !settled || dir.try_lock().is_err() {
+        return false;
+    }
+    unlinkat(
+        parent,
+        OsStr::from_bytes(&root.name),
+        UnlinkatFlags::RemoveDir,
+    )
+    .is_ok()
 }
 
 /// Remove `tmp-<pid>-*` directories whose process is gone (a crashed or killed Cordon).
@@ -279,5 +482,174 @@ mod tests {
         assert!(hash.chars().all(|c| c.is_ascii_hexdigit()));
         assert_eq!(hash, root_hash(Path::new("/home/me/project")));
         assert_ne!(hash, root_hash(Path::new("/home/me/project2")));
+    }
+
+    const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+    fn bounds(max_total: u64) -> SpillBounds {
+        SpillBounds {
+            max_age: DAY,
+            max_total,
+            min_age: Duration::from_secs(600),
+        }
+    }
+
+    fn aged(path: &Path, age: Duration) {
+        let file = File::open(path).unwrap();
+        file.set_modified(SystemTime::now() - age).unwrap();
+    }
+
+    fn spill(dir: &Path, n: u64, size: usize, age: Duration) -> PathBuf {
+        let path = dir.join(format!("cordon-bash-{n:016x}.log"));
+        std::fs::write(&path, vec![b'x'; size]).unwrap();
+        aged(&path, age);
+        path
+    }
+
+    fn sweep(parent: &Path, max_total: u64) -> (usize, u64, usize) {
+        let fd = File::open(parent).unwrap();
+        sweep_spill(fd.as_fd(), SystemTime::now(), bounds(max_total))
+    }
+
+    #[test]
+    fn the_sweep_removes_expired_files_of_every_root_and_emptied_dirs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (
+            tmp.path().join("00000000000000aa"),
+            tmp.path().join("00000000000000bb"),
+        );
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        let a_old = spill(&a, 1, 10, DAY * 2);
+        let a_young = spill(&a, 2, 10, Duration::from_secs(60));
+        let b_old = spill(&b, 3, 10, DAY * 3);
+        assert_eq!(sweep(tmp.path(), 1 << 30), (2, 20, 1));
+        assert!(!a_old.exists() && !b_old.exists());
+        assert!(a_young.exists());
+        assert!(!b.exists(), "the emptied root directory goes");
+        assert!(a.exists());
+    }
+
+    #[test]
+    fn the_size_bound_removes_the_oldest_files_first_but_never_young_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (
+            tmp.path().join("00000000000000aa"),
+            tmp.path().join("00000000000000bb"),
+        );
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        let oldest = spill(&a, 1, 100, Duration::from_secs(5000));
+        let older = spill(&b, 2, 100, Duration::from_secs(4000));
+        let old = spill(&a, 3, 100, Duration::from_secs(3000));
+        let young = spill(&b, 4, 500, Duration::from_secs(10));
+        // 800 bytes over a 250-byte bound: the three old files go, the young one stays; the
+        // emptied root directory goes too.
+        assert_eq!(sweep(tmp.path(), 250), (3, 300, 1));
+        assert!(!oldest.exists() && !older.exists() && !old.exists() && !a.exists());
+        assert!(young.exists());
+        // Under the bound nothing more goes.
+        let tmp = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("00000000000000aa");
+        std::fs::create_dir(&a).unwrap();
+        let first = spill(&a, 1, 100, Duration::from_secs(5000));
+        let second = spill(&a, 2, 100, Duration::from_secs(4000));
+        assert_eq!(sweep(tmp.path(), 150), (1, 100, 0));
+        assert!(!first.exists() && second.exists());
+    }
+
+    #[test]
+    fn the_sweep_touches_only_cordon_names_and_follows_no_symlink() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("00000000000000aa");
+        std::fs::create_dir(&a).unwrap();
+        let foreign = a.join("notes.log");
+        std::fs::write(&foreign, b"x").unwrap();
+        aged(&foreign, DAY * 2);
+        let target = spill(outside.path(), 7, 10, DAY * 2);
+        let link = a.join("cordon-bash-0000000000000009.log");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let fifo = a.join("cordon-bash-000000000000000a.log");
+        nix::unistd::mkfifo(&fifo, Mode::S_IRWXU).unwrap();
+        // A directory with the root naming elsewhere: a symlink to a directory of spill files.
+        let linked_root = tmp.path().join("00000000000000cc");
+        std::os::unix::fs::symlink(outside.path(), &linked_root).unwrap();
+        // A directory without the root naming.
+        let other = tmp.path().join("not-a-root");
+        std::fs::create_dir(&other).unwrap();
+        let other_file = spill(&other, 8, 10, DAY * 2);
+        let removed = sweep(tmp.path(), 0);
+        assert_eq!(removed, (0, 0, 0));
+        assert!(foreign.exists() && target.exists() && other_file.exists());
+        assert!(std::fs::symlink_metadata(&link).is_ok());
+        assert!(std::fs::symlink_metadata(&fifo).is_ok());
+        assert!(std::fs::symlink_metadata(&linked_root).is_ok());
+        assert!(a.exists(), "a directory holding foreign files stays");
+    }
+
+    #[test]
+    fn a_locked_spill_file_and_a_locked_root_dir_stay() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (
+            tmp.path().join("00000000000000aa"),
+            tmp.path().join("00000000000000bb"),
+        );
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        let written = spill(&a, 1, 10, DAY * 2);
+        let writer = File::options().append(true).open(&written).unwrap();
+        writer.try_lock().unwrap();
+        aged(&b, DAY);
+        let holder = File::open(&b).unwrap();
+        holder.lock_shared().unwrap();
+        assert_eq!(sweep(tmp.path(), 0), (0, 0, 0));
+        assert!(written.exists() && b.exists());
+        drop(writer);
+        drop(holder);
+        assert_eq!(sweep(tmp.path(), 1 << 30), (1, 10, 2));
+        assert!(!a.exists() && !b.exists());
+    }
+
+    #[test]
+    fn an_empty_root_dir_changed_a_moment_ago_stays() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (
+            tmp.path().join("00000000000000aa"),
+            tmp.path().join("00000000000000bb"),
+        );
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        aged(&b, Duration::from_secs(601));
+        assert_eq!(sweep(tmp.path(), 1 << 30), (0, 0, 1));
+        assert!(a.exists() && !b.exists());
+    }
+
+    #[test]
+    fn prepare_sweeps_other_roots_and_keeps_its_own_dir_locked() {
+        let base = tempfile::tempdir().unwrap();
+        let uid = nix::unistd::getuid();
+        let first = prepare(base.path(), Path::new("/work/one"), uid).unwrap();
+        let spill_parent = first.spill_path.parent().unwrap().to_path_buf();
+        let stale_root = spill_parent.join("00000000000000aa");
+        std::fs::create_dir(&stale_root).unwrap();
+        let stale = spill(&stale_root, 1, 10, DAY * 2);
+        aged(&first.spill_path, DAY * 2);
+        let second = prepare(base.path(), Path::new("/work/two"), uid).unwrap();
+        assert!(!stale.exists() && !stale_root.exists());
+        assert!(
+            first.spill_path.exists(),
+            "a live backend's empty spill dir stays"
+        );
+        assert!(second.spill_path.exists());
+        // A backend's own spill files are locked while written.
+        let held = spill(&first.spill_path, 2, 10, DAY * 2);
+        let writer = File::options().append(true).open(&held).unwrap();
+        writer.try_lock().unwrap();
+        drop(prepare(base.path(), Path::new("/work/three"), uid).unwrap());
+        assert!(held.exists());
+        drop(writer);
+        drop(prepare(base.path(), Path::new("/work/three"), uid).unwrap());
+        assert!(!held.exists());
     }
 }

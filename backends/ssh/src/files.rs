@@ -633,21 +633,24 @@ impl Inner {
             permissions: Some(0o600),
             ..FileAttributes::empty()
         };
-        let handle = self
-            .step(
-                &live,
-                live.sftp
-                    .open(
-                        name,
-                        OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::EXCLUDE,
-                        attrs,
-                    )
-                    .await,
-                "create",
-                &path,
-            )
-            .await?
-            .handle;
+        let flags = OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::EXCLUDE;
+        let mut opened = live.sftp.open(name.clone(), flags, attrs.clone()).await;
+        if let Err(SftpError::Status(status)) = &opened
+            && status.status_code == StatusCode::NoSuchFile
+        {
+            // Another session's sweep removed this root's directory after a day without a
+            // spill: make it again (0700, inside our own 0700 spill directory).
+            let dir = text("create", &self.spill_dir)?;
+            let mode = FileAttributes {
+                permissions: Some(0o700),
+                ..FileAttributes::empty()
+            };
+            if live.sftp.mkdir(dir, mode).await.is_ok() {
+                tracing::info!(dir = %self.spill_dir.display(), "recreated the remote spill directory");
+            }
+            opened = live.sftp.open(name, flags, attrs).await;
+        }
+        let handle = self.step(&live, opened, "create", &path).await?.handle;
         let (writer, reader) = tokio::io::duplex(4 * CHUNK);
         let (done_tx, done_rx) = oneshot::channel();
         tokio::spawn(async move {

@@ -40,6 +40,7 @@ mod bash;
 mod files;
 mod remote;
 mod search;
+mod sweep;
 mod workers;
 
 use std::path::{Path, PathBuf};
@@ -163,15 +164,11 @@ impl std::fmt::Debug for SshBackend {
     }
 }
 
-/// Spill files older than this are deleted when a backend connects (as locally).
-const SPILL_MAX_AGE_MINUTES: u64 = 24 * 60;
-
 /// The probe run once at connect: account facts, `rg`, and the per-root spill directory
 /// (`/tmp/cordon-<uid>/spill/<hash of the root>`, each level 0700, owned by us, not a
-/// symlink), age-cleaned. Prints NUL-separated `key value` pairs.
+/// symlink). Prints NUL-separated `key value` pairs. The spill sweep follows over SFTP.
 const PROBE_SCRIPT: &str = r#"
 hash=$1
-age=$2
 uid=$(id -u) || exit 1
 printf 'uid\0%s\0' "$uid"
 printf 'gids\0%s\0' "$(id -G)"
@@ -188,8 +185,8 @@ for d in "/tmp/cordon-$uid" "/tmp/cordon-$uid/spill" "/tmp/cordon-$uid/spill/$ha
     chmod 700 "$d"
 done
 d="/tmp/cordon-$uid/spill/$hash"
-find "$d" -maxdepth 1 -type f -name 'cordon-bash-*.log' -mmin +"$age" -exec rm -f {} + 2>/dev/null
 printf 'spill\0%s\0' "$(cd "$d" && pwd -P)"
+printf 'now\0%s\0' "$(date +%s)"
 "#;
 
 fn hash16(text: &str) -> String {
@@ -265,11 +262,7 @@ impl SshBackend {
             host: label.clone(),
             reason,
         };
-        let argv = cordon_remote::sh_argv(
-            PROBE_SCRIPT,
-            "cordon-probe",
-            [hash16(&root_text), SPILL_MAX_AGE_MINUTES.to_string()],
-        );
+        let argv = cordon_remote::sh_argv(PROBE_SCRIPT, "cordon-probe", [hash16(&root_text)]);
         let out = remote::run_collect(&pool, &argv, None, remote::StdinEnd::AfterInput)
             .await
             .map_err(probe_error)?;
@@ -301,6 +294,24 @@ impl SshBackend {
             .filter(|s| s.starts_with('/'))
             .map(PathBuf::from)
             .ok_or_else(|| probe_error("the spill directory could not be created".into()))?;
+        if let (Some(own), Some(parent)) = (
+            spill_dir.to_str(),
+            spill_dir.parent().and_then(|p| p.to_str()),
+        ) {
+            // The remote's clock judges the remote's modification times.
+            let now = get("now")
+                .and_then(|n| n.parse::<u64>().ok())
+                .map(|secs| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+                .unwrap_or_else(std::time::SystemTime::now);
+            sweep::spill(
+                &live,
+                parent,
+                own,
+                now,
+                cordon_tools::leftovers::SpillBounds::default(),
+            )
+            .await;
+        }
         let identity = RemoteIdentity {
             uid,
             gids,

@@ -15,6 +15,7 @@ mod file_tool;
 pub mod find;
 pub mod grep;
 pub mod image;
+pub mod leftovers;
 pub mod ls;
 pub mod ops;
 pub mod output;

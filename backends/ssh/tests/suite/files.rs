@@ -273,3 +273,66 @@ async fn spill_files_live_on_the_remote_and_are_readable_later() {
     assert_eq!(again.spill_dir(), backend.spill_dir());
     assert_eq!(again.files().read_file(&path).await.unwrap(), body);
 }
+
+fn aged(path: &std::path::Path, age: std::time::Duration) {
+    let file = std::fs::File::open(path).unwrap();
+    file.set_modified(std::time::SystemTime::now() - age)
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_sweeps_expired_spill_files_of_every_root_and_only_cordon_names() {
+    let Some(server) = server() else { return };
+    let backend = server.connect().await;
+    let parent = backend.spill_dir().parent().unwrap().to_path_buf();
+    let day = std::time::Duration::from_secs(24 * 60 * 60);
+    let hex = || format!("{:016x}", fastrand::u64(..));
+    // A root with an expired and a young spill file, a foreign file and a symlink.
+    let mixed = parent.join(hex());
+    std::fs::create_dir(&mixed).unwrap();
+    let expired = mixed.join(format!("cordon-bash-{}.log", hex()));
+    let young = mixed.join(format!("cordon-bash-{}.log", hex()));
+    let foreign = mixed.join("notes.log");
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join(format!("cordon-bash-{}.log", hex()));
+    let link = mixed.join(format!("cordon-bash-{}.log", hex()));
+    for file in [&expired, &young, &foreign, &target] {
+        std::fs::write(file, b"spill").unwrap();
+    }
+    symlink(&target, &link).unwrap();
+    for file in [&expired, &foreign, &target] {
+        aged(file, day * 2);
+    }
+    // A root whose only file expired and that nobody touched for two days.
+    let idle = parent.join(hex());
+    std::fs::create_dir(&idle).unwrap();
+    let idle_file = idle.join(format!("cordon-bash-{}.log", hex()));
+    std::fs::write(&idle_file, b"spill").unwrap();
+    aged(&idle_file, day * 3);
+    aged(&idle, day * 2);
+
+    let again = server.connect().await;
+    assert!(!expired.exists() && !idle_file.exists());
+    assert!(!idle.exists(), "an idle emptied root directory goes");
+    assert!(young.exists() && foreign.exists() && target.exists());
+    assert!(std::fs::symlink_metadata(&link).is_ok());
+    assert!(
+        again.spill_dir().exists(),
+        "the session's own directory stays"
+    );
+    std::fs::remove_dir_all(&mixed).unwrap();
+    backend.shutdown().await;
+    again.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spill_directory_removed_by_another_sweep_is_made_again() {
+    let Some(server) = server() else { return };
+    let backend = server.connect().await;
+    std::fs::remove_dir(backend.spill_dir()).unwrap();
+    let (path, mut writer) = backend.files().create_spill_file().await.unwrap();
+    writer.write_all(b"output").await.unwrap();
+    writer.shutdown().await.unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"output");
+    assert_eq!(mode(backend.spill_dir()), 0o700);
+}

@@ -1,0 +1,127 @@
+//! Start-time cleanup of what earlier sessions left on the remote host: spill files past
+//! their lifetime (every root's, under `/tmp/cordon-<uid>/spill/`) and the root directories
+//! they emptied. Listing and removal go over SFTP (`readdir` reports `lstat` attributes,
+//! `remove` unlinks without following a symlink); only names of Cordon's exact naming are
+//! touched. The rules are [`cordon_tools::leftovers`]; a remote file cannot be locked over
+//! SFTP, so a spill file still being written is recognised by its moving modification time
+//! (never removed younger than [`leftovers::SPILL_MIN_AGE`]).
+
+use std::time::{Duration, SystemTime};
+
+use cordon_tools::leftovers::{self, SpillBounds, SpillFile};
+use russh_sftp::client::error::Error as SftpError;
+use russh_sftp::protocol::{FileAttributes, FileType, StatusCode};
+
+use crate::conn::Live;
+
+/// One directory entry: its name and `lstat` attributes.
+type Listed = Vec<(String, FileAttributes)>;
+
+/// List `dir` (without `.` and `..`); `None` when it cannot be listed.
+async fn list(live: &Live, dir: &str) -> Option<Listed> {
+    let handle = live.sftp.opendir(dir.to_owned()).await.ok()?.handle;
+    let mut out = Vec::new();
+    let listed = loop {
+        match live.sftp.readdir(handle.as_str()).await {
+            Ok(name) => out.extend(
+                name.files
+                    .into_iter()
+                    .filter(|f| f.filename != "." && f.filename != "..")
+                    .map(|f| (f.filename, f.attrs)),
+            ),
+            Err(SftpError::Status(status)) if status.status_code == StatusCode::Eof => {
+                break true;
+            }
+            Err(_) => break false,
+        }
+    };
+    let _ = live.sftp.close(handle).await;
+    listed.then_some(out)
+}
+
+fn modified(attrs: &FileAttributes) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(u64::from(attrs.mtime.unwrap_or(0)))
+}
+
+/// What a sweep removed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Swept {
+    pub files: usize,
+    pub bytes: u64,
+    pub dirs: usize,
+}
+
+/// Sweep the spill files of every root under `spill_parent` by `bounds`, then remove root
+/// directories it emptied that nobody changed for `bounds.max_age` (a live session on that
+/// root recreates its directory if it needs it again). `own` (this session's directory) is
+/// never removed. Best effort: a failure leaves the file for a later sweep.
+pub(crate) async fn spill(
+    live: &Live,
+    spill_parent: &str,
+    own: &str,
+    now: SystemTime,
+    bounds: SpillBounds,
+) -> Swept {
+    let Some(roots) = list(live, spill_parent).await else {
+        return Swept::default();
+    };
+    // (root index, path, file)
+    let mut found: Vec<(usize, String, SpillFile)> = Vec::new();
+    // (path, entries, modified, removed)
+    let mut dirs: Vec<(String, usize, SystemTime, usize)> = Vec::new();
+    for (name, attrs) in roots {
+        if !leftovers::is_spill_root_dir_name(name.as_bytes()) || attrs.file_type() != FileType::Dir
+        {
+            continue;
+        }
+        let dir = format!("{spill_parent}/{name}");
+        let Some(entries) = list(live, &dir).await else {
+            continue;
+        };
+        let index = dirs.len();
+        for (file, attrs) in &entries {
+            if leftovers::is_spill_file_name(file.as_bytes()) && attrs.file_type() == FileType::File
+            {
+                found.push((
+                    index,
+                    format!("{dir}/{file}"),
+                    SpillFile {
+                        size: attrs.size.unwrap_or(0),
+                        modified: modified(attrs),
+                    },
+                ));
+            }
+        }
+        dirs.push((dir, entries.len(), modified(&attrs), 0));
+    }
+    let files: Vec<SpillFile> = found.iter().map(|(_, _, f)| *f).collect();
+    let mut chosen = Vec::new();
+    leftovers::sweep_spill_files(&files, now, bounds, |i| {
+        chosen.push(i);
+        true
+    });
+    let mut swept = Swept::default();
+    for i in chosen {
+        let (dir, path, file) = &found[i];
+        if live.sftp.remove(path.clone()).await.is_ok() {
+            dirs[*dir].3 += 1;
+            swept.files += 1;
+            swept.bytes += file.size;
+        }
+    }
+    for (dir, entries, dir_modified, removed) in dirs {
+        let idle = leftovers::age(now, dir_modified) > bounds.max_age;
+        if dir != own && removed == entries && idle && live.sftp.rmdir(dir).await.is_ok() {
+            swept.dirs += 1;
+        }
+    }
+    if swept != Swept::default() {
+        tracing::info!(
+            files = swept.files,
+            bytes = swept.bytes,
+            root_dirs = swept.dirs,
+            "removed remote spill files past their lifetime"
+        );
+    }
+    swept
+}
