@@ -1,9 +1,9 @@
-//! Memory of `read` on PNG decompression bombs: writes an all-zero 11500×11500 RGBA PNG
-//! (3.2 MB on disk, 529 MB decoded) and reads it COUNT times in parallel through the `read`
-//! tool over the `StdFiles` test backend, printing each result's text. Measure the process's
-//! peak RSS around it:
+//! Memory of `read` on PNG decompression bombs: writes an all-zero SIDE×SIDE RGBA PNG
+//! (default 11500: 3.2 MB on disk, 529 MB decoded) and reads it COUNT times in parallel
+//! through the `read` tool over the `StdFiles` test backend, printing each result's text.
+//! Measure the process's peak RSS around it:
 //!
-//! `/usr/bin/time -v target/release/examples/image_read_rss 6`
+//! `/usr/bin/time -v target/release/examples/image_read_rss 6 [SIDE]`
 //!
 //! Build: `cargo build --release -p cordon-tools --features testing --example image_read_rss`
 
@@ -21,8 +21,11 @@ async fn main() {
     let count: usize = std::env::args()
         .nth(1)
         .map_or(1, |arg| arg.parse().expect("COUNT is a number"));
+    let side: u32 = std::env::args()
+        .nth(2)
+        .map_or(11_500, |arg| arg.parse().expect("SIDE is a number"));
     let dir = tempfile::tempdir().expect("temporary directory");
-    let bomb = png_zero_bomb(11_500, 11_500);
+    let bomb = png_zero_bomb(side, side);
     println!("bomb.png: {} bytes", bomb.len());
     std::fs::write(dir.path().join("bomb.png"), &bomb).expect("write the bomb");
     drop(bomb);
