@@ -53,6 +53,7 @@ macro_rules! conformance_tests {
                     reports_utf8_byte_count,
                     overwrite_keeps_permissions,
                     read_only_file_and_directory,
+                    full_disk_keeps_the_old_file,
                 ],
                 edit: [
                     replaces_and_reports_diff,

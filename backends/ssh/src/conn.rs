@@ -526,6 +526,9 @@ async fn authenticate(
 pub(crate) struct SftpExtensions {
     /// `posix-rename@openssh.com`: rename over an existing file atomically.
     pub posix_rename: bool,
+    /// `statvfs@openssh.com`: free space of a file system (tells a full disk from other
+    /// write failures).
+    pub statvfs: bool,
 }
 
 /// One established connection: the session plus its SFTP subsystem.
@@ -574,6 +577,7 @@ async fn open_sftp(
         sftp,
         SftpExtensions {
             posix_rename: has("posix-rename@openssh.com"),
+            statvfs: version.extensions.contains_key("statvfs@openssh.com"),
         },
     ))
 }

@@ -346,17 +346,55 @@ impl Inner {
                 }
                 return Err(match err {
                     FsError::NotFound { .. } => self.missing_parent(&live, &path, parent).await,
-                    other => other,
+                    other => self.explain_failure(&live, parent, other).await,
                 });
             }
         };
         let result = self
             .fill_and_replace(&live, &handle, &temp_name, &name, existing, &data, &path)
             .await;
-        if result.is_err() {
-            let _ = live.sftp.remove(temp_name).await;
+        match result {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                let err = self.explain_failure(&live, parent, err).await;
+                if let Err(removal) = live.sftp.remove(temp_name.clone()).await {
+                    tracing::warn!(temp = %temp_name, error = %removal, "failed to remove the temporary file of a failed write");
+                }
+                Err(err)
+            }
         }
-        result
+    }
+
+    /// SFTP version 3 has no status for a full disk: OpenSSH's server answers a write that hit
+    /// `ENOSPC` (or `EDQUOT`) with the generic `Failure`. When the file system of `dir` has no
+    /// free block or inode left (`statvfs@openssh.com`), say `ENOSPC` instead; any other
+    /// failure is returned as it is.
+    async fn explain_failure(&self, live: &Live, dir: &Path, err: FsError) -> FsError {
+        let FsError::Io { op, path, source } = err else {
+            return err;
+        };
+        let generic = source.raw_os_error().is_none()
+            && source
+                .to_string()
+                .starts_with(&StatusCode::Failure.to_string());
+        if !generic || !live.extensions.statvfs {
+            return FsError::Io { op, path, source };
+        }
+        let Ok(dir) = text("statvfs", dir) else {
+            return FsError::Io { op, path, source };
+        };
+        match live.sftp.statvfs(dir).await {
+            Ok(fs) if fs.blocks_avail == 0 || fs.inodes_avail == 0 => FsError::Io {
+                op,
+                path,
+                source: std::io::Error::from_raw_os_error(28),
+            },
+            Ok(_) => FsError::Io { op, path, source },
+            Err(error) => {
+                tracing::debug!(%error, "statvfs after a failed write failed");
+                FsError::Io { op, path, source }
+            }
+        }
     }
 
     async fn missing_parent(&self, live: &Live, path: &Path, parent: &Path) -> FsError {

@@ -84,3 +84,107 @@ pub async fn read_only_file_and_directory(h: Arc<dyn Harness>) {
         .await
         .assert_error("Could not write file: sub. Error code: EISDIR.");
 }
+
+/// A small tmpfs mounted at a directory of the workspace, unmounted (lazily) on drop.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    /// Mount a `size`-byte tmpfs at `dir` (created; the suites run as root).
+    fn mount(dir: std::path::PathBuf, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(&dir).expect("create the mount point");
+        let status = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0777"),
+                "tmpfs",
+            ])
+            .arg(&dir)
+            .status()
+            .expect("failed to run mount (the suites need root for a small tmpfs)");
+        assert!(
+            status.success(),
+            "failed to mount a tmpfs at {}",
+            dir.display()
+        );
+        SmallDisk(dir)
+    }
+
+    /// Fill what is left of the disk with `filler` until the kernel says it is full.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut file = std::fs::File::create(self.0.join("filler")).expect("create filler");
+        let block = vec![b'f'; 4096];
+        loop {
+            match file.write_all(&block) {
+                Ok(()) => {}
+                Err(error) if error.raw_os_error() == Some(28) => break,
+                Err(error) => panic!("failed to fill the small disk: {error}"),
+            }
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.0)
+            .expect("list the small disk")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// On a full disk `write` and `edit` fail with a clear error, the old file stays as it was and
+/// no temporary file is left; once there is room again the same write works.
+pub async fn full_disk_keeps_the_old_file(h: Arc<dyn Harness>) {
+    let mut ws = Workspace::open(&h).await;
+    let disk = SmallDisk::mount(ws.host("full"), "256k");
+    // A session sees mounts that exist when it starts (a container's bind mount is taken then).
+    ws.restart().await;
+    ws.put("full/keep.txt", "old contents\n");
+    disk.fill();
+    let big = "n".repeat(64 * 1024);
+
+    let write = ws
+        .call("write", json!({"path": "full/keep.txt", "content": big}))
+        .await;
+    assert!(write.is_error(), "{}", write.text);
+    assert!(write.text.contains("full/keep.txt"), "{}", write.text);
+    assert!(write.text.contains("ENOSPC"), "{}", write.text);
+    let edit = ws
+        .call(
+            "edit",
+            json!({"path": "full/keep.txt", "edits": [{"oldText": "old", "newText": big}]}),
+        )
+        .await;
+    assert!(edit.is_error(), "{}", edit.text);
+    assert!(edit.text.contains("ENOSPC"), "{}", edit.text);
+    assert_eq!(ws.get_text("full/keep.txt"), "old contents\n");
+    assert_eq!(
+        disk.names(),
+        ["filler", "keep.txt"],
+        "no temporary file is left"
+    );
+
+    std::fs::remove_file(ws.host("full/filler")).expect("free the disk");
+    ws.call("write", json!({"path": "full/keep.txt", "content": big}))
+        .await
+        .assert_ok("Successfully wrote 65536 bytes to full/keep.txt");
+    assert_eq!(ws.get_text("full/keep.txt"), big);
+}
