@@ -72,6 +72,7 @@ macro_rules! conformance_tests {
                     sorted_with_directory_slashes,
                     limit_notice,
                     missing_and_not_a_directory,
+                    write_temp_files_are_hidden,
                 ],
                 grep: [
                     matches_across_files,
@@ -80,12 +81,14 @@ macro_rules! conformance_tests {
                     gitignore_and_git_excluded,
                     no_matches_and_flag_like_pattern,
                     invalid_regex,
+                    write_temp_files_are_not_searched,
                 ],
                 find: [
                     hidden_files_gitignore_and_git_excluded,
                     limit_notice,
                     no_files_and_invalid_glob,
                     control_characters_in_names_are_escaped,
+                    write_temp_files_are_not_found,
                 ],
                 bash: [
                     merged_output_and_structured_content,

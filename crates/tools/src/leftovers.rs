@@ -66,14 +66,6 @@ pub fn is_write_temp_name(name: &[u8]) -> bool {
             .is_some_and(|target| !target.is_empty() && !target.contains(&b'/'))
 }
 
-/// Whether the last component of `path` (a `/`-separated relative or absolute path as the
-/// tools print it) is a write temp file: listings and search results leave those out.
-pub fn is_write_temp_path(path: &str) -> bool {
-    let path = path.strip_suffix('/').unwrap_or(path);
-    let name = path.rsplit('/').next().unwrap_or(path);
-    is_write_temp_name(name.as_bytes())
-}
-
 /// One spill file found at start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SpillFile {
@@ -220,10 +212,6 @@ mod tests {
                 String::from_utf8_lossy(other)
             );
         }
-        assert!(is_write_temp_path("src/.a.rs.cordon-0123456789abcdef.tmp"));
-        assert!(is_write_temp_path(".a.rs.cordon-0123456789abcdef.tmp"));
-        assert!(!is_write_temp_path(".a.rs.cordon-0123456789abcdef.tmp/x"));
-        assert!(!is_write_temp_path("src/a.rs"));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::bounds::MAX_PATH_CHARS;
 use crate::file_tool::{ABORTED, decode_args, whole_number};
+use crate::leftovers::is_write_temp_name;
 use crate::ops::{DirEntry, FileKind, FileOperations, FsError};
 use crate::paths::resolve_to_cwd;
 use crate::search_format::escape_name;
@@ -162,7 +163,10 @@ impl AgentTool for LsTool {
 }
 
 /// Sort, cut and render a directory listing.
-fn format_listing(entries: Vec<DirEntry>, limit: u64) -> AgentToolResult {
+fn format_listing(mut entries: Vec<DirEntry>, limit: u64) -> AgentToolResult {
+    // The temp file of a write in flight, or one a killed Cordon left (removed by the next
+    // session on this root), is not the model's file.
+    entries.retain(|entry| !is_write_temp_name(entry.name.as_bytes()));
     if entries.is_empty() {
         return AgentToolResult::text("(empty directory)");
     }
@@ -376,5 +380,19 @@ mod tests {
         cancel.cancel();
         let outcome = call_with(&tool(dir.path()), json!({}), cancel).await;
         assert_eq!(error(outcome), "Operation aborted");
+    }
+
+    #[tokio::test]
+    async fn write_temp_files_are_not_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "").unwrap();
+        std::fs::write(dir.path().join(".a.txt.cordon-0123456789abcdef.tmp"), "").unwrap();
+        std::fs::write(dir.path().join(".a.txt.cordon-1.tmp"), "").unwrap();
+        let result = call(&tool(dir.path()), json!({})).await.unwrap();
+        assert_eq!(text(&result), ".a.txt.cordon-1.tmp\na.txt");
+        std::fs::remove_file(dir.path().join("a.txt")).unwrap();
+        std::fs::remove_file(dir.path().join(".a.txt.cordon-1.tmp")).unwrap();
+        let result = call(&tool(dir.path()), json!({})).await.unwrap();
+        assert_eq!(text(&result), "(empty directory)");
     }
 }

@@ -208,12 +208,14 @@ pub fn format_grep(
     context: usize,
 ) -> Formatted {
     let GrepOutput { files, errors } = output;
-    let files = merge_files(files);
+    let mut files = merge_files(files);
     let total_matches: usize = files
         .iter()
         .map(|f| f.lines.iter().filter(|l| l.is_match).count())
         .sum();
+    // Judged before temp files are left out: the backend stopped at its cap either way.
     let match_limit_reached = total_matches > limit;
+    files.retain(|file| !is_write_temp_file(&file.path));
 
     let mut lines: Vec<String> = Vec::new();
     let mut shown_matches = 0;
@@ -284,10 +286,13 @@ pub fn format_grep(
 pub fn format_find(output: FindOutput, search_path: &Path, limit: usize) -> Formatted {
     let FindOutput { mut paths, errors } = output;
     paths.dedup();
+    // Judged before temp files are left out: the backend stopped at its cap either way.
+    let limit_reached = paths.len() > limit;
+    paths.retain(|path| !is_write_temp_file(path));
     let mut details = Map::new();
     let mut notices = Vec::new();
     let unreadable = unreadable_note(&errors, search_path, "path(s)");
-    if paths.is_empty() {
+    if paths.is_empty() && !limit_reached {
         return finish(
             "No files found matching pattern".to_owned(),
             notices,
@@ -296,7 +301,6 @@ pub fn format_find(output: FindOutput, search_path: &Path, limit: usize) -> Form
             details,
         );
     }
-    let limit_reached = paths.len() > limit;
     paths.truncate(limit);
     let text = paths
         .iter()
@@ -312,6 +316,14 @@ pub fn format_find(output: FindOutput, search_path: &Path, limit: usize) -> Form
     }
     let text = cap_bytes(text, &mut notices, &mut details);
     finish(text, notices, unreadable, &errors, details)
+}
+
+/// Whether `path` names the temp file of an atomic write (Cordon's exact naming): the temp
+/// file of a write in flight, or one a killed Cordon left behind, which the next session on
+/// that root removes. Searches and listings leave them out on every backend.
+fn is_write_temp_file(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|name| crate::leftovers::is_write_temp_name(name.as_encoded_bytes()))
 }
 
 /// Merge repeated files and, within a file, sort lines and drop duplicates (a line that is a
@@ -787,5 +799,58 @@ mod tests {
             SearchToolError::from_search(SearchError::Cancelled).to_string(),
             "Operation aborted"
         );
+    }
+
+    const TEMP: &str = "/ws/src/.a.rs.cordon-0123456789abcdef.tmp";
+
+    #[test]
+    fn grep_leaves_out_write_temp_files() {
+        let formatted = grep(
+            vec![
+                file(TEMP, vec![line(1, "needle", true)]),
+                file("/ws/src/a.rs", vec![line(2, "needle", true)]),
+                file(
+                    "/ws/src/.a.rs.cordon-nothex.tmp",
+                    vec![line(3, "needle", true)],
+                ),
+            ],
+            10,
+            0,
+        );
+        assert_eq!(
+            formatted.text,
+            "src/a.rs:2: needle\nsrc/.a.rs.cordon-nothex.tmp:3: needle"
+        );
+    }
+
+    #[test]
+    fn grep_keeps_the_limit_notice_when_the_backend_was_cut_by_temp_file_matches() {
+        let formatted = grep(
+            vec![
+                file(TEMP, vec![line(1, "needle", true), line(2, "needle", true)]),
+                file("/ws/src/a.rs", vec![line(2, "needle", true)]),
+            ],
+            2,
+            0,
+        );
+        assert!(
+            formatted.text.starts_with("src/a.rs:2: needle"),
+            "{}",
+            formatted.text
+        );
+        assert!(
+            formatted.text.contains("matches limit reached"),
+            "{}",
+            formatted.text
+        );
+    }
+
+    #[test]
+    fn find_leaves_out_write_temp_files_and_keeps_the_limit_notice() {
+        assert_eq!(find(&[TEMP, "/ws/src/a.rs"], 10).text, "src/a.rs");
+        let cut = find(&["/ws/a", TEMP, "/ws/b"], 2);
+        assert!(cut.text.starts_with("a\nb\n"), "{}", cut.text);
+        assert!(cut.text.contains("2 results limit reached"), "{}", cut.text);
+        assert_eq!(find(&[TEMP], 10).text, "No files found matching pattern");
     }
 }

@@ -81,3 +81,14 @@ pub async fn control_characters_in_names_are_escaped(h: Arc<dyn Harness>) {
         .await
         .assert_ok("esc\\x1b[2J.txt\nevil\\nfake-entry.txt\nplain.txt");
 }
+
+/// The temp file of a write is not found.
+pub async fn write_temp_files_are_not_found(h: Arc<dyn Harness>) {
+    let ws = Workspace::open(&h).await;
+    ws.put("a.txt", "");
+    ws.put(".a.txt.cordon-0123456789abcdef.tmp", "");
+    ws.put("sub/.b.txt.cordon-fedcba9876543210.tmp", "");
+    ws.call("find", json!({"pattern": "*"}))
+        .await
+        .assert_ok("a.txt");
+}

@@ -110,3 +110,14 @@ pub async fn invalid_regex(h: Arc<dyn Harness>) {
              the pattern, or set literal=true to search for the text as is.",
     );
 }
+
+/// The temp file of a write is not searched.
+pub async fn write_temp_files_are_not_searched(h: Arc<dyn Harness>) {
+    let ws = Workspace::open(&h).await;
+    ws.put("a.txt", "needle\n");
+    ws.put(".a.txt.cordon-0123456789abcdef.tmp", "needle\n");
+    ws.put("sub/.b.txt.cordon-fedcba9876543210.tmp", "needle\n");
+    ws.call("grep", json!({"pattern": "needle"}))
+        .await
+        .assert_ok("a.txt:1: needle");
+}
