@@ -297,6 +297,18 @@ impl LocalBackend {
             &spec,
             layout.host_denied.clone(),
         )?);
+        // Temp files of writes a killed session left (only those no live writer holds).
+        let writable_roots: Vec<PathBuf> = roots
+            .iter()
+            .filter(|root| {
+                matches!(
+                    (root.kind, root.access),
+                    (RootKind::Workspace | RootKind::Extra, Access::ReadWrite)
+                )
+            })
+            .map(|root| root.path.clone())
+            .collect();
+        crate::temp_sweep::remove_write_temps(&writable_roots);
         let shell = exec::find_shell();
         let git = match spec.nested_git {
             NestedGit::Allow => None,

@@ -661,6 +661,10 @@ pub(crate) fn write_replace(
         armed: true,
     };
     let mut file = File::from(fd);
+    // Held until the rename: the next session's cleanup removes only temp files whose lock it
+    // can take (those of a killed writer).
+    file.try_lock()
+        .map_err(|e| ("lock temp file for", io::Error::from(e)))?;
     fill(&mut file).map_err(|e| ("write", e))?;
     if let Some((uid, gid)) = owner {
         // Keep the owner when we can (running as root); a failure only changes ownership.

@@ -88,6 +88,8 @@ mod roots;
 mod search;
 #[cfg(target_os = "linux")]
 mod state;
+#[cfg(target_os = "linux")]
+mod temp_sweep;
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
 

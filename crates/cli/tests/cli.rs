@@ -1027,3 +1027,161 @@ fn exec_takes_large_arguments_from_stdin_or_a_file() {
     );
     run.assert_usage_error("failed to open ARGS_JSON file");
 }
+
+/// The temp files of writes directly in `dir`.
+fn write_temps(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .expect("list")
+        .flatten()
+        .filter(|entry| {
+            cordon_tools::leftovers::is_write_temp_name(entry.file_name().as_encoded_bytes())
+        })
+        .map(|entry| entry.path())
+        .collect()
+}
+
+fn signal(child: &Child, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, signal).expect("send signal");
+}
+
+/// Whether the process is stopped (`T` in `/proc/PID/stat`).
+fn stopped(child: &Child) -> bool {
+    std::fs::read_to_string(format!("/proc/{}/stat", child.id()))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}
+
+/// Whether process `pid` holds a `flock` on inode `ino` (`/proc/locks`: `N: FLOCK ADVISORY
+/// WRITE PID MAJ:MIN:INODE 0 EOF`).
+fn holds_flock(pid: u32, ino: u64) -> bool {
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(1) == Some(&"FLOCK")
+                && fields.get(4) == Some(&pid.to_string().as_str())
+                && fields
+                    .get(5)
+                    .and_then(|id| id.rsplit(':').next())
+                    .is_some_and(|i| i == ino.to_string())
+        })
+}
+
+/// Start `cordon exec write` of a large `name` in the workspace and stop it (SIGSTOP) once its
+/// temp file exists and is locked: the write is then in flight, its temp file half written. A
+/// write that finished before that was seen is retried with twice the content.
+fn writer_stopped_mid_write(ws: &Ws, name: &str) -> (Child, PathBuf) {
+    let args_dir = tempfile::tempdir().expect("temp dir");
+    let mut size = 64 << 20;
+    for _ in 0..6 {
+        let args = json!({"path": name, "content": "x".repeat(size)}).to_string();
+        let file = args_dir.path().join("args.json");
+        std::fs::write(&file, args).expect("write args");
+        let mut child = Command::new(BIN)
+            .args([
+                "exec",
+                "write",
+                &format!("@{}", file.display()),
+                "--root",
+                &ws.root,
+            ])
+            .current_dir(ws.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("failed to start cordon");
+        let start = Instant::now();
+        loop {
+            let locked = write_temps(ws.dir.path()).pop().filter(|temp| {
+                use std::os::unix::fs::MetadataExt as _;
+                std::fs::metadata(temp).is_ok_and(|meta| holds_flock(child.id(), meta.ino()))
+            });
+            if let Some(temp) = locked {
+                signal(&child, nix::sys::signal::Signal::SIGSTOP);
+                while !stopped(&child) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if temp.exists() {
+                    return (child, temp);
+                }
+                signal(&child, nix::sys::signal::Signal::SIGCONT);
+                break;
+            }
+            if child.try_wait().expect("wait").is_some() {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "the write never started"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(child.wait().expect("wait").success());
+        std::fs::remove_file(ws.path(name)).expect("remove the written file");
+        size *= 2;
+    }
+    panic!("every write finished before its temp file was seen");
+}
+
+#[test]
+fn a_write_killed_mid_way_leaves_a_temp_file_the_next_session_removes() {
+    let ws = Ws::new();
+    let (mut killed, temp) = writer_stopped_mid_write(&ws, "big.txt");
+    signal(&killed, nix::sys::signal::Signal::SIGKILL);
+    killed.wait().expect("wait");
+    assert!(temp.exists(), "kill -9 leaves the temp file");
+    assert!(!ws.path("big.txt").exists(), "and no torn target");
+    // A temp file modified in the last minute may be a writer's that has not locked it yet:
+    // this one is older (as at any later session but an immediate one).
+    std::fs::File::options()
+        .append(true)
+        .open(&temp)
+        .expect("open temp")
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(120))
+        .expect("age temp");
+    ws.put("small.txt", "x");
+    let run = cordon_in(
+        ws.dir.path(),
+        &["exec", "ls", "{}", "--root", &ws.root],
+        None,
+    );
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert_eq!(run.stdout.trim(), "small.txt", "{run:#?}");
+    assert!(!temp.exists(), "the next session removes it");
+}
+
+#[test]
+fn a_live_writers_temp_file_is_not_removed_by_another_session() {
+    let ws = Ws::new();
+    let (mut live, temp) = writer_stopped_mid_write(&ws, "big.txt");
+    // Old enough to go by its age: only its writer's lock keeps it.
+    std::fs::File::options()
+        .append(true)
+        .open(&temp)
+        .expect("open temp")
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(120))
+        .expect("age temp");
+    let run = cordon_in(
+        ws.dir.path(),
+        &["exec", "ls", "{}", "--root", &ws.root],
+        None,
+    );
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert!(temp.exists(), "a write in flight keeps its temp file");
+    signal(&live, nix::sys::signal::Signal::SIGCONT);
+    assert!(live.wait().expect("wait").success());
+    assert!(!temp.exists());
+    assert!(
+        std::fs::metadata(ws.path("big.txt"))
+            .expect("written")
+            .len()
+            >= 64 << 20
+    );
+}

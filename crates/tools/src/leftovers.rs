@@ -21,6 +21,10 @@ pub const SPILL_MAX_TOTAL: u64 = 4 << 30;
 /// bound: another session may still be writing it, or its model about to read it.
 pub const SPILL_MIN_AGE: Duration = Duration::from_secs(10 * 60);
 
+/// A local write temp file modified more recently than this is never removed, even unlocked:
+/// its writer may be between creating it and taking its lock.
+pub const WRITE_TEMP_MIN_AGE: Duration = Duration::from_secs(60);
+
 /// A write temp file on a remote host (ssh, docker) whose modification time is older than
 /// this is no longer being written: a writer sends its bytes in one go, so a live temp file's
 /// time keeps moving.
