@@ -751,7 +751,51 @@ impl Inner {
             )));
         };
         self.sweep_spill(&text).await;
+        self.remove_stale_write_temps().await;
         Ok(has_rg)
+    }
+
+    /// Remove the temp files of writes a killed session left in the writable roots (not
+    /// modified for [`leftovers::REMOTE_TEMP_MIN_AGE`]: the helper streams a write's bytes, so
+    /// a live one's time keeps moving). Best effort.
+    async fn remove_stale_write_temps(&self) {
+        let writable: Vec<String> = self
+            .roots
+            .iter()
+            .filter(|root| self.rules.allows_write(root))
+            .filter_map(|root| root.to_str().map(str::to_owned))
+            .collect();
+        if writable.is_empty() {
+            return;
+        }
+        let argv = cordon_remote::files::remove_stale_write_temps_argv(
+            &writable,
+            leftovers::REMOTE_TEMP_MIN_AGE,
+        );
+        let removed = match client::start_exec(&self.docker, &self.container, argv, None).await {
+            Ok(exec) => files::collect(exec.output).await,
+            Err(e) => Err(e.to_string()),
+        };
+        match removed {
+            Ok((stdout, _)) => {
+                let files = stdout
+                    .split(|b| *b == b'\n')
+                    .filter(|l| !l.is_empty())
+                    .count();
+                if files > 0 {
+                    tracing::info!(
+                        container = %self.container,
+                        files,
+                        "removed temp files of writes a killed session left"
+                    );
+                }
+            }
+            Err(error) => tracing::warn!(
+                container = %self.container,
+                %error,
+                "failed to look for stale temp files"
+            ),
+        }
     }
 
     /// Remove this root's spill files past their lifetime ([`cordon_tools::leftovers`]; the

@@ -238,7 +238,9 @@ async fn atomic_write_keeps_mode_and_follows_inner_symlinks() {
     let names: Vec<String> = std::fs::read_dir(ws.path())
         .expect("ls")
         .map(|e| e.expect("e").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains("cordon-tmp"))
+        .filter(|n| {
+            cordon_tools::leftovers::is_write_temp_name(n.as_bytes()) || n.contains("cordon-tmp")
+        })
         .collect();
     assert_eq!(names, Vec::<String>::new());
     backend.shutdown().await;

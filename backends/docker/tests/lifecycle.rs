@@ -358,6 +358,58 @@ async fn a_new_session_removes_expired_spill_files_of_its_root_and_only_those() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_removes_stale_write_temp_files_and_keeps_live_ones() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let root = ws.path();
+    std::fs::create_dir_all(root.join("sub")).expect("mkdir");
+    let stale = root.join("sub/.a.txt.cordon-0123456789abcdef.tmp");
+    let live = root.join(".b.txt.cordon-fedcba9876543210.tmp");
+    let foreign = root.join(".a.txt.cordon-draft.tmp");
+    for file in [&stale, &live, &foreign] {
+        std::fs::write(file, b"half").expect("write");
+    }
+    for file in [&stale, &foreign] {
+        std::fs::File::options()
+            .append(true)
+            .open(file)
+            .expect("open")
+            .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(20 * 60))
+            .expect("age");
+    }
+    let backend = session(&host, root).await;
+    assert!(!stale.exists(), "a stale temp file is removed at start");
+    assert!(
+        live.exists(),
+        "a temp file modified a moment ago may be a write in flight"
+    );
+    assert!(foreign.exists(), "only Cordon's exact naming is removed");
+    // The helper's own writes leave nothing behind.
+    backend
+        .files()
+        .write_file(&backend.files().root().join("c.txt"), b"new")
+        .await
+        .expect("write");
+    let names: Vec<String> = std::fs::read_dir(root)
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let temps: Vec<&String> = names
+        .iter()
+        .filter(|n| {
+            cordon_tools::leftovers::is_write_temp_name(n.as_bytes()) || n.contains("cordon-tmp")
+        })
+        .collect();
+    assert_eq!(
+        temps,
+        vec![".b.txt.cordon-fedcba9876543210.tmp"],
+        "{names:?}"
+    );
+    backend.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_networked_container_reaches_no_host_unix_socket() {
     let host = host_or_skip!();
     let ws = workspace();

@@ -47,7 +47,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
-use cordon_core::sandbox::{NetworkMode, SandboxSpec};
+use cordon_core::sandbox::{NetworkMode, RootAccess, SandboxSpec};
 use cordon_remote::files::{PathRules, Root};
 use cordon_tools::ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
 use sha2::{Digest, Sha256};
@@ -348,6 +348,20 @@ impl SshBackend {
             path: spill_dir.clone(),
             writable: false,
         });
+        // Temp files of writes a killed session left in the writable roots.
+        let writable: Vec<String> = (spec.workspace == RootAccess::ReadWrite)
+            .then(|| root_text.clone())
+            .into_iter()
+            .chain(
+                extra
+                    .iter()
+                    .filter(|r| r.writable)
+                    .filter_map(|r| r.path.to_str().map(str::to_owned)),
+            )
+            .collect();
+        if !writable.is_empty() {
+            sweep::stale_write_temps(&pool, &writable).await;
+        }
         let rules = PathRules::new(&root, &spec, extra)?;
         let endpoint = pool.endpoint();
         let id = BackendId::new(format!(

@@ -1,6 +1,7 @@
 //! Start-time cleanup of what earlier sessions left on the remote host: spill files past
 //! their lifetime (every root's, under `/tmp/cordon-<uid>/spill/`) and the root directories
-//! they emptied. Listing and removal go over SFTP (`readdir` reports `lstat` attributes,
+//! they emptied, and the temp files of writes a killed session left in the writable roots
+//! ([`stale_write_temps`]). Listing and removal go over SFTP (`readdir` reports `lstat` attributes,
 //! `remove` unlinks without following a symlink); only names of Cordon's exact naming are
 //! touched. The rules are [`cordon_tools::leftovers`]; a remote file cannot be locked over
 //! SFTP, so a spill file still being written is recognised by its moving modification time
@@ -12,7 +13,8 @@ use cordon_tools::leftovers::{self, SpillBounds, SpillFile};
 use russh_sftp::client::error::Error as SftpError;
 use russh_sftp::protocol::{FileAttributes, FileType, StatusCode};
 
-use crate::conn::Live;
+use crate::conn::{Live, Pool};
+use crate::remote;
 
 /// One directory entry: its name and `lstat` attributes.
 type Listed = Vec<(String, FileAttributes)>;
@@ -124,4 +126,33 @@ pub(crate) async fn spill(
         );
     }
     swept
+}
+
+/// Remove the temp files of atomic writes (`.NAME.cordon-<16 hex>.tmp`) under the writable
+/// `roots` that were not modified for [`leftovers::REMOTE_TEMP_MIN_AGE`]: an SFTP writer
+/// cannot lock its file, but it streams its bytes, so a live one's modification time keeps
+/// moving. One remote `find` (no symlink followed, `.git` not entered, one filesystem).
+pub(crate) async fn stale_write_temps(pool: &Pool, roots: &[String]) -> usize {
+    let argv =
+        cordon_remote::files::remove_stale_write_temps_argv(roots, leftovers::REMOTE_TEMP_MIN_AGE);
+    match remote::run_collect(pool, &argv, None, remote::StdinEnd::AfterInput).await {
+        Ok(out) => {
+            let removed = out
+                .stdout
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .count();
+            if removed > 0 {
+                tracing::info!(
+                    files = removed,
+                    "removed temp files of writes a killed session left on the remote host"
+                );
+            }
+            removed
+        }
+        Err(error) => {
+            tracing::warn!(%error, "failed to look for stale temp files on the remote host");
+            0
+        }
+    }
 }

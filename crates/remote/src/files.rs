@@ -195,6 +195,42 @@ pub fn spill_file_name() -> String {
     format!("cordon-bash-{:016x}.log", fastrand::u64(..))
 }
 
+/// The `find` name pattern of a write temp file, exactly
+/// [`cordon_tools::leftovers::is_write_temp_name`]: `.<NAME>.cordon-<16 lowercase hex>.tmp`.
+fn write_temp_glob() -> String {
+    format!(".?*.cordon-{}.tmp", "[0-9a-f]".repeat(16))
+}
+
+/// The script removing stale write temp files: in each root given (`$2`…), regular files of
+/// Cordon's exact temp naming not modified for `$1` minutes, without entering `.git` or
+/// another filesystem and without following symlinks (`find`'s default); prints each path.
+const STALE_TEMPS_SCRIPT: &str = r#"
+age=$1
+pattern=$2
+shift 2
+for root do
+    find "$root" -xdev \( -name .git -prune \) -o \( -type f -name "$pattern" -mmin +"$age" -print -exec rm -f -- {} + \) 2>/dev/null
+done
+exit 0
+"#;
+
+/// The argv that removes write temp files older than `min_age` under `roots` (remote
+/// writable roots) — those of a killed writer: a live writer streams its bytes, so its file's
+/// modification time keeps moving. Prints the removed paths, one per line.
+pub fn remove_stale_write_temps_argv(
+    roots: &[String],
+    min_age: std::time::Duration,
+) -> Vec<String> {
+    let minutes = min_age.as_secs().div_ceil(60).max(1);
+    crate::sh_argv(
+        STALE_TEMPS_SCRIPT,
+        "cordon-temps",
+        [minutes.to_string(), write_temp_glob()]
+            .into_iter()
+            .chain(roots.iter().cloned()),
+    )
+}
+
 /// Metadata reported by `stat`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatRecord {
@@ -770,5 +806,61 @@ mod tests {
             read_only.check_write(&p("x"), &p("/workspace/a")),
             Err(FsError::PermissionDenied { .. })
         ));
+    }
+
+    #[test]
+    fn the_stale_temp_script_removes_only_old_regular_files_of_the_exact_naming() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(20 * 60);
+        let temp = ".a.txt.cordon-0123456789abcdef.tmp";
+        std::fs::create_dir_all(r.join("sub/.git")).unwrap();
+        let made = |rel: &str, aged: bool| {
+            let path = r.join(rel);
+            std::fs::write(&path, b"x").unwrap();
+            if aged {
+                std::fs::File::options()
+                    .append(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_modified(old)
+                    .unwrap();
+            }
+            path
+        };
+        let stale = made(temp, true);
+        let stale_deep = made(&format!("sub/{temp}"), true);
+        let young = made(".b.cordon-0123456789abcdef.tmp", false);
+        let in_git = made(&format!("sub/.git/{temp}"), true);
+        let foreign = made(".a.txt.cordon-0123456789ABCDEF.tmp", true);
+        let pid_named = made(".a.txt.cordon-tmp-123", true);
+        std::os::unix::fs::symlink(&foreign, r.join(".c.cordon-0000000000000000.tmp")).unwrap();
+        let argv = remove_stale_write_temps_argv(
+            &[r.to_str().unwrap().to_owned()],
+            std::time::Duration::from_secs(10 * 60),
+        );
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let mut printed: Vec<String> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        printed.sort();
+        assert_eq!(
+            printed,
+            vec![
+                stale.to_str().unwrap().to_owned(),
+                stale_deep.to_str().unwrap().to_owned()
+            ]
+        );
+        assert!(!stale.exists() && !stale_deep.exists());
+        for kept in [young, in_git, foreign, pid_named] {
+            assert!(kept.exists(), "{} removed", kept.display());
+        }
+        assert!(std::fs::symlink_metadata(r.join(".c.cordon-0000000000000000.tmp")).is_ok());
     }
 }

@@ -358,7 +358,11 @@ async fn interactive_writes_are_atomic_and_keep_the_mode() {
         let leftovers: Vec<_> = std::fs::read_dir(r)
             .expect("ls")
             .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().contains("cordon-tmp"))
+            .filter(|e| {
+                let name = e.file_name();
+                cordon_tools::leftovers::is_write_temp_name(name.as_encoded_bytes())
+                    || name.to_string_lossy().contains("cordon-tmp")
+            })
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
 

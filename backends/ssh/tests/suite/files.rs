@@ -336,3 +336,30 @@ async fn a_spill_directory_removed_by_another_sweep_is_made_again() {
     assert_eq!(std::fs::read(&path).unwrap(), b"output");
     assert_eq!(mode(backend.spill_dir()), 0o700);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_removes_stale_write_temp_files_and_keeps_live_ones() {
+    let Some(server) = server() else { return };
+    let ws = server.workspace.canonicalize().unwrap();
+    std::fs::create_dir_all(ws.join("sub")).unwrap();
+    let stale = ws.join("sub/.a.txt.cordon-0123456789abcdef.tmp");
+    let live = ws.join(".b.txt.cordon-fedcba9876543210.tmp");
+    let foreign = ws.join(".a.txt.cordon-draft.tmp");
+    for file in [&stale, &live, &foreign] {
+        std::fs::write(file, b"half").unwrap();
+    }
+    // A killed writer's file stops changing; one older than ten minutes is nobody's.
+    let twenty_minutes = std::time::Duration::from_secs(20 * 60);
+    aged(&stale, twenty_minutes);
+    aged(&foreign, twenty_minutes);
+    let backend = server.connect().await;
+    assert!(!stale.exists(), "a stale temp file is removed at connect");
+    assert!(
+        live.exists(),
+        "a temp file modified a moment ago may be a write in flight"
+    );
+    assert!(foreign.exists(), "only Cordon's exact naming is removed");
+    std::fs::remove_file(&live).unwrap();
+    std::fs::remove_file(&foreign).unwrap();
+    backend.shutdown().await;
+}

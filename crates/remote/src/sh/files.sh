@@ -227,7 +227,12 @@ cordon_fs() {
             mode=$(printf '%o' $(( 0644 & ~0$(umask) )))
         fi
         base=${C##*/}
-        tmp=$parent/.$base.cordon-tmp-$$
+        # Cordon's temp naming on every backend (.NAME.cordon-<16 hex>.tmp): listings and
+        # searches leave it out, and a later session removes one a killed writer left.
+        rand=$(od -An -N8 -tx1 /dev/urandom 2>/dev/null | tr -d ' \n')
+        case $rand in *[!0-9a-f]*) rand= ;; esac
+        [ ${#rand} -eq 16 ] || rand=$(printf '%016x' "$$")
+        tmp=$parent/.$base.cordon-$rand.tmp
         umask 077
         msg=$( { head -c "$len" >"$tmp"; } 2>&1 ) || {
             rm -f -- "$tmp"
