@@ -1077,6 +1077,17 @@ fn holds_flock(pid: u32, ino: u64) -> bool {
 /// temp file exists and is locked: the write is then in flight, its temp file half written. A
 /// write that finished before that was seen is retried with twice the content.
 fn writer_stopped_mid_write(ws: &Ws, name: &str) -> (Child, PathBuf) {
+    writer_stopped_mid_write_on(ws, name, &["--root", &ws.root], true)
+}
+
+/// [`writer_stopped_mid_write`] with the backend flags `backend`; `locked`: wait until the
+/// writer holds its temp file's lock (the local backend's writer does).
+fn writer_stopped_mid_write_on(
+    ws: &Ws,
+    name: &str,
+    backend: &[&str],
+    locked: bool,
+) -> (Child, PathBuf) {
     let args_dir = tempfile::tempdir().expect("temp dir");
     let mut size = 64 << 20;
     for _ in 0..6 {
@@ -1084,13 +1095,8 @@ fn writer_stopped_mid_write(ws: &Ws, name: &str) -> (Child, PathBuf) {
         let file = args_dir.path().join("args.json");
         std::fs::write(&file, args).expect("write args");
         let mut child = Command::new(BIN)
-            .args([
-                "exec",
-                "write",
-                &format!("@{}", file.display()),
-                "--root",
-                &ws.root,
-            ])
+            .args(["exec", "write", &format!("@{}", file.display())])
+            .args(backend)
             .current_dir(ws.dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -1101,7 +1107,8 @@ fn writer_stopped_mid_write(ws: &Ws, name: &str) -> (Child, PathBuf) {
         loop {
             let locked = write_temps(ws.dir.path()).pop().filter(|temp| {
                 use std::os::unix::fs::MetadataExt as _;
-                std::fs::metadata(temp).is_ok_and(|meta| holds_flock(child.id(), meta.ino()))
+                std::fs::metadata(temp)
+                    .is_ok_and(|meta| !locked || holds_flock(child.id(), meta.ino()))
             });
             if let Some(temp) = locked {
                 signal(&child, nix::sys::signal::Signal::SIGSTOP);
@@ -1184,4 +1191,58 @@ fn a_live_writers_temp_file_is_not_removed_by_another_session() {
             .len()
             >= 64 << 20
     );
+}
+
+#[test]
+fn a_write_over_ssh_killed_mid_way_leaves_a_temp_file_a_later_session_removes() {
+    if std::env::var("CORDON_SKIP_SSH").as_deref() == Ok("1") {
+        eprintln!("skipped: CORDON_SKIP_SSH=1");
+        return;
+    }
+    let sshd = cordon_tests::infra::sshd()
+        .unwrap_or_else(|reason| panic!("no test sshd for the ssh backend: {reason}"));
+    let ws = Ws::new();
+    let host = format!("root@127.0.0.1:{}", sshd.port);
+    let backend = [
+        "--backend",
+        "ssh",
+        "--host",
+        &host,
+        "--identity",
+        sshd.key.to_str().unwrap(),
+        "--known-hosts",
+        sshd.known_hosts.to_str().unwrap(),
+        "--ssh-config",
+        sshd.ssh_config.to_str().unwrap(),
+        "--remote-root",
+        &ws.root,
+    ];
+    let (mut killed, temp) = writer_stopped_mid_write_on(&ws, "big.txt", &backend, false);
+    signal(&killed, nix::sys::signal::Signal::SIGKILL);
+    killed.wait().expect("wait");
+    assert!(!ws.path("big.txt").exists(), "no torn target");
+    ws.put("small.txt", "x");
+    let ls = |ws: &Ws| {
+        let mut args = vec!["exec", "ls", "{}"];
+        args.extend(backend.iter().copied());
+        cordon_in(ws.dir.path(), &args, None)
+    };
+    // Hidden from listings while it is there.
+    let run = ls(&ws);
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert_eq!(run.stdout.trim(), "small.txt", "{run:#?}");
+    assert!(
+        temp.exists(),
+        "a temp file modified minutes ago may be a write in flight"
+    );
+    // A remote temp file unchanged for ten minutes is a killed writer's.
+    std::fs::File::options()
+        .append(true)
+        .open(&temp)
+        .expect("open temp")
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(20 * 60))
+        .expect("age temp");
+    let run = ls(&ws);
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert!(!temp.exists(), "the later session removes it");
 }
