@@ -65,7 +65,7 @@ fn try_namespaces(flags: c_int, mount_api: bool) -> bool {
     };
     sys::restore_signals(&saved);
     if let Ok(pidfd) = sys::owned_pidfd(raw_pidfd) {
-        super::reap_later(pidfd);
+        super::background::reap_later(pidfd);
     }
     started.is_ok() && probe.result.load(Ordering::SeqCst) == 0
 }
