@@ -15,6 +15,10 @@
 //! write is refused, and a policy file there is made read-only to the session. The audit log
 //! is held open, checked for replacement before every line and ends with a recorded head.
 //!
+//! The remote backends are cargo features, `docker` and `ssh` (both off here, both on by
+//! default in the `cordon` binary); without them only [`BackendChoice::Local`] exists and the
+//! build has no container or SSH client code.
+//!
 //! It owns no policy logic (`cordon-policy`), no tool logic (`cordon-tools`) and no backend
 //! logic (`backends/*`).
 #![warn(missing_docs)]
@@ -28,7 +32,8 @@ mod session;
 
 pub use approval::{Approval, ApprovalRequest, Approver};
 pub use audit::{AuditError, AuditLog, head_file_path};
-pub use session::{
-    BackendChoice, DockerOptions, InsideWritableRoot, RuntimeError, Session, SessionOptions,
-    SshOptions, WorkspaceMode,
-};
+#[cfg(feature = "ssh")]
+pub use session::SshOptions;
+pub use session::{BackendChoice, InsideWritableRoot, RuntimeError, Session, SessionOptions};
+#[cfg(feature = "docker")]
+pub use session::{DockerOptions, WorkspaceMode};

@@ -4,9 +4,12 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+#[cfg(feature = "docker")]
 pub use cordon_backend_docker::WorkspaceMode;
+#[cfg(feature = "docker")]
 use cordon_backend_docker::{DockerBackend, DockerConfig};
 use cordon_backend_local::{LocalBackend, LocalConfig};
+#[cfg(feature = "ssh")]
 use cordon_backend_ssh::{SshBackend, SshConfig};
 use cordon_core::agent::AgentConfig;
 use cordon_core::executor::{RunControl, ToolBatch, execute_tool_calls};
@@ -25,18 +28,22 @@ use crate::hooks::RuntimeHooks;
 use crate::hostpaths::{protected_name, writable_host_roots, writable_root_of};
 use crate::registry::build_tools;
 
-/// Which backend a session runs on.
+/// Which backend a session runs on. `Docker` and `Ssh` exist only with the crate's `docker` and
+/// `ssh` features.
 #[derive(Clone, Debug)]
 pub enum BackendChoice {
     /// The host, under the local sandbox.
     Local,
     /// One hardened container per session.
+    #[cfg(feature = "docker")]
     Docker(DockerOptions),
     /// A remote host over SSH.
+    #[cfg(feature = "ssh")]
     Ssh(SshOptions),
 }
 
 /// Docker backend options (the workspace is [`SessionOptions::root`] on this host).
+#[cfg(feature = "docker")]
 #[derive(Clone, Debug)]
 pub struct DockerOptions {
     /// Image to run (default `cordon-sandbox:latest`, built from `Dockerfile.sandbox`).
@@ -47,6 +54,7 @@ pub struct DockerOptions {
     pub docker_host: Option<String>,
 }
 
+#[cfg(feature = "docker")]
 impl Default for DockerOptions {
     fn default() -> Self {
         DockerOptions {
@@ -58,6 +66,7 @@ impl Default for DockerOptions {
 }
 
 /// SSH backend options.
+#[cfg(feature = "ssh")]
 #[derive(Clone, Debug)]
 pub struct SshOptions {
     /// `[user@]host[:port]` or an alias from the ssh config.
@@ -117,9 +126,11 @@ pub enum RuntimeError {
     #[error("failed to start the local backend: {0}")]
     Local(#[source] cordon_backend_local::LocalError),
     /// The Docker backend could not start (daemon unreachable, image missing, …).
+    #[cfg(feature = "docker")]
     #[error("failed to start the docker backend: {0}")]
     Docker(#[source] cordon_backend_docker::DockerError),
     /// The SSH backend could not connect (unknown host key, authentication, …).
+    #[cfg(feature = "ssh")]
     #[error("failed to start the ssh backend: {0}")]
     Ssh(#[source] cordon_backend_ssh::SshError),
     /// A file Cordon writes (audit log, transcript) lies where sandboxed commands can write.
@@ -186,12 +197,18 @@ impl Session {
             None => CompiledPolicy::builtin_default(&env)?,
         };
         // Host files matter only where the sandbox's writable directories are host ones.
-        let writable_roots = match &backend {
-            BackendChoice::Local | BackendChoice::Docker(_) => {
-                let home = std::env::var_os("HOME").map(PathBuf::from);
-                writable_host_roots(&root, home.as_deref(), &compiled.sandbox_spec())
-            }
-            BackendChoice::Ssh(_) => Vec::new(),
+        let host_writable = match &backend {
+            BackendChoice::Local => true,
+            #[cfg(feature = "docker")]
+            BackendChoice::Docker(_) => true,
+            #[cfg(feature = "ssh")]
+            BackendChoice::Ssh(_) => false,
+        };
+        let writable_roots = if host_writable {
+            let home = std::env::var_os("HOME").map(PathBuf::from);
+            writable_host_roots(&root, home.as_deref(), &compiled.sandbox_spec())
+        } else {
+            Vec::new()
         };
         if let Some(path) = &policy
             && let Some(inside) = writable_root_of(&writable_roots, path)
@@ -221,6 +238,7 @@ impl Session {
                 };
                 Arc::new(LocalBackend::new(config).map_err(RuntimeError::Local)?)
             }
+            #[cfg(feature = "docker")]
             BackendChoice::Docker(DockerOptions {
                 image,
                 mode,
@@ -239,6 +257,7 @@ impl Session {
                         .map_err(RuntimeError::Docker)?,
                 )
             }
+            #[cfg(feature = "ssh")]
             BackendChoice::Ssh(SshOptions {
                 host,
                 remote_root,

@@ -3,12 +3,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::bail;
 use clap::{Args, ValueEnum};
 use cordon_core::CancellationToken;
-use cordon_runtime::{
-    BackendChoice, DockerOptions, Session, SessionOptions, SshOptions, WorkspaceMode,
-};
+use cordon_runtime::{BackendChoice, Session, SessionOptions};
 
 /// Options shared by every subcommand that runs tools.
 #[derive(Debug, Clone, Args)]
@@ -65,69 +62,131 @@ pub enum WorkspaceModeArg {
     Copy,
 }
 
+/// Every backend Cordon has; `docker` and `ssh` are cargo features, and a binary built without
+/// one still accepts its name so that asking for it says how to get it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
     /// The host, under Landlock + seccomp.
     Local,
     /// One hardened container per session (needs a Docker engine and the sandbox image).
+    #[cfg_attr(
+        not(feature = "docker"),
+        value(help = "not built into this cordon (rebuild with `--features docker`)")
+    )]
     Docker,
     /// A remote host over SSH (needs --host and --remote-root).
+    #[cfg_attr(
+        not(feature = "ssh"),
+        value(help = "not built into this cordon (rebuild with `--features ssh`)")
+    )]
     Ssh,
+}
+
+impl BackendKind {
+    /// The backend's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Local => "local",
+            BackendKind::Docker => "docker",
+            BackendKind::Ssh => "ssh",
+        }
+    }
+
+    /// Whether this binary was built with the backend.
+    pub fn is_built(self) -> bool {
+        match self {
+            BackendKind::Local => true,
+            BackendKind::Docker => cfg!(feature = "docker"),
+            BackendKind::Ssh => cfg!(feature = "ssh"),
+        }
+    }
+
+    /// `Ok` when this binary has the backend; otherwise the usage error that says how to get it.
+    pub fn require_built(self) -> Result<(), NotBuilt> {
+        if self.is_built() {
+            Ok(())
+        } else {
+            Err(NotBuilt { backend: self })
+        }
+    }
+}
+
+/// A backend was asked for that this binary was built without (a usage error, exit 2).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "failed to use --backend {name}: this cordon was built without the {name} backend; rebuild with `--features {name}` or use --backend local",
+    name = backend.name()
+)]
+pub struct NotBuilt {
+    /// The backend asked for.
+    pub backend: BackendKind,
 }
 
 impl CommonArgs {
     /// Session options for these arguments (no approver: `Ask` becomes a denial).
     pub fn session_options(&self) -> anyhow::Result<SessionOptions> {
-        let CommonArgs {
-            backend,
-            root,
-            policy,
-            audit,
-            allow_degraded,
-            image,
-            workspace_mode,
-            host,
-            identity,
-            known_hosts,
-            ssh_config,
-            remote_root,
-        } = self.clone();
-        let backend = match backend {
+        self.backend.require_built()?;
+        let backend = match self.backend {
             BackendKind::Local => BackendChoice::Local,
-            BackendKind::Docker => BackendChoice::Docker(DockerOptions {
-                image,
-                mode: match workspace_mode {
-                    WorkspaceModeArg::Bind => WorkspaceMode::Bind,
-                    WorkspaceModeArg::Copy => WorkspaceMode::Copy,
-                },
-                docker_host: None,
-            }),
-            BackendKind::Ssh => {
-                let Some(host) = host else {
-                    bail!("--backend ssh needs --host [USER@]HOST[:PORT]")
-                };
-                let Some(remote_root) = remote_root else {
-                    bail!(
-                        "--backend ssh needs --remote-root DIR (the workspace on the remote host)"
-                    )
-                };
-                BackendChoice::Ssh(SshOptions {
-                    host,
-                    remote_root,
-                    identity,
-                    known_hosts,
-                    ssh_config,
-                })
-            }
+            BackendKind::Docker => self.docker_choice()?,
+            BackendKind::Ssh => self.ssh_choice()?,
         };
         Ok(SessionOptions {
             backend,
-            root,
-            policy,
-            audit,
+            root: self.root.clone(),
+            policy: self.policy.clone(),
+            audit: self.audit.clone(),
             approver: None,
-            allow_degraded,
+            allow_degraded: self.allow_degraded,
         })
+    }
+
+    #[cfg(feature = "docker")]
+    fn docker_choice(&self) -> anyhow::Result<BackendChoice> {
+        use cordon_runtime::{DockerOptions, WorkspaceMode};
+        Ok(BackendChoice::Docker(DockerOptions {
+            image: self.image.clone(),
+            mode: match self.workspace_mode {
+                WorkspaceModeArg::Bind => WorkspaceMode::Bind,
+                WorkspaceModeArg::Copy => WorkspaceMode::Copy,
+            },
+            docker_host: None,
+        }))
+    }
+
+    #[cfg(not(feature = "docker"))]
+    fn docker_choice(&self) -> anyhow::Result<BackendChoice> {
+        Err(NotBuilt {
+            backend: BackendKind::Docker,
+        }
+        .into())
+    }
+
+    #[cfg(feature = "ssh")]
+    fn ssh_choice(&self) -> anyhow::Result<BackendChoice> {
+        let Some(host) = self.host.clone() else {
+            anyhow::bail!("--backend ssh needs --host [USER@]HOST[:PORT]")
+        };
+        let Some(remote_root) = self.remote_root.clone() else {
+            anyhow::bail!(
+                "--backend ssh needs --remote-root DIR (the workspace on the remote host)"
+            )
+        };
+        Ok(BackendChoice::Ssh(cordon_runtime::SshOptions {
+            host,
+            remote_root,
+            identity: self.identity.clone(),
+            known_hosts: self.known_hosts.clone(),
+            ssh_config: self.ssh_config.clone(),
+        }))
+    }
+
+    #[cfg(not(feature = "ssh"))]
+    fn ssh_choice(&self) -> anyhow::Result<BackendChoice> {
+        Err(NotBuilt {
+            backend: BackendKind::Ssh,
+        }
+        .into())
     }
 
     /// Open a session for these arguments.
@@ -209,5 +268,103 @@ impl StopSignals {
             _ = self.interrupt.recv() => "SIGINT",
             _ = self.terminate.recv() => "SIGTERM",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    /// What `cordon ARGS…` returns; an `Err` is printed on one line with exit code 2.
+    #[cfg(not(all(feature = "docker", feature = "ssh")))]
+    async fn cordon(args: &[&str]) -> anyhow::Result<std::process::ExitCode> {
+        let cli =
+            crate::args::Cli::try_parse_from(std::iter::once("cordon").chain(args.iter().copied()))
+                .expect("the arguments parse");
+        crate::cmd::run(cli).await
+    }
+
+    #[cfg(not(feature = "docker"))]
+    #[tokio::test]
+    async fn a_local_only_build_refuses_the_docker_backend_and_says_how_to_get_it() {
+        let workspace = tempfile::tempdir().unwrap();
+        let root = workspace.path().to_str().unwrap();
+        let expected = "failed to use --backend docker: this cordon was built without the docker \
+                        backend; rebuild with `--features docker` or use --backend local";
+        let exec = ["exec", "--backend", "docker", "--root", root, "ls", "{}"];
+        assert_eq!(cordon(&exec).await.unwrap_err().to_string(), expected);
+        let transcript = workspace.path().join("transcript.jsonl");
+        std::fs::write(&transcript, "").unwrap();
+        let transcript = transcript.to_str().unwrap();
+        let replay = ["replay", transcript, "--backend", "docker", "--root", root];
+        assert_eq!(cordon(&replay).await.unwrap_err().to_string(), expected);
+        let doctor = ["doctor", "--backend", "docker", "--root", root];
+        assert_eq!(cordon(&doctor).await.unwrap_err().to_string(), expected);
+    }
+
+    #[cfg(not(feature = "ssh"))]
+    #[tokio::test]
+    async fn a_local_only_build_refuses_the_ssh_backend_and_says_how_to_get_it() {
+        let workspace = tempfile::tempdir().unwrap();
+        let root = workspace.path().to_str().unwrap();
+        let expected = "failed to use --backend ssh: this cordon was built without the ssh \
+                        backend; rebuild with `--features ssh` or use --backend local";
+        let exec = [
+            "exec",
+            "--backend",
+            "ssh",
+            "--host",
+            "example.invalid",
+            "--remote-root",
+            "/srv",
+            "--root",
+            root,
+            "ls",
+            "{}",
+        ];
+        assert_eq!(cordon(&exec).await.unwrap_err().to_string(), expected);
+        let doctor = ["doctor", "--backend", "ssh", "--root", root];
+        assert_eq!(cordon(&doctor).await.unwrap_err().to_string(), expected);
+    }
+
+    #[test]
+    fn every_backend_this_binary_has_gives_session_options_and_the_others_say_not_built() {
+        use clap::ValueEnum as _;
+
+        use super::{BackendKind, CommonArgs};
+
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            common: CommonArgs,
+        }
+        for &kind in BackendKind::value_variants() {
+            let name = kind.name();
+            let args = [
+                "cordon",
+                "--backend",
+                name,
+                "--host",
+                "h",
+                "--remote-root",
+                "/r",
+            ];
+            let common = Wrapper::try_parse_from(args).unwrap().common;
+            match common.session_options() {
+                Ok(_) => assert!(kind.is_built(), "{name} is not built but gave options"),
+                Err(error) => {
+                    assert!(!kind.is_built(), "{name} is built but failed: {error}");
+                    assert!(
+                        error
+                            .to_string()
+                            .contains(&format!("rebuild with `--features {name}`")),
+                        "{error}"
+                    );
+                }
+            }
+        }
+        assert!(BackendKind::Local.is_built());
+        assert_eq!(BackendKind::Docker.is_built(), cfg!(feature = "docker"));
+        assert_eq!(BackendKind::Ssh.is_built(), cfg!(feature = "ssh"));
     }
 }

@@ -1,7 +1,8 @@
 //! `cordon doctor [--backend …]`: what this host offers each backend, one line per item
 //! (`BACKEND: ITEM: ok|missing|info (DETAIL)`), ending with `BACKEND: ready` or
 //! `BACKEND: cannot run (…)`. Exit 0 when the selected backend can run here, 1 when it
-//! cannot.
+//! cannot. A backend this binary was built without (cargo features `docker`, `ssh`) gets one
+//! `BACKEND: not built into this cordon …` line; selecting it is a usage error (exit 2).
 //!
 //! Each backend has one check function returning its [`Report`]; adding a backend means one
 //! arm in [`check`]. The local check probes the kernel (Landlock ABI, seccomp, user, PID and
@@ -105,9 +106,14 @@ impl Report {
 pub async fn doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let DoctorArgs { common } = args;
     let backend = common.backend;
+    backend.require_built()?;
     let mut selected_ready = false;
     for &kind in BackendKind::value_variants() {
-        let name = backend_name(kind);
+        let name = kind.name();
+        if !kind.is_built() {
+            println!("{name}: not built into this cordon (rebuild with `--features {name}`)");
+            continue;
+        }
         let report = check(kind, kind == backend, &common).await;
         for Line {
             item,
@@ -139,14 +145,6 @@ pub async fn doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
-}
-
-fn backend_name(kind: BackendKind) -> &'static str {
-    match kind {
-        BackendKind::Local => "local",
-        BackendKind::Docker => "docker",
-        BackendKind::Ssh => "ssh",
-    }
 }
 
 /// The checks of one backend. Only the selected remote backend is probed with a real session
