@@ -95,11 +95,10 @@ pub(crate) fn prepare(
     let spill_parent_fd = secure_dir(user_fd.as_fd(), &spill_parent_path, uid)?;
     let spill_path = spill_parent_path.join(root_hash(canonical_root));
     let spill_fd = locked_spill_dir(spill_parent_fd.as_fd(), &spill_path, uid)?;
-    sweep_spill(
-        spill_parent_fd.as_fd(),
-        SystemTime::now(),
-        SpillBounds::default(),
-    );
+    let now = SystemTime::now();
+    if spill_sweep_due(spill_parent_fd.as_fd(), now) {
+        sweep_spill(spill_parent_fd.as_fd(), now, SpillBounds::default());
+    }
     remove_orphaned_tmp_dirs(user_fd.as_fd(), &user_path);
     let tmp = create_private_tmp(user_fd.as_fd(), &user_path, uid)?;
     let git_parent_path = user_path.join("git");
@@ -259,6 +258,28 @@ fn locked_spill_dir(parent: BorrowedFd<'_>, path: &Path, uid: Uid) -> Result<Own
             }
         }
     }
+}
+
+/// Whether no backend swept the spill directories within [`leftovers::SPILL_SWEEP_INTERVAL`];
+/// if so, the stamp file is touched (this backend sweeps now). Any doubt means a sweep.
+fn spill_sweep_due(parent: BorrowedFd<'_>, now: SystemTime) -> bool {
+    let name = OsStr::new(leftovers::SPILL_SWEEP_STAMP);
+    if let Ok(stat) = fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        && file_type(&stat) == nix::sys::stat::SFlag::S_IFREG
+        && leftovers::age(now, modified(&stat)) < leftovers::SPILL_SWEEP_INTERVAL
+        && modified(&stat) <= now
+    {
+        return false;
+    }
+    if let Ok(fd) = nix::fcntl::openat(
+        parent,
+        name,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    ) {
+        let _ = File::from(fd).set_modified(now);
+    }
+    true
 }
 
 fn modified(stat: &nix::sys::stat::FileStat) -> SystemTime {
@@ -635,6 +656,14 @@ mod tests {
         std::fs::create_dir(&stale_root).unwrap();
         let stale = spill(&stale_root, 1, 10, DAY * 2);
         aged(&first.spill_path, DAY * 2);
+        // Within the sweep interval of the first backend's sweep, the second does not sweep.
+        drop(prepare(base.path(), Path::new("/work/two"), uid).unwrap());
+        assert!(stale.exists());
+        let stamp = spill_parent.join(leftovers::SPILL_SWEEP_STAMP);
+        aged(
+            &stamp,
+            leftovers::SPILL_SWEEP_INTERVAL + Duration::from_secs(1),
+        );
         let second = prepare(base.path(), Path::new("/work/two"), uid).unwrap();
         assert!(!stale.exists() && !stale_root.exists());
         assert!(
@@ -646,9 +675,17 @@ mod tests {
         let held = spill(&first.spill_path, 2, 10, DAY * 2);
         let writer = File::options().append(true).open(&held).unwrap();
         writer.try_lock().unwrap();
+        aged(
+            &stamp,
+            leftovers::SPILL_SWEEP_INTERVAL + Duration::from_secs(1),
+        );
         drop(prepare(base.path(), Path::new("/work/three"), uid).unwrap());
         assert!(held.exists());
         drop(writer);
+        aged(
+            &stamp,
+            leftovers::SPILL_SWEEP_INTERVAL + Duration::from_secs(1),
+        );
         drop(prepare(base.path(), Path::new("/work/three"), uid).unwrap());
         assert!(!held.exists());
     }

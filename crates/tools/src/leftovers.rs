@@ -30,6 +30,14 @@ pub const WRITE_TEMP_MIN_AGE: Duration = Duration::from_secs(60);
 /// time keeps moving.
 pub const REMOTE_TEMP_MIN_AGE: Duration = Duration::from_secs(10 * 60);
 
+/// A local backend start sweeps the spill directories only when no other did within this
+/// interval (a stamp file `.swept` in the spill directory records the last sweep): a CI
+/// runner starting Cordon many times a minute pays for one listing a minute, not one per call.
+pub const SPILL_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Name of the stamp file recording the last spill sweep.
+pub const SPILL_SWEEP_STAMP: &str = ".swept";
+
 /// Prefix of every spill file name: `cordon-bash-<16 hex>.log`.
 pub const SPILL_PREFIX: &str = "cordon-bash-";
 
