@@ -1077,7 +1077,7 @@ fn holds_flock(pid: u32, ino: u64) -> bool {
 /// temp file exists and is locked: the write is then in flight, its temp file half written. A
 /// write that finished before that was seen is retried with twice the content.
 fn writer_stopped_mid_write(ws: &Ws, name: &str) -> (Child, PathBuf) {
-    writer_stopped_mid_write_on(ws, name, &["--root", &ws.root], true)
+    writer_stopped_mid_write_on(ws, name, &["--root", &ws.root], &[], true)
 }
 
 /// [`writer_stopped_mid_write`] with the backend flags `backend`; `locked`: wait until the
@@ -1086,6 +1086,7 @@ fn writer_stopped_mid_write_on(
     ws: &Ws,
     name: &str,
     backend: &[&str],
+    env: &[(&str, &str)],
     locked: bool,
 ) -> (Child, PathBuf) {
     let args_dir = tempfile::tempdir().expect("temp dir");
@@ -1097,6 +1098,7 @@ fn writer_stopped_mid_write_on(
         let mut child = Command::new(BIN)
             .args(["exec", "write", &format!("@{}", file.display())])
             .args(backend)
+            .envs(env.iter().copied())
             .current_dir(ws.dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -1217,7 +1219,7 @@ fn a_write_over_ssh_killed_mid_way_leaves_a_temp_file_a_later_session_removes() 
         "--remote-root",
         &ws.root,
     ];
-    let (mut killed, temp) = writer_stopped_mid_write_on(&ws, "big.txt", &backend, false);
+    let (mut killed, temp) = writer_stopped_mid_write_on(&ws, "big.txt", &backend, &[], false);
     signal(&killed, nix::sys::signal::Signal::SIGKILL);
     killed.wait().expect("wait");
     assert!(!ws.path("big.txt").exists(), "no torn target");
@@ -1245,4 +1247,45 @@ fn a_write_over_ssh_killed_mid_way_leaves_a_temp_file_a_later_session_removes() 
     let run = ls(&ws);
     assert_eq!(run.code, 0, "{run:#?}");
     assert!(!temp.exists(), "the later session removes it");
+}
+
+#[test]
+fn a_write_in_a_docker_container_killed_mid_way_leaves_neither_temp_file_nor_torn_target() {
+    if std::env::var("CORDON_SKIP_DOCKER").as_deref() == Ok("1") {
+        eprintln!("skipped: CORDON_SKIP_DOCKER=1");
+        return;
+    }
+    let docker_host = cordon_tests::infra::docker_host()
+        .unwrap_or_else(|reason| panic!("no Docker engine for the docker backend: {reason}"));
+    let ws = Ws::new();
+    let backend = ["--backend", "docker", "--root", &ws.root];
+    let env = [("DOCKER_HOST", docker_host.as_str())];
+    let (mut killed, temp) = writer_stopped_mid_write_on(&ws, "big.txt", &backend, &env, false);
+    signal(&killed, nix::sys::signal::Signal::SIGKILL);
+    killed.wait().expect("wait");
+    // The container's file helper sees its input end short and removes its temp file.
+    let start = Instant::now();
+    while temp.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the helper kept the temp file of a write whose client was killed"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!ws.path("big.txt").exists(), "no torn target");
+    ws.put("small.txt", "x");
+    let mut args = vec!["exec", "ls", "{}"];
+    args.extend(backend);
+    let child = Command::new(BIN)
+        .args(&args)
+        .envs(env)
+        .current_dir(ws.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("failed to start cordon");
+    let run = finish(child);
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert_eq!(run.stdout.trim(), "small.txt", "{run:#?}");
 }
