@@ -275,216 +275,316 @@ impl DriveOutcome {
 /// (ending when they close); `control` is its stdin.
 pub async fn drive<S, W>(
     mut events: S,
-    mut control: W,
+    control: W,
     request: DriveRequest,
 ) -> Result<DriveOutcome, ExecError>
 where
     S: Stream<Item = Result<TransportEvent, String>> + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let DriveRequest {
-        timeout,
-        cancel,
-        output,
-        kill_grace,
-        request_id,
-    } = request;
-    let far = Instant::now() + Duration::from_secs(86_400 * 365);
-    let deadline = Instant::now().checked_add(timeout).unwrap_or(far);
-    let mut parser = exec_record_parser();
-    let mut marker = request_id.as_deref().map(EndMarker::new);
-    let mut outcome = DriveOutcome {
-        status: None,
-        termination: Termination::Exited,
-        pid: None,
-        session: None,
-        missing_cwd: false,
-        oom: false,
-        kill_sent: false,
-        clean: false,
-        answered: false,
-        reusable: false,
-        transport_error: None,
-    };
-    let mut output_open = true;
-    let mut exited = false;
-    let mut survivors = false;
-    let mut idle_deadline: Option<Instant> = None;
-    let mut idle_cap: Option<Instant> = None;
-    let mut give_up_at: Option<Instant> = None;
-    let mut stuck = false;
-    let mut streams_ended = false;
-    let mut done = false;
-
-    // Sends the kill line once and arms the bound on how long we wait for the tree to die.
-    macro_rules! send_kill {
-        () => {
-            if !outcome.kill_sent {
-                outcome.kill_sent = true;
-                let _ = control.write_all(KILL_LINE).await;
-                let _ = control.flush().await;
-                give_up_at = Some(Instant::now() + kill_grace + Duration::from_secs(15));
+    let mut driver = Driver::new(control, request);
+    while !driver.request_finished() {
+        let wake = driver.next_wake();
+        let flow = tokio::select! {
+            biased;
+            _ = driver.cancel.cancelled(), if !driver.outcome.kill_sent => {
+                // After the shell's own exit a cancel only hurries the sweep of leftovers.
+                driver.interrupt(Termination::Cancelled).await;
+                Flow::Continue
             }
+            _ = tokio::time::sleep_until(wake) => driver.on_wake().await,
+            event = events.next() => driver.on_event(event).await?,
         };
-    }
-
-    // Forwards output with back-pressure, still honouring cancel and the deadline.
-    macro_rules! forward {
-        ($bytes:expr) => {
-            let bytes: Vec<u8> = $bytes;
-            if !bytes.is_empty() {
-                outcome.answered = true;
-                if exited {
-                    let now = Instant::now();
-                    let cap = idle_cap.unwrap_or(now);
-                    idle_deadline = Some((now + IDLE_GRACE).min(cap));
-                }
-                if output_open {
-                    tokio::select! {
-                        biased;
-                        sent = output.send(bytes) => {
-                            output_open = sent.is_ok();
-                        }
-                        _ = cancel.cancelled(), if !outcome.kill_sent => {
-                            if !exited {
-                                outcome.termination = Termination::Cancelled;
-                            }
-                            send_kill!();
-                        }
-                        _ = tokio::time::sleep_until(deadline), if !outcome.kill_sent => {
-                            if !exited {
-                                outcome.termination = Termination::TimedOut;
-                            }
-                            send_kill!();
-                        }
-                    }
-                }
-            }
-        };
-    }
-
-    'run: loop {
-        if done && marker.as_ref().is_some_and(EndMarker::found) {
+        if flow == Flow::Stop {
             break;
         }
-        let mut next = far;
-        if !outcome.kill_sent {
-            next = next.min(deadline);
-            if exited && survivors {
-                next = next.min(idle_deadline.unwrap_or(far));
-            }
-        }
-        if let Some(at) = give_up_at {
-            next = next.min(at);
-        }
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled(), if !outcome.kill_sent => {
-                // After the shell's own exit a cancel only hurries the sweep of leftovers.
-                if !exited {
-                    outcome.termination = Termination::Cancelled;
-                }
-                send_kill!();
-            }
-            _ = tokio::time::sleep_until(next) => {
-                let now = Instant::now();
-                if give_up_at.is_some_and(|at| now >= at) {
-                    // The tree did not go away in time; the caller sweeps by tag.
-                    break;
-                }
-                if !outcome.kill_sent && now >= deadline {
-                    if !exited {
-                        outcome.termination = Termination::TimedOut;
-                    }
-                    send_kill!();
-                } else if !outcome.kill_sent && exited && survivors {
-                    send_kill!();
-                }
-            }
-            event = events.next() => match event {
-                None => {
-                    streams_ended = true;
-                    // Bytes held back as a possible marker start were output after all.
-                    let held = marker.as_mut().map(EndMarker::take_held).unwrap_or_default();
-                    if !held.is_empty() && output_open {
-                        outcome.answered = true;
-                        let _ = output.send(held).await;
-                    }
-                    break;
-                }
-                Some(Err(reason)) => {
-                    outcome.transport_error = Some(reason);
-                    break;
-                }
-                Some(Ok(TransportEvent::Stdout(bytes))) => {
-                    let data = match marker.as_mut() {
-                        Some(marker) => marker.feed(&bytes).data,
-                        None => bytes.to_vec(),
-                    };
-                    forward!(data);
-                }
-                Some(Ok(TransportEvent::Stderr(bytes))) => {
-                    let records = parser.feed(&bytes).map_err(|e| ExecError::Backend {
-                        reason: e.to_string(),
-                    })?;
-                    for record in records {
-                        let record = parse_exec_record(&record).map_err(|e| ExecError::Backend {
-                            reason: e.to_string(),
-                        })?;
-                        match record {
-                            ExecRecord::Ready | ExecRecord::Done(_) => {}
-                            _ => outcome.answered = true,
-                        }
-                        match record {
-                            ExecRecord::Ready => {}
-                            ExecRecord::NoCwd => {
-                                outcome.missing_cwd = true;
-                                if request_id.is_none() {
-                                    // A one-shot exec ends right after.
-                                    break 'run;
-                                }
-                            }
-                            ExecRecord::Pid(pid) => outcome.pid = Some(pid),
-                            ExecRecord::Session(session) => outcome.session = session,
-                            ExecRecord::Exit(code) => {
-                                outcome.status = Some(shell_status(code));
-                                exited = true;
-                                let now = Instant::now();
-                                idle_deadline = Some(now + IDLE_GRACE);
-                                idle_cap = Some(now + IDLE_CAP);
-                            }
-                            ExecRecord::Oom => outcome.oom = true,
-                            ExecRecord::Survivors => survivors = true,
-                            ExecRecord::Killed => {}
-                            ExecRecord::Stuck => stuck = true,
-                            ExecRecord::Done(id) => {
-                                if request_id.as_deref() == Some(id.as_str()) {
-                                    done = true;
-                                } else {
-                                    return Err(ExecError::Backend {
-                                        reason: format!(
-                                            "the remote worker finished request `{id}` instead of this one"
-                                        ),
-                                    });
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+    }
+    Ok(driver.finish())
+}
+
+/// Whether [`drive`] keeps waiting after a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Stop,
+}
+
+/// The state of one [`drive`]: the request, what the worker reported so far and the timers.
+struct Driver<W> {
+    /// The worker's stdin (the kill line goes there).
+    control: W,
+    cancel: CancellationToken,
+    output: mpsc::Sender<Vec<u8>>,
+    kill_grace: Duration,
+    request_id: Option<String>,
+    /// Stands in for "never" (a year from the start).
+    far: Instant,
+    /// The hard timeout, as an instant.
+    deadline: Instant,
+    parser: RecordParser,
+    /// Finds the end of a request on stdout (only for a request to a waiting worker).
+    marker: Option<EndMarker>,
+    outcome: DriveOutcome,
+    /// The receiver of the output is still there.
+    output_open: bool,
+    /// The worker reported the shell's exit.
+    exited: bool,
+    /// The worker reported processes left after the shell's exit.
+    survivors: bool,
+    /// End of the idle grace (re-armed per chunk after the exit), capped at `idle_cap`.
+    idle_deadline: Option<Instant>,
+    idle_cap: Option<Instant>,
+    /// After a kill: when to stop waiting for the tree to die (the caller sweeps by tag).
+    give_up_at: Option<Instant>,
+    /// The worker could not kill everything.
+    stuck: bool,
+    streams_ended: bool,
+    /// The worker sent this request's `done` record.
+    done: bool,
+}
+
+impl<W: AsyncWrite + Unpin> Driver<W> {
+    fn new(control: W, request: DriveRequest) -> Self {
+        let DriveRequest {
+            timeout,
+            cancel,
+            output,
+            kill_grace,
+            request_id,
+        } = request;
+        let far = Instant::now() + Duration::from_secs(86_400 * 365);
+        let deadline = Instant::now().checked_add(timeout).unwrap_or(far);
+        let marker = request_id.as_deref().map(EndMarker::new);
+        Driver {
+            control,
+            cancel,
+            output,
+            kill_grace,
+            request_id,
+            far,
+            deadline,
+            parser: exec_record_parser(),
+            marker,
+            outcome: DriveOutcome {
+                status: None,
+                termination: Termination::Exited,
+                pid: None,
+                session: None,
+                missing_cwd: false,
+                oom: false,
+                kill_sent: false,
+                clean: false,
+                answered: false,
+                reusable: false,
+                transport_error: None,
+            },
+            output_open: true,
+            exited: false,
+            survivors: false,
+            idle_deadline: None,
+            idle_cap: None,
+            give_up_at: None,
+            stuck: false,
+            streams_ended: false,
+            done: false,
         }
     }
-    let finished = done && marker.as_ref().is_some_and(EndMarker::found);
-    // The worker only finishes a request (or closes its streams) after the shell exited and
-    // either nothing was left or its watcher finished killing the rest.
-    let ended = streams_ended || finished || (outcome.missing_cwd && request_id.is_none());
-    outcome.clean =
-        ended && (exited || outcome.missing_cwd) && !stuck && outcome.transport_error.is_none();
-    outcome.reusable = finished
-        && outcome.clean
-        && !marker.as_ref().is_some_and(EndMarker::trailing)
-        && !parser.is_mid_record();
-    Ok(outcome)
+
+    /// The worker finished this request and its end marker went by on stdout.
+    fn request_finished(&self) -> bool {
+        self.done && self.marker.as_ref().is_some_and(EndMarker::found)
+    }
+
+    /// The next instant a timer fires: the deadline, the idle grace (leftovers after the
+    /// exit) or, after a kill, the bound on waiting for the tree to die.
+    fn next_wake(&self) -> Instant {
+        let mut next = self.far;
+        if !self.outcome.kill_sent {
+            next = next.min(self.deadline);
+            if self.exited && self.survivors {
+                next = next.min(self.idle_deadline.unwrap_or(self.far));
+            }
+        }
+        if let Some(at) = self.give_up_at {
+            next = next.min(at);
+        }
+        next
+    }
+
+    /// Sends the kill line once and arms the bound on how long we wait for the tree to die.
+    async fn send_kill(&mut self) {
+        if !self.outcome.kill_sent {
+            self.outcome.kill_sent = true;
+            let _ = self.control.write_all(KILL_LINE).await;
+            let _ = self.control.flush().await;
+            self.give_up_at = Some(Instant::now() + self.kill_grace + Duration::from_secs(15));
+        }
+    }
+
+    /// Cancelled or timed out: records why (unless the shell had exited already) and kills.
+    async fn interrupt(&mut self, why: Termination) {
+        if !self.exited {
+            self.outcome.termination = why;
+        }
+        self.send_kill().await;
+    }
+
+    /// A timer fired (see [`Driver::next_wake`]).
+    async fn on_wake(&mut self) -> Flow {
+        let now = Instant::now();
+        if self.give_up_at.is_some_and(|at| now >= at) {
+            // The tree did not go away in time; the caller sweeps by tag.
+            return Flow::Stop;
+        }
+        if !self.outcome.kill_sent && now >= self.deadline {
+            self.interrupt(Termination::TimedOut).await;
+        } else if !self.outcome.kill_sent && self.exited && self.survivors {
+            self.send_kill().await;
+        }
+        Flow::Continue
+    }
+
+    /// What the transport delivered (`None`: its streams ended).
+    async fn on_event(
+        &mut self,
+        event: Option<Result<TransportEvent, String>>,
+    ) -> Result<Flow, ExecError> {
+        match event {
+            None => {
+                self.streams_ended = true;
+                // Bytes held back as a possible marker start were output after all.
+                let held = self
+                    .marker
+                    .as_mut()
+                    .map(EndMarker::take_held)
+                    .unwrap_or_default();
+                if !held.is_empty() && self.output_open {
+                    self.outcome.answered = true;
+                    let _ = self.output.send(held).await;
+                }
+                Ok(Flow::Stop)
+            }
+            Some(Err(reason)) => {
+                self.outcome.transport_error = Some(reason);
+                Ok(Flow::Stop)
+            }
+            Some(Ok(TransportEvent::Stdout(bytes))) => {
+                let data = match self.marker.as_mut() {
+                    Some(marker) => marker.feed(&bytes).data,
+                    None => bytes.to_vec(),
+                };
+                self.forward(data).await;
+                Ok(Flow::Continue)
+            }
+            Some(Ok(TransportEvent::Stderr(bytes))) => self.on_records(&bytes),
+        }
+    }
+
+    /// Forwards output with back-pressure, still honouring cancel and the deadline.
+    async fn forward(&mut self, bytes: Vec<u8>) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.outcome.answered = true;
+        if self.exited {
+            let now = Instant::now();
+            let cap = self.idle_cap.unwrap_or(now);
+            self.idle_deadline = Some((now + IDLE_GRACE).min(cap));
+        }
+        if !self.output_open {
+            return;
+        }
+        let interrupted = tokio::select! {
+            biased;
+            sent = self.output.send(bytes) => {
+                self.output_open = sent.is_ok();
+                None
+            }
+            _ = self.cancel.cancelled(), if !self.outcome.kill_sent => Some(Termination::Cancelled),
+            _ = tokio::time::sleep_until(self.deadline), if !self.outcome.kill_sent => {
+                Some(Termination::TimedOut)
+            }
+        };
+        if let Some(why) = interrupted {
+            self.interrupt(why).await;
+        }
+    }
+
+    /// Control records from the worker's stderr.
+    fn on_records(&mut self, bytes: &[u8]) -> Result<Flow, ExecError> {
+        let records = self.parser.feed(bytes).map_err(|e| ExecError::Backend {
+            reason: e.to_string(),
+        })?;
+        for record in records {
+            let record = parse_exec_record(&record).map_err(|e| ExecError::Backend {
+                reason: e.to_string(),
+            })?;
+            match record {
+                ExecRecord::Ready | ExecRecord::Done(_) => {}
+                _ => self.outcome.answered = true,
+            }
+            match record {
+                ExecRecord::Ready => {}
+                ExecRecord::NoCwd => {
+                    self.outcome.missing_cwd = true;
+                    if self.request_id.is_none() {
+                        // A one-shot exec ends right after.
+                        return Ok(Flow::Stop);
+                    }
+                }
+                ExecRecord::Pid(pid) => self.outcome.pid = Some(pid),
+                ExecRecord::Session(session) => self.outcome.session = session,
+                ExecRecord::Exit(code) => {
+                    self.outcome.status = Some(shell_status(code));
+                    self.exited = true;
+                    let now = Instant::now();
+                    self.idle_deadline = Some(now + IDLE_GRACE);
+                    self.idle_cap = Some(now + IDLE_CAP);
+                }
+                ExecRecord::Oom => self.outcome.oom = true,
+                ExecRecord::Survivors => self.survivors = true,
+                ExecRecord::Killed => {}
+                ExecRecord::Stuck => self.stuck = true,
+                ExecRecord::Done(id) => {
+                    if self.request_id.as_deref() == Some(id.as_str()) {
+                        self.done = true;
+                    } else {
+                        return Err(ExecError::Backend {
+                            reason: format!(
+                                "the remote worker finished request `{id}` instead of this one"
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// The outcome, with whether the run ended cleanly and the worker may be reused.
+    fn finish(self) -> DriveOutcome {
+        let finished = self.request_finished();
+        let Driver {
+            request_id,
+            parser,
+            marker,
+            mut outcome,
+            exited,
+            stuck,
+            streams_ended,
+            ..
+        } = self;
+        // The worker only finishes a request (or closes its streams) after the shell exited and
+        // either nothing was left or its watcher finished killing the rest.
+        let ended = streams_ended || finished || (outcome.missing_cwd && request_id.is_none());
+        outcome.clean =
+            ended && (exited || outcome.missing_cwd) && !stuck && outcome.transport_error.is_none();
+        outcome.reusable = finished
+            && outcome.clean
+            && !marker.as_ref().is_some_and(EndMarker::trailing)
+            && !parser.is_mid_record();
+        outcome
+    }
 }
 
 #[cfg(test)]
