@@ -27,6 +27,7 @@ mod mask;
 pub mod plan;
 mod recovery;
 mod search;
+mod start;
 mod workers;
 
 use std::collections::HashMap;
@@ -37,10 +38,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, VolumeCreateRequest};
-use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
+use bollard::query_parameters::RemoveContainerOptions;
 use cordon_backend_local::git_guard::{self, GitGuard};
-use cordon_core::sandbox::{NestedGit, RootAccess, SandboxSpec};
-use cordon_remote::files::{PathRules, Root};
+use cordon_core::sandbox::SandboxSpec;
+use cordon_remote::files::PathRules;
 use cordon_tools::leftovers::{self, SpillBounds, SpillFile};
 use cordon_tools::ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
 
@@ -316,21 +317,8 @@ impl DockerBackend {
             user,
             network,
         } = config;
-        let host_root = std::fs::canonicalize(&root).map_err(|source| DockerError::Root {
-            path: root.clone(),
-            source,
-        })?;
-        let meta = std::fs::metadata(&host_root).map_err(|source| DockerError::Root {
-            path: host_root.clone(),
-            source,
-        })?;
-        if !meta.is_dir() {
-            return Err(DockerError::Root {
-                path: host_root,
-                source: std::io::Error::from_raw_os_error(20),
-            });
-        }
-        let (uid, gid) = match user {
+        let (host_root, meta) = start::open_root(&root)?;
+        let user = match user {
             Some(ids) => ids,
             None => {
                 use std::os::unix::fs::MetadataExt;
@@ -338,212 +326,48 @@ impl DockerBackend {
             }
         };
         let (docker, host) = client::connect(docker_host.as_deref()).await?;
-        // Docker refuses a CPU limit above the host's count; a spec asking for more than the
-        // host has gets all of it.
-        let mut spec = spec;
-        if let (Some(cpus), Ok(info)) = (spec.limits.cpus, docker.info().await)
-            && let Some(ncpu) = info.ncpu.filter(|n| *n > 0)
-        {
-            spec.limits.cpus = Some(cpus.min(ncpu as f64));
-        }
+        let spec = start::fit_cpus_to_host(&docker, spec).await;
         let owner = Owner::current();
         client::reap_stale(&docker, &owner).await;
-        match docker.inspect_image(&image).await {
-            Ok(_) => {}
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => return Err(DockerError::ImageMissing { image }),
-            Err(e) => return Err(DockerError::api(format!("inspect image {image}"), e)),
-        }
-
-        let session = format!("{:012x}", fastrand::u64(..) & 0xffff_ffff_ffff);
-        let container = format!("cordon-{session}");
-        let mut labels = owner.labels();
-        labels.insert(client::LABEL_SESSION.to_owned(), session.clone());
-        labels.insert(
-            "cordon.root".to_owned(),
-            host_root.to_string_lossy().into_owned(),
-        );
-
-        let spill_volume = spill_volume_name(&host_root);
-        docker
-            .create_volume(VolumeCreateRequest {
-                name: Some(spill_volume.clone()),
-                labels: Some(HashMap::from([
-                    (
-                        client::LABEL_SPILL_ROOT.to_owned(),
-                        host_root.to_string_lossy().into_owned(),
-                    ),
-                    (client::LABEL_HOST.to_owned(), owner.host.clone()),
-                ])),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| DockerError::api(format!("create volume {spill_volume}"), e))?;
-
-        let workspace = PathBuf::from(CONTAINER_WORKSPACE);
-        let extra_roots: Vec<(PathBuf, bool)> = match mode {
-            WorkspaceMode::Bind => spec
-                .readable_roots
-                .iter()
-                .filter_map(|r| expand_root(&host_root, r).map(|p| (p, false)))
-                .chain(
-                    spec.writable_roots
-                        .iter()
-                        .filter_map(|r| expand_root(&host_root, r).map(|p| (p, true))),
-                )
-                .filter(|(p, _)| !p.starts_with(&host_root))
-                .collect(),
-            WorkspaceMode::Copy => Vec::new(),
+        start::check_image(&docker, &image).await?;
+        let (session, labels) = start::session_labels(&owner, &host_root);
+        let spill_volume = start::create_spill_volume(&docker, &host_root, &owner).await?;
+        let launch = start::Launch {
+            container: format!("cordon-{session}"),
+            docker,
+            host,
+            host_root,
+            spec,
+            image,
+            mode,
+            network,
+            user,
+            session,
+            labels,
+            workspace: PathBuf::from(CONTAINER_WORKSPACE),
         };
-        let daemon_socket = host.strip_prefix("unix://").map(Path::new);
-        if let Some(reason) =
-            plan::host_socket_exposure(&spec, network.as_deref(), &extra_roots, daemon_socket)
-        {
-            return Err(DockerError::HostSocket { reason });
-        }
-        let spill_dir = PathBuf::from(SPILL_DIR);
-        let mut extra = vec![Root {
-            path: spill_dir.clone(),
-            writable: false,
-        }];
-        extra.extend(extra_roots.iter().map(|(p, w)| Root {
-            path: p.clone(),
-            writable: *w,
-        }));
-        let rules = PathRules::new(&workspace, &spec, extra)?;
+
+        let extra_roots = launch.extra_roots()?;
+        let rules = launch.path_rules(&extra_roots)?;
         let mut missing = Vec::new();
-        let masks = match mode {
-            WorkspaceMode::Bind if !spec.denied.is_empty() => {
-                match mask::denied_masks(&host_root, &workspace, &rules, mask::MASK_WALK_LIMIT) {
-                    Ok(masks) => masks,
-                    Err(limit) if spec.allow_degraded => {
-                        missing.push(format!(
-                            "denied paths are hidden from file operations only: the workspace has more than {limit} entries"
-                        ));
-                        Vec::new()
-                    }
-                    Err(limit) => {
-                        return Err(DockerError::DeniedScan {
-                            path: host_root,
-                            limit,
-                        });
-                    }
-                }
-            }
-            WorkspaceMode::Bind | WorkspaceMode::Copy => Vec::new(),
-        };
-        // In bind mode the workspace is this host's: git metadata present now is the
-        // operator's (kept read-only below), anything a command adds is quarantined.
-        let git = match (mode, spec.nested_git) {
-            (WorkspaceMode::Bind, NestedGit::Quarantine) => {
-                let mut writable = Vec::new();
-                if spec.workspace == RootAccess::ReadWrite {
-                    writable.push(host_root.clone());
-                }
-                writable.extend(
-                    extra_roots
-                        .iter()
-                        .filter(|(_, w)| *w)
-                        .map(|(p, _)| p.clone()),
-                );
-                // The workspace's own `.git`, when protected and present, is mounted read-only
-                // below; a missing one is not pinned here, so one a command makes counts.
-                let top = host_root.join(".git");
-                let exempt: Vec<PathBuf> = (rules.is_protected(&workspace.join(".git"))
-                    && std::fs::symlink_metadata(&top).is_ok_and(|m| !m.file_type().is_symlink()))
-                .then_some(top)
-                .into_iter()
-                .collect();
-                Some(GitGuard::start(&writable, &exempt, None)?.0)
-            }
-            (WorkspaceMode::Bind, NestedGit::Allow) | (WorkspaceMode::Copy, _) => None,
-        };
-        let mut protected_rel: Vec<PathBuf> = plan::mountable_protected(&spec.protected)
-            .into_iter()
-            .filter(|rel| std::fs::symlink_metadata(host_root.join(rel)).is_ok())
-            .collect();
-        if let Some(guard) = &git {
-            protected_rel.extend(
-                guard
-                    .protected_paths()
-                    .iter()
-                    .filter_map(|path| path.strip_prefix(&host_root).ok())
-                    .filter(|rel| !rel.as_os_str().is_empty())
-                    .map(Path::to_path_buf),
-            );
-            protected_rel.sort();
-            protected_rel.dedup();
-        }
-        let (source, protected, copy_state) = match mode {
-            WorkspaceMode::Bind => {
-                let protected: Vec<(PathBuf, String)> = protected_rel
-                    .iter()
-                    .filter(|rel| {
-                        // A symlinked protected path would mount its target; skip it (the file
-                        // rules still protect it) rather than follow it out of the root.
-                        std::fs::symlink_metadata(host_root.join(rel))
-                            .map(|m| !m.file_type().is_symlink())
-                            .unwrap_or(false)
-                    })
-                    .map(|rel| {
-                        (
-                            rel.clone(),
-                            host_root.join(rel).to_string_lossy().into_owned(),
-                        )
-                    })
-                    .collect();
-                (WorkspaceSource::Bind(host_root.clone()), protected, None)
-            }
-            WorkspaceMode::Copy => {
-                let ws_volume = format!("cordon-ws-{session}");
-                let dirs: Vec<PathBuf> = protected_rel
-                    .iter()
-                    .filter(|rel| host_root.join(rel).is_dir())
-                    .cloned()
-                    .collect();
-                let mut volumes = vec![ws_volume.clone()];
-                let mut protected = Vec::new();
-                for (i, rel) in dirs.iter().enumerate() {
-                    let name = format!("cordon-ws-{session}-p{i}");
-                    volumes.push(name.clone());
-                    protected.push((rel.clone(), name));
-                }
-                create_workspace_volumes(&docker, &volumes, &labels).await?;
-                let source = WorkspaceSource::Volume(ws_volume);
-                (
-                    source.clone(),
-                    protected.clone(),
-                    Some(CopyState {
-                        volumes,
-                        protected: dirs,
-                        source,
-                        mounts: protected,
-                        labels: labels.clone(),
-                        image: image.clone(),
-                    }),
-                )
-            }
-        };
-        let passed_env: Vec<(String, String)> = spec
-            .env
-            .pass
-            .iter()
-            .filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v)))
-            .collect();
+        let masks = launch.denied_masks(&rules, &mut missing)?;
+        let git = launch.git_guard(&extra_roots, &rules)?;
+        let protected_rel = launch.protected_paths(git.as_ref());
+        let (source, protected, copy_state) = launch.workspace(&protected_rel).await?;
+        let passed_env = launch.passed_env();
         let body = plan::container_body(&ContainerPlan {
-            image: &image,
-            user: (uid, gid),
-            spec: &spec,
+            image: &launch.image,
+            user: launch.user,
+            spec: &launch.spec,
             passed_env: &passed_env,
-            workspace: &workspace,
+            workspace: &launch.workspace,
             source: &source,
             protected: &protected,
             masks: &masks,
             extra_roots: &extra_roots,
             spill_volume: &spill_volume,
-            network: network.as_deref(),
-            labels: labels.clone(),
+            network: launch.network.as_deref(),
+            labels: launch.labels.clone(),
         });
 
         let cleanup_volumes = copy_state
@@ -552,46 +376,26 @@ impl DockerBackend {
             .unwrap_or_default();
         let result = async {
             if copy_state.is_some() {
-                copy::copy_in(
-                    &docker,
-                    &copy::CopyIn {
-                        host_root: &host_root,
-                        image: &image,
-                        labels: &labels,
-                        workspace: &workspace,
-                        source: &source,
-                        protected: &protected,
-                        rules: &rules,
-                        user: (uid, gid),
-                    },
-                )
-                .await?;
+                launch.copy_in(&source, &protected, &rules).await?;
             }
-            docker
-                .create_container(
-                    Some(CreateContainerOptions {
-                        name: Some(container.clone()),
-                        ..Default::default()
-                    }),
-                    body.clone(),
-                )
-                .await
-                .map_err(|e| DockerError::api(format!("create container from {image}"), e))?;
-            docker
-                .start_container(
-                    &container,
-                    None::<bollard::query_parameters::StartContainerOptions>,
-                )
-                .await
-                .map_err(|e| DockerError::api(format!("start container {container}"), e))?;
-            Ok::<(), DockerError>(())
+            launch.create_and_start(&body).await
         }
         .await;
         if let Err(e) = result {
-            remove_container_and_volumes(&docker, &container, &cleanup_volumes).await;
+            remove_container_and_volumes(&launch.docker, &launch.container, &cleanup_volumes).await;
             return Err(e);
         }
 
+        let start::Launch {
+            docker,
+            host,
+            host_root,
+            spec,
+            user: (uid, gid),
+            container,
+            workspace,
+            ..
+        } = launch;
         let roots = rules.root_paths();
         let mut inner = Inner {
             docker,
@@ -601,7 +405,7 @@ impl DockerBackend {
             host_root,
             workspace,
             home: PathBuf::from(HOME_DIR),
-            spill_dir,
+            spill_dir: PathBuf::from(SPILL_DIR),
             rules,
             roots,
             uid,

@@ -1,0 +1,385 @@
+//! The steps of [`DockerBackend::start`](crate::DockerBackend::start): check the host root and
+//! the image, name the session, create the spill volume, work out the extra roots, the path
+//! rules, the denied-path masks, the git metadata guard and the protected mounts, prepare the
+//! workspace (bind mount, or volumes to copy into), then create and start the container. The
+//! session state built from them ([`Inner`]) and the first worker are `start`'s own.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, VolumeCreateRequest};
+use bollard::query_parameters::CreateContainerOptions;
+use cordon_backend_local::git_guard::GitGuard;
+use cordon_core::sandbox::{NestedGit, RootAccess, SandboxSpec};
+use cordon_remote::files::{PathRules, Root};
+
+use crate::mask;
+use crate::plan::{self, Mask, SPILL_DIR, WorkspaceSource};
+use crate::{
+    CopyState, DockerError, Owner, WorkspaceMode, client, copy, create_workspace_volumes,
+    expand_root, spill_volume_name,
+};
+#[cfg(doc)]
+use crate::{DockerBackend, Inner};
+
+/// The canonical host root and its metadata; it must be a directory.
+pub(crate) fn open_root(root: &Path) -> Result<(PathBuf, std::fs::Metadata), DockerError> {
+    let host_root = std::fs::canonicalize(root).map_err(|source| DockerError::Root {
+        path: root.to_path_buf(),
+        source,
+    })?;
+    let meta = std::fs::metadata(&host_root).map_err(|source| DockerError::Root {
+        path: host_root.clone(),
+        source,
+    })?;
+    if !meta.is_dir() {
+        return Err(DockerError::Root {
+            path: host_root,
+            source: std::io::Error::from_raw_os_error(20),
+        });
+    }
+    Ok((host_root, meta))
+}
+
+/// Docker refuses a CPU limit above the host's count; a spec asking for more than the host has
+/// gets all of it.
+pub(crate) async fn fit_cpus_to_host(docker: &Docker, mut spec: SandboxSpec) -> SandboxSpec {
+    if let (Some(cpus), Ok(info)) = (spec.limits.cpus, docker.info().await)
+        && let Some(ncpu) = info.ncpu.filter(|n| *n > 0)
+    {
+        spec.limits.cpus = Some(cpus.min(ncpu as f64));
+    }
+    spec
+}
+
+/// The image must exist: Cordon never pulls.
+pub(crate) async fn check_image(docker: &Docker, image: &str) -> Result<(), DockerError> {
+    match docker.inspect_image(image).await {
+        Ok(_) => Ok(()),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Err(DockerError::ImageMissing {
+            image: image.to_owned(),
+        }),
+        Err(e) => Err(DockerError::api(format!("inspect image {image}"), e)),
+    }
+}
+
+/// A fresh session id and the labels of everything the session creates.
+pub(crate) fn session_labels(owner: &Owner, host_root: &Path) -> (String, HashMap<String, String>) {
+    let session = format!("{:012x}", fastrand::u64(..) & 0xffff_ffff_ffff);
+    let mut labels = owner.labels();
+    labels.insert(client::LABEL_SESSION.to_owned(), session.clone());
+    labels.insert(
+        "cordon.root".to_owned(),
+        host_root.to_string_lossy().into_owned(),
+    );
+    (session, labels)
+}
+
+/// Create (or reuse) the root's spill volume; its name.
+pub(crate) async fn create_spill_volume(
+    docker: &Docker,
+    host_root: &Path,
+    owner: &Owner,
+) -> Result<String, DockerError> {
+    let spill_volume = spill_volume_name(host_root);
+    docker
+        .create_volume(VolumeCreateRequest {
+            name: Some(spill_volume.clone()),
+            labels: Some(HashMap::from([
+                (
+                    client::LABEL_SPILL_ROOT.to_owned(),
+                    host_root.to_string_lossy().into_owned(),
+                ),
+                (client::LABEL_HOST.to_owned(), owner.host.clone()),
+            ])),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| DockerError::api(format!("create volume {spill_volume}"), e))?;
+    Ok(spill_volume)
+}
+
+/// What the steps after the engine checks share: the session being started.
+pub(crate) struct Launch {
+    pub(crate) docker: Docker,
+    pub(crate) host: String,
+    pub(crate) host_root: PathBuf,
+    pub(crate) spec: SandboxSpec,
+    pub(crate) image: String,
+    pub(crate) mode: WorkspaceMode,
+    pub(crate) network: Option<String>,
+    pub(crate) user: (u32, u32),
+    pub(crate) session: String,
+    pub(crate) container: String,
+    pub(crate) labels: HashMap<String, String>,
+    pub(crate) workspace: PathBuf,
+}
+
+/// Where the workspace comes from, its protected mounts and (copy mode) the volumes.
+pub(crate) type Workspace = (WorkspaceSource, Vec<(PathBuf, String)>, Option<CopyState>);
+
+impl Launch {
+    /// The host roots outside the workspace the spec grants (bind mode only), with whether
+    /// each is writable; refused when one would let the container reach a host Unix socket.
+    pub(crate) fn extra_roots(&self) -> Result<Vec<(PathBuf, bool)>, DockerError> {
+        let Launch {
+            host_root, spec, ..
+        } = self;
+        let extra_roots: Vec<(PathBuf, bool)> = match self.mode {
+            WorkspaceMode::Bind => spec
+                .readable_roots
+                .iter()
+                .filter_map(|r| expand_root(host_root, r).map(|p| (p, false)))
+                .chain(
+                    spec.writable_roots
+                        .iter()
+                        .filter_map(|r| expand_root(host_root, r).map(|p| (p, true))),
+                )
+                .filter(|(p, _)| !p.starts_with(host_root))
+                .collect(),
+            WorkspaceMode::Copy => Vec::new(),
+        };
+        let daemon_socket = self.host.strip_prefix("unix://").map(Path::new);
+        if let Some(reason) =
+            plan::host_socket_exposure(spec, self.network.as_deref(), &extra_roots, daemon_socket)
+        {
+            return Err(DockerError::HostSocket { reason });
+        }
+        Ok(extra_roots)
+    }
+
+    /// The file rules: the workspace, the (read-only) spill directory and the extra roots.
+    pub(crate) fn path_rules(
+        &self,
+        extra_roots: &[(PathBuf, bool)],
+    ) -> Result<PathRules, DockerError> {
+        let mut extra = vec![Root {
+            path: PathBuf::from(SPILL_DIR),
+            writable: false,
+        }];
+        extra.extend(extra_roots.iter().map(|(p, w)| Root {
+            path: p.clone(),
+            writable: *w,
+        }));
+        Ok(PathRules::new(&self.workspace, &self.spec, extra)?)
+    }
+
+    /// Bind mode with denied paths: the masks mounted over them. A workspace too large to
+    /// scan is an error, or with a degraded sandbox allowed a note in `missing`.
+    pub(crate) fn denied_masks(
+        &self,
+        rules: &PathRules,
+        missing: &mut Vec<String>,
+    ) -> Result<Vec<Mask>, DockerError> {
+        Ok(match self.mode {
+            WorkspaceMode::Bind if !self.spec.denied.is_empty() => {
+                match mask::denied_masks(
+                    &self.host_root,
+                    &self.workspace,
+                    rules,
+                    mask::MASK_WALK_LIMIT,
+                ) {
+                    Ok(masks) => masks,
+                    Err(limit) if self.spec.allow_degraded => {
+                        missing.push(format!(
+                            "denied paths are hidden from file operations only: the workspace has more than {limit} entries"
+                        ));
+                        Vec::new()
+                    }
+                    Err(limit) => {
+                        return Err(DockerError::DeniedScan {
+                            path: self.host_root.clone(),
+                            limit,
+                        });
+                    }
+                }
+            }
+            WorkspaceMode::Bind | WorkspaceMode::Copy => Vec::new(),
+        })
+    }
+
+    /// In bind mode the workspace is this host's: git metadata present now is the operator's
+    /// (kept read-only), anything a command adds is quarantined by the guard started here.
+    pub(crate) fn git_guard(
+        &self,
+        extra_roots: &[(PathBuf, bool)],
+        rules: &PathRules,
+    ) -> Result<Option<GitGuard>, DockerError> {
+        let host_root = &self.host_root;
+        Ok(match (self.mode, self.spec.nested_git) {
+            (WorkspaceMode::Bind, NestedGit::Quarantine) => {
+                let mut writable = Vec::new();
+                if self.spec.workspace == RootAccess::ReadWrite {
+                    writable.push(host_root.clone());
+                }
+                writable.extend(
+                    extra_roots
+                        .iter()
+                        .filter(|(_, w)| *w)
+                        .map(|(p, _)| p.clone()),
+                );
+                // The workspace's own `.git`, when protected and present, is mounted read-only
+                // below; a missing one is not pinned here, so one a command makes counts.
+                let top = host_root.join(".git");
+                let exempt: Vec<PathBuf> = (rules.is_protected(&self.workspace.join(".git"))
+                    && std::fs::symlink_metadata(&top).is_ok_and(|m| !m.file_type().is_symlink()))
+                .then_some(top)
+                .into_iter()
+                .collect();
+                Some(GitGuard::start(&writable, &exempt, None)?.0)
+            }
+            (WorkspaceMode::Bind, NestedGit::Allow) | (WorkspaceMode::Copy, _) => None,
+        })
+    }
+
+    /// The protected paths (relative to the root) that exist and can be mounted read-only,
+    /// with the repositories the git guard keeps read-only.
+    pub(crate) fn protected_paths(&self, git: Option<&GitGuard>) -> Vec<PathBuf> {
+        let host_root = &self.host_root;
+        let mut protected_rel: Vec<PathBuf> = plan::mountable_protected(&self.spec.protected)
+            .into_iter()
+            .filter(|rel| std::fs::symlink_metadata(host_root.join(rel)).is_ok())
+            .collect();
+        if let Some(guard) = git {
+            protected_rel.extend(
+                guard
+                    .protected_paths()
+                    .iter()
+                    .filter_map(|path| path.strip_prefix(host_root).ok())
+                    .filter(|rel| !rel.as_os_str().is_empty())
+                    .map(Path::to_path_buf),
+            );
+            protected_rel.sort();
+            protected_rel.dedup();
+        }
+        protected_rel
+    }
+
+    /// Bind mode: the host root and its protected paths, mounted from the host. Copy mode:
+    /// a session volume for the workspace and one per protected directory, created here.
+    pub(crate) async fn workspace(
+        &self,
+        protected_rel: &[PathBuf],
+    ) -> Result<Workspace, DockerError> {
+        let Launch {
+            host_root, session, ..
+        } = self;
+        Ok(match self.mode {
+            WorkspaceMode::Bind => {
+                let protected: Vec<(PathBuf, String)> = protected_rel
+                    .iter()
+                    .filter(|rel| {
+                        // A symlinked protected path would mount its target; skip it (the file
+                        // rules still protect it) rather than follow it out of the root.
+                        std::fs::symlink_metadata(host_root.join(rel))
+                            .map(|m| !m.file_type().is_symlink())
+                            .unwrap_or(false)
+                    })
+                    .map(|rel| {
+                        (
+                            rel.clone(),
+                            host_root.join(rel).to_string_lossy().into_owned(),
+                        )
+                    })
+                    .collect();
+                (WorkspaceSource::Bind(host_root.clone()), protected, None)
+            }
+            WorkspaceMode::Copy => {
+                let ws_volume = format!("cordon-ws-{session}");
+                let dirs: Vec<PathBuf> = protected_rel
+                    .iter()
+                    .filter(|rel| host_root.join(rel).is_dir())
+                    .cloned()
+                    .collect();
+                let mut volumes = vec![ws_volume.clone()];
+                let mut protected = Vec::new();
+                for (i, rel) in dirs.iter().enumerate() {
+                    let name = format!("cordon-ws-{session}-p{i}");
+                    volumes.push(name.clone());
+                    protected.push((rel.clone(), name));
+                }
+                create_workspace_volumes(&self.docker, &volumes, &self.labels).await?;
+                let source = WorkspaceSource::Volume(ws_volume);
+                (
+                    source.clone(),
+                    protected.clone(),
+                    Some(CopyState {
+                        volumes,
+                        protected: dirs,
+                        source,
+                        mounts: protected,
+                        labels: self.labels.clone(),
+                        image: self.image.clone(),
+                    }),
+                )
+            }
+        })
+    }
+
+    /// The host environment variables the spec passes through, with their values now.
+    pub(crate) fn passed_env(&self) -> Vec<(String, String)> {
+        self.spec
+            .env
+            .pass
+            .iter()
+            .filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v)))
+            .collect()
+    }
+
+    /// Copy mode: fill the workspace volumes from the host root.
+    pub(crate) async fn copy_in(
+        &self,
+        source: &WorkspaceSource,
+        protected: &[(PathBuf, String)],
+        rules: &PathRules,
+    ) -> Result<(), DockerError> {
+        copy::copy_in(
+            &self.docker,
+            &copy::CopyIn {
+                host_root: &self.host_root,
+                image: &self.image,
+                labels: &self.labels,
+                workspace: &self.workspace,
+                source,
+                protected,
+                rules,
+                user: self.user,
+            },
+        )
+        .await
+    }
+
+    /// Create the container from `body` and start it.
+    pub(crate) async fn create_and_start(
+        &self,
+        body: &ContainerCreateBody,
+    ) -> Result<(), DockerError> {
+        let Launch {
+            docker,
+            image,
+            container,
+            ..
+        } = self;
+        docker
+            .create_container(
+                Some(CreateContainerOptions {
+                    name: Some(container.clone()),
+                    ..Default::default()
+                }),
+                body.clone(),
+            )
+            .await
+            .map_err(|e| DockerError::api(format!("create container from {image}"), e))?;
+        docker
+            .start_container(
+                container,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(|e| DockerError::api(format!("start container {container}"), e))?;
+        Ok(())
+    }
+}
