@@ -345,8 +345,10 @@ impl Roots {
     /// The path of `fd` (opened from `existing`), read back from `/proc`, or `None` when the
     /// file at `existing` was replaced meanwhile: an atomic write (a rename or an exchange
     /// over the name) leaves the fd on the old inode, whose name is then the writer's temp
-    /// name or `… (deleted)`, never the path asked for. So the name only counts if `existing`
-    /// still leads to the same inode after it was read.
+    /// name or `… (deleted)`, never the path asked for. So the name only counts if it is the
+    /// path asked for (the fd's inode is linked there as the name is read: whatever replaced
+    /// what before, the verdict on that name is the right one), or if `existing` still leads
+    /// to the same inode after it was read.
     fn name_of(
         &self,
         fd: BorrowedFd<'_>,
@@ -354,6 +356,9 @@ impl Roots {
         path: &Path,
     ) -> Result<Option<PathBuf>, FsError> {
         let real = fd_path(fd).map_err(|e| FsError::from_io("resolve", path, e))?;
+        if real.as_os_str() == existing.as_os_str() {
+            return Ok(Some(real));
+        }
         let stat = nix::sys::stat::fstat(fd).map_err(|e| fs_error("resolve", path, e))?;
         if file_type(&stat) == SFlag::S_IFDIR {
             // Writes never swap a directory in.
@@ -852,6 +857,51 @@ mod tests {
                 (PathBuf::from("z"), Access::ReadOnly, None),
             ]
         );
+    }
+
+    /// The name of an opened file counts when it is the path asked for; a file replaced by a
+    /// rename over its name (the fd's inode is then `… (deleted)`) is opened again, so the
+    /// verdict is taken on the file now at the name, never on a stale or temp name.
+    #[test]
+    fn open_named_trusts_the_asked_name_and_reopens_a_replaced_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = std::fs::canonicalize(dir.path()).unwrap();
+        let roots = Roots::new(vec![Root {
+            fd: open_root_dir(&path).unwrap(),
+            path: path.clone(),
+            alias: None,
+            access: Access::ReadWrite,
+            kind: RootKind::Workspace,
+            grants: None,
+        }]);
+        let file = path.join("f.txt");
+        std::fs::write(&file, "old").unwrap();
+        let (opened, name) = roots.open_named(&file, OFlag::O_RDONLY, "open").unwrap();
+        assert_eq!(name, file);
+        assert_eq!(
+            std::fs::read_to_string(format!("/proc/self/fd/{}", opened.fd.as_raw_fd())).unwrap(),
+            "old"
+        );
+
+        // Replaced after the open: the old inode's name is no longer the path asked for.
+        let stale = roots.open(&file, OFlag::O_RDONLY, "open").unwrap();
+        std::fs::write(path.join(".f.txt.tmp"), "new").unwrap();
+        std::fs::rename(path.join(".f.txt.tmp"), &file).unwrap();
+        assert!(
+            fd_path(stale.fd.as_fd())
+                .unwrap()
+                .to_string_lossy()
+                .ends_with("(deleted)")
+        );
+        assert_eq!(roots.name_of(stale.fd.as_fd(), &file, &file).unwrap(), None);
+
+        // A symlink inside the root: the name read back differs from the path asked for and
+        // is trusted only because the path still leads to the same inode.
+        std::os::unix::fs::symlink("f.txt", path.join("link")).unwrap();
+        let (_, name) = roots
+            .open_named(&path.join("link"), OFlag::O_RDONLY, "open")
+            .unwrap();
+        assert_eq!(name, file);
     }
 
     fn rules(protected: &[&str], denied: &[&str]) -> PathRules {

@@ -27,9 +27,36 @@ pub const REGEX_SIZE_LIMIT: usize = 16 << 20;
 /// A compiled set of secrets to remove.
 #[derive(Clone, Debug, Default)]
 pub struct Redactor {
-    /// One alternation of every pattern and escaped env value; `None` when there is nothing
-    /// to redact.
+    /// One alternation of every unanchored pattern and escaped env value; `None` when there
+    /// is none.
     regex: Option<Regex>,
+    /// One alternation of the patterns anchored at the start of a text (`\A…`), tried once
+    /// at its start. Kept apart because a single branch that does not begin with a literal
+    /// takes the literal prefilter away from the whole alternation, and every text would
+    /// then be scanned byte by byte.
+    anchored: Option<Regex>,
+}
+
+/// Whether every match of `pattern` starts at the start of a text (`\A…`, or `^…` without
+/// multi-line mode). A pattern that does not parse is left with the others, whose compilation
+/// reports it.
+fn is_anchored(pattern: &str) -> bool {
+    regex_syntax::Parser::new().parse(pattern).is_ok_and(|hir| {
+        hir.properties()
+            .look_set_prefix()
+            .contains(regex_syntax::hir::Look::Start)
+    })
+}
+
+fn compile(alternatives: &[String]) -> Result<Option<Regex>, regex::Error> {
+    if alternatives.is_empty() {
+        return Ok(None);
+    }
+    RegexBuilder::new(&alternatives.join("|"))
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map(Some)
 }
 
 impl Redactor {
@@ -41,41 +68,56 @@ impl Redactor {
         literals.sort_by_key(|literal| std::cmp::Reverse(literal.len()));
         literals.dedup();
         alternatives.extend(literals.iter().map(|literal| regex::escape(literal)));
-        alternatives.extend(patterns.iter().map(|pattern| format!("(?:{pattern})")));
-        if alternatives.is_empty() {
-            return Ok(Redactor { regex: None });
-        }
+        let (anchored, unanchored): (Vec<&String>, Vec<&String>) =
+            patterns.iter().partition(|pattern| is_anchored(pattern));
+        alternatives.extend(unanchored.iter().map(|pattern| format!("(?:{pattern})")));
+        let anchored: Vec<String> = anchored
+            .iter()
+            .map(|pattern| format!("(?:{pattern})"))
+            .collect();
         Ok(Redactor {
-            regex: Some(
-                RegexBuilder::new(&alternatives.join("|"))
-                    .size_limit(REGEX_SIZE_LIMIT)
-                    .dfa_size_limit(REGEX_SIZE_LIMIT)
-                    .build()?,
-            ),
+            regex: compile(&alternatives)?,
+            anchored: compile(&anchored)?,
         })
     }
 
     /// Whether this redactor can change anything.
     pub fn is_empty(&self) -> bool {
-        self.regex.is_none()
+        self.regex.is_none() && self.anchored.is_none()
     }
 
     /// Redact one text; returns the new text and the number of replacements.
     pub fn redact_text(&self, text: &str) -> (String, usize) {
-        let Some(regex) = &self.regex else {
-            return (text.to_owned(), 0);
-        };
         let mut count = 0;
-        let replaced = regex.replace_all(text, |_: &regex::Captures<'_>| {
+        let mut out = String::new();
+        let mut rest = text;
+        if let Some(found) = self
+            .anchored
+            .as_ref()
+            .and_then(|anchored| anchored.find(text))
+            && found.start() == 0
+            && !found.is_empty()
+        {
             count += 1;
-            REDACTED
-        });
-        (replaced.into_owned(), count)
+            out.push_str(REDACTED);
+            rest = &text[found.end()..];
+        }
+        match &self.regex {
+            Some(regex) => {
+                let replaced = regex.replace_all(rest, |_: &regex::Captures<'_>| {
+                    count += 1;
+                    REDACTED
+                });
+                out.push_str(&replaced);
+            }
+            None => out.push_str(rest),
+        }
+        (out, count)
     }
 
     /// Redact every string and object key inside `value`, in place; returns the count.
     pub fn redact_value(&self, value: &mut Value) -> usize {
-        if self.regex.is_none() {
+        if self.is_empty() {
             return 0;
         }
         match value {
@@ -108,7 +150,9 @@ impl Redactor {
     /// kept, redacted, rather than cleared) and `details.redactions` holds the count. When
     /// `details` is not an object it is wrapped as `{"redactions": N, "details": …}`.
     pub fn redact_result(&self, result: &AgentToolResult) -> Option<ResultOverride> {
-        self.regex.as_ref()?;
+        if self.is_empty() {
+            return None;
+        }
         let mut count = 0;
         let content: Vec<Content> = result
             .content
@@ -211,6 +255,46 @@ mod tests {
         assert_eq!(
             odd_redacted.details,
             Some(json!({"redactions": 1, "details": "text details"}))
+        );
+    }
+
+    #[test]
+    fn anchored_patterns_match_at_the_start_only_and_keep_the_prefilter() {
+        let patterns = vec![
+            "ghp_[A-Za-z0-9]{36,}".to_owned(),
+            "\\A[A-Za-z0-9+/=\\s]*-----END [A-Z ]*PRIVATE KEY-----".to_owned(),
+            // An alternation whose second branch is not anchored stays with the others.
+            "\\Aonly-at-start|anywhere-[0-9]+".to_owned(),
+        ];
+        let redactor = Redactor::new(&patterns, &["s3cr3t-value".to_owned()]).unwrap();
+        assert_eq!(
+            redactor.anchored.as_ref().map(Regex::as_str),
+            Some("(?:\\A[A-Za-z0-9+/=\\s]*-----END [A-Z ]*PRIVATE KEY-----)")
+        );
+        let token = format!("ghp_{}", "a".repeat(36));
+        let text = format!(
+            "QUJD\nREVG\n-----END RSA PRIVATE KEY-----\nkey {token} and s3cr3t-value, anywhere-42 only-at-start"
+        );
+        let (out, count) = redactor.redact_text(&text);
+        assert_eq!(
+            out,
+            "[REDACTED]\nkey [REDACTED] and [REDACTED], [REDACTED] only-at-start"
+        );
+        assert_eq!(count, 4);
+        // Not at the start: the anchored pattern does not apply.
+        let (out, count) = redactor.redact_text("x: -----END RSA PRIVATE KEY-----");
+        assert_eq!(
+            (out.as_str(), count),
+            ("x: -----END RSA PRIVATE KEY-----", 0)
+        );
+        let (out, count) = redactor.redact_text("only-at-start here");
+        assert_eq!((out.as_str(), count), ("[REDACTED] here", 1));
+        // Only anchored patterns: still a redactor.
+        let only = Redactor::new(&patterns[1..2], &[]).unwrap();
+        assert!(!only.is_empty());
+        assert_eq!(
+            only.redact_text("ab-----END EC PRIVATE KEY-----").0,
+            "[REDACTED]"
         );
     }
 
