@@ -724,6 +724,9 @@ fn swap_in(
     guard.armed = false;
     match unlinkat(dir, tmp, UnlinkatFlags::NoRemoveDir) {
         Ok(()) => Ok(Some(Swapped { old: old.ok() })),
+        // Another Cordon's start-up cleanup took the (unlocked) old copy for a killed write's
+        // leftover: it is gone either way, and the new content is in place.
+        Err(Errno::ENOENT) => Ok(Some(Swapped { old: old.ok() })),
         Err(e) => Err(("remove the replaced copy of", e.into())),
     }
 }

@@ -851,12 +851,26 @@ fn write_baseline(dir: &Path, ids: &HashSet<Id>) -> Result<PathBuf, GitGuardErro
         path: path.clone(),
         source,
     };
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags_nofollow()
-        .open(&path)
-        .map_err(fail)?;
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags_nofollow()
+            .open(&path)
+    };
+    let mut file = match open() {
+        // Another Cordon's start-up sweep removed the (empty, idle) directory meanwhile.
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir)
+                .map_err(fail)?;
+            open()
+        }
+        other => other,
+    }
+    .map_err(fail)?;
     let stat = fstat(&file).map_err(|e| fail(e.into()))?;
     if crate::roots::file_type(&stat) != SFlag::S_IFREG {
         return Err(fail(io::Error::from(io::ErrorKind::InvalidInput)));

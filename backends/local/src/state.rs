@@ -8,7 +8,8 @@
 //! - `tmp-<pid>-<16 hex>/`: the private `TMPDIR` of one backend's commands, removed when the
 //!   backend is shut down or dropped, or by a later backend once `<pid>` no longer exists;
 //! - `git/<16-hex hash of the root>/`: the git metadata baselines of running sessions on that
-//!   root ([`crate::git_guard`]).
+//!   root ([`crate::git_guard`]); removed by the start-up sweep once empty and unchanged for a
+//!   day.
 //!
 //! Every directory level is created 0700 with `mkdirat`, reopened with `O_NOFOLLOW` and
 //! checked to be owned by us: a symlink or a directory owned by someone else (another user
@@ -95,14 +96,15 @@ pub(crate) fn prepare(
     let spill_parent_fd = secure_dir(user_fd.as_fd(), &spill_parent_path, uid)?;
     let spill_path = spill_parent_path.join(root_hash(canonical_root));
     let spill_fd = locked_spill_dir(spill_parent_fd.as_fd(), &spill_path, uid)?;
+    let git_parent_path = user_path.join("git");
+    let git_parent_fd = secure_dir(user_fd.as_fd(), &git_parent_path, uid)?;
     let now = SystemTime::now();
     if spill_sweep_due(spill_parent_fd.as_fd(), now) {
         sweep_spill(spill_parent_fd.as_fd(), now, SpillBounds::default());
+        remove_idle_git_dirs(git_parent_fd.as_fd(), now);
     }
     remove_orphaned_tmp_dirs(user_fd.as_fd(), &user_path);
     let tmp = create_private_tmp(user_fd.as_fd(), &user_path, uid)?;
-    let git_parent_path = user_path.join("git");
-    let git_parent_fd = secure_dir(user_fd.as_fd(), &git_parent_path, uid)?;
     let git_path = git_parent_path.join(root_hash(canonical_root));
     secure_dir(git_parent_fd.as_fd(), &git_path, uid)?;
     // Canonical spelling, so the spill root matches paths the kernel reports for its fds.
@@ -449,6 +451,36 @@ fn remove_unlocked_dir(
     .is_ok()
 }
 
+/// Remove the per-root directories under `git/` (16 hex digits) that are empty and were
+/// last changed more than [`leftovers::SPILL_MAX_AGE`] ago: one is made for every workspace
+/// root ever used, and a runner working in fresh directories would otherwise collect them
+/// forever. A directory holding a baseline file (a running session's, or a killed one's that
+/// the next session on that root must still honour) is not empty and stays; a session starting
+/// on a root whose directory was just removed makes it again ([`crate::git_guard`]).
+fn remove_idle_git_dirs(git: BorrowedFd<'_>, now: SystemTime) {
+    for name in entry_names(git) {
+        if !leftovers::is_spill_root_dir_name(&name) {
+            continue;
+        }
+        let name = OsStr::from_bytes(&name);
+        let Ok(stat) = fstatat(git, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        if file_type(&stat) != nix::sys::stat::SFlag::S_IFDIR
+            || leftovers::age(now, modified(&stat)) <= leftovers::SPILL_MAX_AGE
+        {
+            continue;
+        }
+        match unlinkat(git, name, UnlinkatFlags::RemoveDir) {
+            Ok(()) => tracing::debug!(dir = ?name, "removed an idle git baseline directory"),
+            Err(Errno::ENOTEMPTY | Errno::EEXIST | Errno::ENOENT) => {}
+            Err(error) => {
+                tracing::warn!(dir = ?name, %error, "failed to remove an idle git baseline directory");
+            }
+        }
+    }
+}
+
 /// Remove `tmp-<pid>-*` directories whose process is gone (a crashed or killed Cordon).
 fn remove_orphaned_tmp_dirs(user: BorrowedFd<'_>, user_path: &Path) {
     for name in entry_names(user) {
@@ -688,5 +720,64 @@ mod tests {
         );
         drop(prepare(base.path(), Path::new("/work/three"), uid).unwrap());
         assert!(!held.exists());
+    }
+
+    #[test]
+    fn idle_empty_git_baseline_dirs_are_removed_and_others_kept() {
+        let base = tempfile::tempdir().unwrap();
+        let uid = nix::unistd::getuid();
+        let first = prepare(base.path(), Path::new("/work/one"), uid).unwrap();
+        let git = first.git_path.parent().unwrap().to_path_buf();
+        let dir = |name: &str, age: Duration, baseline: bool| {
+            let path = git.join(name);
+            std::fs::create_dir(&path).unwrap();
+            if baseline {
+                std::fs::write(path.join("1-00000000000000aa.baseline"), "1 2 3\n").unwrap();
+            }
+            aged(&path, age);
+            path
+        };
+        let idle = dir("00000000000000a1", DAY * 2, false);
+        let dead_session = dir("00000000000000a2", DAY * 2, true);
+        let young = dir("00000000000000a3", DAY / 2, false);
+        let foreign = dir("not-a-root-hash", DAY * 2, false);
+        let outside = base.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        aged(&outside, DAY * 2);
+        std::os::unix::fs::symlink(&outside, git.join("00000000000000a4")).unwrap();
+        aged(
+            &first
+                .spill_path
+                .parent()
+                .unwrap()
+                .join(leftovers::SPILL_SWEEP_STAMP),
+            leftovers::SPILL_SWEEP_INTERVAL + Duration::from_secs(1),
+        );
+        aged(&first.git_path, DAY * 2);
+        let second = prepare(base.path(), Path::new("/work/two"), uid).unwrap();
+        assert!(!idle.exists(), "an empty directory idle for two days goes");
+        assert!(
+            dead_session.exists(),
+            "a killed session's baseline is kept for the next session"
+        );
+        assert!(young.exists() && foreign.exists() && outside.exists());
+        assert!(
+            git.join("00000000000000a4")
+                .symlink_metadata()
+                .unwrap()
+                .is_symlink()
+        );
+        assert!(second.git_path.exists());
+        // The first backend's own directory was idle and empty: removed, and made again when a
+        // guard on that root writes its baseline.
+        assert!(!first.git_path.exists());
+        let (guard, _) = crate::git_guard::GitGuard::start(
+            &[base.path().to_path_buf()],
+            &[],
+            Some(&first.git_path),
+        )
+        .unwrap();
+        assert!(first.git_path.is_dir());
+        drop(guard);
     }
 }

@@ -35,11 +35,17 @@ pub(crate) const MAX_DEPTH: usize = 64;
 /// Directory entries the walk looks at over all roots.
 pub(crate) const MAX_ENTRIES: usize = 1_000_000;
 
+/// Removed paths kept for the report: the files themselves are up to [`MAX_ENTRIES`], their
+/// paths as deep as the tree (not bounded by `PATH_MAX`, they are reached through fds).
+pub(crate) const MAX_REPORTED: usize = 16;
+
 /// What one sweep did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct TempSweep {
-    /// Temp files removed.
+    /// Temp files removed (the first [`MAX_REPORTED`]; see `removed_total`).
     pub removed: Vec<PathBuf>,
+    /// Temp files removed, all of them.
+    pub removed_total: usize,
     /// Temp files left because their writer may still hold them (locked, or modified a
     /// moment ago).
     pub in_use: usize,
@@ -72,7 +78,7 @@ pub(crate) fn remove_write_temps(roots: &[PathBuf]) -> TempSweep {
     }
     if !sweep.removed.is_empty() {
         tracing::info!(
-            files = sweep.removed.len(),
+            files = sweep.removed_total,
             first = %sweep.removed[0].display(),
             "removed temp files of writes a killed session left"
         );
@@ -124,7 +130,12 @@ fn walk(dir: OwnedFd, path: &Path, depth: usize, sweep: &mut TempSweep) {
     for name in candidates {
         let name = OsStr::from_bytes(&name);
         match remove_unlocked(listing.as_fd(), name) {
-            Removal::Removed => sweep.removed.push(path.join(name)),
+            Removal::Removed => {
+                sweep.removed_total += 1;
+                if sweep.removed.len() < MAX_REPORTED {
+                    sweep.removed.push(path.join(name));
+                }
+            }
             Removal::InUse => sweep.in_use += 1,
             Removal::Skipped => {}
         }
@@ -260,6 +271,7 @@ mod tests {
             vec![canonical.join(TEMP), canonical.join("deep/er").join(TEMP)]
         );
         assert_eq!(sweep.in_use, 2);
+        assert_eq!(sweep.removed_total, 2);
         assert!(!sweep.cut);
         for kept in [
             r.join(".git").join(TEMP),
@@ -300,5 +312,19 @@ mod tests {
         assert!(sweep.cut);
         assert!(sweep.removed.is_empty());
         assert!(deep.join(TEMP).exists());
+    }
+
+    #[test]
+    fn removals_are_counted_but_only_a_few_paths_kept() {
+        let root = tempfile::tempdir().unwrap();
+        for n in 0..MAX_REPORTED + 10 {
+            let file = root.path().join(format!(".f.cordon-{n:016x}.tmp"));
+            std::fs::write(&file, b"x").unwrap();
+            aged(&file);
+        }
+        let sweep = remove_write_temps(&[root.path().to_path_buf()]);
+        assert_eq!(sweep.removed_total, MAX_REPORTED + 10);
+        assert_eq!(sweep.removed.len(), MAX_REPORTED);
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
     }
 }
