@@ -525,15 +525,7 @@ impl Inner {
     /// (root owns a fresh volume; with no capabilities root can still chmod what it owns),
     /// its spill files are listed for the sweep, and we learn whether `rg` is there.
     async fn probe(&self) -> Result<bool, DockerError> {
-        let script = format!(
-            "chmod 1777 {spill} 2>/dev/null; echo \"now=$(date +%s)\"; \
-             for f in {spill}/cordon-bash-*.log; do \
-               if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then stat -c 'spill=%Y %s %n' \"$f\" 2>/dev/null; fi; \
-             done; \
-             if command -v rg >/dev/null 2>&1; then echo rg=1; else echo rg=0; fi",
-            spill = SPILL_DIR,
-        );
-        let argv = vec!["sh".to_owned(), "-c".to_owned(), script];
+        let argv = vec!["sh".to_owned(), "-c".to_owned(), probe_script(SPILL_DIR)];
         let fail = |reason: String| DockerError::Container {
             step: "probe the sandbox",
             container: self.container.clone(),
@@ -640,8 +632,25 @@ impl Inner {
     }
 }
 
-/// The probe's `now=SECONDS` and `spill=MTIME SIZE PATH` lines; only paths directly in the
-/// spill directory with Cordon's exact spill naming are kept.
+/// The start-up probe run as root in the container: make `spill` writable by every session
+/// uid, print `now=SECONDS`, one `spill=MTIME SIZE BLOCKS BLOCK_SIZE PATH` line per spill file
+/// and `rg=0|1`. Commands can write in `spill`, so the listing matches only Cordon's exact
+/// naming (a name holding a newline cannot forge a line for another file) and reports the
+/// allocated size too (a sparse file cannot claim the size bound for itself).
+fn probe_script(spill: &str) -> String {
+    format!(
+        "export LC_ALL=C; chmod 1777 {spill} 2>/dev/null; echo \"now=$(date +%s)\"; \
+         for f in {spill}/cordon-bash-{hex}.log; do \
+           if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then stat -c 'spill=%Y %s %b %B %n' \"$f\" 2>/dev/null; fi; \
+         done; \
+         if command -v rg >/dev/null 2>&1; then echo rg=1; else echo rg=0; fi",
+        hex = "[0-9a-f]".repeat(16),
+    )
+}
+
+/// The probe's `now=SECONDS` and `spill=MTIME SIZE BLOCKS BLOCK_SIZE PATH` lines; only paths
+/// directly in the spill directory with Cordon's exact spill naming are kept, each counted at
+/// the smaller of its length and its allocated size.
 fn parse_spill_listing(text: &str) -> (Option<SystemTime>, Vec<(String, SpillFile)>) {
     let secs = |s: &str| s.parse::<u64>().ok();
     let now = text
@@ -653,9 +662,12 @@ fn parse_spill_listing(text: &str) -> (Option<SystemTime>, Vec<(String, SpillFil
         .lines()
         .filter_map(|l| l.strip_prefix("spill="))
         .filter_map(|rest| {
-            let mut parts = rest.splitn(3, ' ');
+            let mut parts = rest.splitn(5, ' ');
             let mtime = secs(parts.next()?)?;
-            let size = secs(parts.next()?)?;
+            let length = secs(parts.next()?)?;
+            let blocks = secs(parts.next()?)?;
+            let block_size = secs(parts.next()?)?;
+            let size = length.min(blocks.saturating_mul(block_size));
             let path = parts.next()?;
             let name = path.strip_prefix(SPILL_DIR)?.strip_prefix('/')?;
             leftovers::is_spill_file_name(name.as_bytes()).then(|| {
@@ -715,25 +727,64 @@ mod tests {
     #[test]
     fn the_spill_listing_keeps_only_cordon_names_directly_in_the_spill_dir() {
         let text = "now=5000\n\
-                    spill=1000 42 /cordon-spill/cordon-bash-0123456789abcdef.log\n\
-                    spill=1000 42 /cordon-spill/cordon-bash-x\n\
-                    spill=1000 42 /cordon-spill/sub/cordon-bash-0123456789abcdef.log\n\
-                    spill=1000 42 /elsewhere/cordon-bash-0123456789abcdef.log\n\
-                    spill=x 42 /cordon-spill/cordon-bash-0123456789abcdee.log\n\
+                    spill=1000 42 8 512 /cordon-spill/cordon-bash-0123456789abcdef.log\n\
+                    spill=1000 42 8 512 /cordon-spill/cordon-bash-x\n\
+                    spill=1000 42 8 512 /cordon-spill/sub/cordon-bash-0123456789abcdef.log\n\
+                    spill=1000 42 8 512 /elsewhere/cordon-bash-0123456789abcdef.log\n\
+                    spill=x 42 8 512 /cordon-spill/cordon-bash-0123456789abcdee.log\n\
+                    spill=1000 4398046511104 0 512 /cordon-spill/cordon-bash-00000000000000aa.log\n\
                     rg=1\n";
         let (now, files) = parse_spill_listing(text);
         assert_eq!(now, Some(UNIX_EPOCH + Duration::from_secs(5000)));
         assert_eq!(
             files,
-            vec![(
-                "/cordon-spill/cordon-bash-0123456789abcdef.log".to_owned(),
-                SpillFile {
-                    size: 42,
-                    modified: UNIX_EPOCH + Duration::from_secs(1000),
-                }
-            )]
+            vec![
+                (
+                    "/cordon-spill/cordon-bash-0123456789abcdef.log".to_owned(),
+                    SpillFile {
+                        size: 42,
+                        modified: UNIX_EPOCH + Duration::from_secs(1000),
+                    }
+                ),
+                // A sparse 4 TiB file counts at what it occupies.
+                (
+                    "/cordon-spill/cordon-bash-00000000000000aa.log".to_owned(),
+                    SpillFile {
+                        size: 0,
+                        modified: UNIX_EPOCH + Duration::from_secs(1000),
+                    }
+                ),
+            ]
         );
         assert_eq!(parse_spill_listing("rg=0\n"), (None, vec![]));
+    }
+
+    /// The probe script itself, run here over a directory a command could have filled: a
+    /// name with a newline forging a line for another spill file is not listed.
+    #[test]
+    fn the_probe_lists_exact_names_only_and_cannot_be_forged_by_a_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = dir.path().to_str().unwrap();
+        let victim = format!("cordon-bash-{}.log", "0".repeat(15) + "f");
+        std::fs::write(dir.path().join(&victim), "output").unwrap();
+        let forged = format!("{victim}\nx.log");
+        std::fs::write(dir.path().join(&forged), "").unwrap();
+        std::fs::write(dir.path().join("cordon-bash-zz.log"), "").unwrap();
+        let out = std::process::Command::new("sh")
+            .args(["-c", &probe_script(spill)])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let (_, files) = parse_spill_listing(&text.replace(spill, SPILL_DIR));
+        let names: Vec<&str> = files.iter().map(|(path, _)| path.as_str()).collect();
+        assert_eq!(names, [format!("{SPILL_DIR}/{victim}")], "{text}");
+        let modified = std::fs::metadata(dir.path().join(&victim))
+            .unwrap()
+            .modified()
+            .unwrap();
+        let secs = modified.duration_since(UNIX_EPOCH).unwrap().as_secs();
+        assert_eq!(files[0].1.modified, UNIX_EPOCH + Duration::from_secs(secs));
+        assert_eq!(files[0].1.size, 6);
     }
 
     #[test]
