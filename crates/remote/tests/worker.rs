@@ -330,8 +330,9 @@ now_us; t0=$NOW
 main=$!
 wait $main
 read -r escapee </tmp/cordon-quick-{tag}; rm -f /tmp/cordon-quick-{tag}
-# The tag is exported inside the subshell, so the escapee shows it once it has exec'd.
-i=0; while ! tagged "$escapee" && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
+# The tag is exported inside the subshell, so the escapee shows it once it has exec'd: wait
+# for that (a loaded machine can take seconds; the bound only keeps a broken run finite).
+i=0; while ! tagged "$escapee" && [ $i -lt 12000 ]; do sleep 0.01; i=$((i + 1)); done
 window=999999999
 if quick; then echo "trusted:$PIDS"; else echo untrusted; fi
 window=0

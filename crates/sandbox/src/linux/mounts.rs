@@ -37,6 +37,12 @@ use crate::linux::sys;
 /// creates by accident, so only placeholders are ever treated (and removed) as such.
 pub(crate) const PLACEHOLDER_MODE: u32 = 0o1500;
 
+/// Held while a placeholder is made (`mkdir`, then `fchmod` to [`PLACEHOLDER_MODE`]) or an
+/// existing one is recognised and locked, and while one is released: concurrent spawns of
+/// this process would otherwise see another spawn's placeholder between those steps (with its
+/// first mode, taken for a real directory that appeared meanwhile; or removed under them).
+static PLACEHOLDER_CREATION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Whether `path` is a placeholder a sandbox put at a missing protected path: an empty
 /// directory with the marker mode. It stands for "does not exist": directory listings of
 /// the file tools leave it out.
@@ -101,6 +107,9 @@ impl Placeholder {
     /// is still the same, empty directory. Errors are ignored: a left-over empty directory is
     /// harmless and reused by the next spawn.
     pub(crate) fn release(self) {
+        let _creating = PLACEHOLDER_CREATION
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if sys::flock(&self.lock, libc::LOCK_EX | libc::LOCK_NB).is_err() {
             return;
         }
@@ -425,6 +434,9 @@ fn make_placeholder(root: &Path, path: &Path) -> Result<Placeholder, SandboxErro
         .map_err(placeholder_error)?;
     // A concurrent cleanup may remove the directory between mkdir and lock: retry.
     for _ in 0..8 {
+        let _creating = PLACEHOLDER_CREATION
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let created = match sys::mkdirat(&parent, &name, 0o700) {
             Ok(()) => true,
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => false,
@@ -548,6 +560,31 @@ mod tests {
             placeholder.release();
         }
         assert!(!root.join(".git").exists());
+    }
+
+    /// Spawns of one process making the placeholder of the same missing path at once all get
+    /// it: none takes another's half-made placeholder (its first mode) for a real directory.
+    #[test]
+    fn concurrent_placeholders_for_one_path_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let path = root.join(".cordon");
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (root, path) = (root.clone(), path.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..300 {
+                        let placeholder = make_placeholder(&root, &path)
+                            .unwrap_or_else(|error| panic!("{error}"));
+                        placeholder.release();
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert!(!path.exists(), "the last user removes the placeholder");
     }
 
     #[test]
