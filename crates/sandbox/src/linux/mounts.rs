@@ -434,7 +434,7 @@ fn make_placeholder(root: &Path, path: &Path) -> Result<Placeholder, SandboxErro
         .map_err(placeholder_error)?;
     // A concurrent cleanup may remove the directory between mkdir and lock: retry.
     for _ in 0..8 {
-        let _creating = PLACEHOLDER_CREATION
+        let creating = PLACEHOLDER_CREATION
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let created = match sys::mkdirat(&parent, &name, 0o700) {
@@ -460,7 +460,17 @@ fn make_placeholder(root: &Path, path: &Path) -> Result<Placeholder, SandboxErro
                 });
             }
         }
-        sys::flock(&lock, libc::LOCK_SH).map_err(placeholder_error)?;
+        // Someone holding an exclusive lock (another process releasing it, or a command that
+        // locked the placeholder it can open) makes this spawn wait, but not the others: the
+        // wait happens without the process-wide lock.
+        match sys::flock(&lock, libc::LOCK_SH | libc::LOCK_NB) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                drop(creating);
+                sys::flock(&lock, libc::LOCK_SH).map_err(placeholder_error)?;
+            }
+            Err(error) => return Err(placeholder_error(error)),
+        }
         let id = sys::fstat_id(&lock).map_err(placeholder_error)?;
         match sys::fstatat_id(&parent, &name) {
             Ok(current) if current == id => {
@@ -585,6 +595,52 @@ mod tests {
             thread.join().unwrap();
         }
         assert!(!path.exists(), "the last user removes the placeholder");
+    }
+
+    /// A placeholder someone holds exclusively (a command can open and lock the one it sees)
+    /// makes only the spawn that needs it wait: another path's placeholder is made meanwhile.
+    #[test]
+    fn a_locked_placeholder_blocks_only_its_own_spawn() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let held = root.join(".git");
+        std::fs::create_dir(&held).unwrap();
+        std::fs::set_permissions(&held, std::fs::Permissions::from_mode(PLACEHOLDER_MODE)).unwrap();
+        let holder = std::fs::File::open(&held).unwrap();
+        holder.lock().unwrap();
+        let ino = std::fs::metadata(&held).unwrap().ino();
+        let waiter = {
+            let (root, held) = (root.clone(), held.clone());
+            std::thread::spawn(move || make_placeholder(&root, &held).map(Placeholder::release))
+        };
+        // Wait until the spawn is blocked on the lock (a `->` waiter line in /proc/locks).
+        let waiting = (0..30_000).any(|_| {
+            let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+            let blocked = locks
+                .lines()
+                .any(|line| line.contains("->") && line.contains(&format!(":{ino} ")));
+            if !blocked {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            blocked
+        });
+        assert!(waiting, "the spawn never waited for the held placeholder");
+        let (done, finished) = std::sync::mpsc::channel();
+        let other = root.join(".cordon");
+        let other_root = root.clone();
+        std::thread::spawn(move || {
+            let made = make_placeholder(&other_root, &other).map(Placeholder::release);
+            let _ = done.send(made.is_ok());
+        });
+        let other_made = finished.recv_timeout(std::time::Duration::from_secs(60));
+        drop(holder);
+        waiter.join().unwrap().unwrap();
+        assert_eq!(
+            other_made,
+            Ok(true),
+            "another path's placeholder was held up"
+        );
     }
 
     #[test]
