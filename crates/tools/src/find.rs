@@ -14,14 +14,19 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::bounds::{MAX_GLOB_CHARS, MAX_PATH_CHARS, check_length};
+use crate::bounds::{MAX_GLOB_CHARS, MAX_PATH_CHARS};
 use crate::ops::{FileOperations, FindRequest, SearchOperations};
-use crate::paths::resolve_to_cwd;
-use crate::search_format::{DEFAULT_FIND_LIMIT, SearchToolError, effective_limit, format_find};
+use crate::search_format::{DEFAULT_FIND_LIMIT, SearchCall, SearchToolError, format_find};
 
 const DESCRIPTION: &str = "Search for files by glob pattern. Returns matching file paths \
 relative to the search directory. Respects .gitignore. Output is truncated to 1000 results or \
 50KB (whichever is hit first).";
+
+const CALL: SearchCall = SearchCall {
+    tool: "find",
+    pattern_max: MAX_GLOB_CHARS,
+    default_limit: DEFAULT_FIND_LIMIT,
+};
 
 #[derive(Deserialize)]
 struct FindArgs {
@@ -93,22 +98,8 @@ impl AgentTool for FindTool {
             pattern,
             path,
             limit,
-        } = serde_json::from_value(args).map_err(|error| SearchToolError::InvalidArguments {
-            tool: "find",
-            reason: cordon_core::excerpt::excerpt(&error.to_string()).into_owned(),
-        })?;
-        let too_long = |name: &str, value: &str, max: usize| {
-            check_length("find", name, value, max)
-                .map_err(|reason| SearchToolError::Bounds { reason })
-        };
-        too_long("pattern", &pattern, MAX_GLOB_CHARS)?;
-        too_long("path", path.as_deref().unwrap_or(""), MAX_PATH_CHARS)?;
-        let search_path = resolve_to_cwd(
-            path.as_deref().unwrap_or("."),
-            self.files.root(),
-            self.files.home(),
-        );
-        let limit = effective_limit(limit, DEFAULT_FIND_LIMIT);
+        } = CALL.parse(args)?;
+        let (search_path, limit) = CALL.scope(&*self.files, &pattern, path.as_deref(), limit)?;
         let request = FindRequest {
             pattern,
             path: search_path.clone(),

@@ -13,16 +13,19 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::bounds::{
-    MAX_GLOB_CHARS, MAX_PATH_CHARS, MAX_REGEX_CHARS, REGEX_SIZE_LIMIT, check_length,
-};
+use crate::bounds::{MAX_GLOB_CHARS, MAX_PATH_CHARS, MAX_REGEX_CHARS, REGEX_SIZE_LIMIT};
 use crate::ops::{FileOperations, GrepRequest, SearchError, SearchOperations};
-use crate::paths::resolve_to_cwd;
-use crate::search_format::{DEFAULT_GREP_LIMIT, SearchToolError, effective_limit, format_grep};
+use crate::search_format::{DEFAULT_GREP_LIMIT, SearchCall, SearchToolError, format_grep};
 
 const DESCRIPTION: &str = "Search file contents for a pattern. Returns matching lines with file \
 paths and line numbers. Respects .gitignore. Output is truncated to 100 matches or 50KB \
 (whichever is hit first). Long lines are truncated to 500 chars.";
+
+const CALL: SearchCall = SearchCall {
+    tool: "grep",
+    pattern_max: MAX_REGEX_CHARS,
+    default_limit: DEFAULT_GREP_LIMIT,
+};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -111,23 +114,9 @@ impl AgentTool for GrepTool {
             literal,
             context,
             limit,
-        } = serde_json::from_value(args).map_err(|error| SearchToolError::InvalidArguments {
-            tool: "grep",
-            reason: cordon_core::excerpt::excerpt(&error.to_string()).into_owned(),
-        })?;
-        let too_long = |name: &str, value: &str, max: usize| {
-            check_length("grep", name, value, max)
-                .map_err(|reason| SearchToolError::Bounds { reason })
-        };
-        too_long("pattern", &pattern, MAX_REGEX_CHARS)?;
-        too_long("path", path.as_deref().unwrap_or(""), MAX_PATH_CHARS)?;
-        too_long("glob", glob.as_deref().unwrap_or(""), MAX_GLOB_CHARS)?;
-        let search_path = resolve_to_cwd(
-            path.as_deref().unwrap_or("."),
-            self.files.root(),
-            self.files.home(),
-        );
-        let limit = effective_limit(limit, DEFAULT_GREP_LIMIT);
+        } = CALL.parse(args)?;
+        let (search_path, limit) = CALL.scope(&*self.files, &pattern, path.as_deref(), limit)?;
+        CALL.check("glob", glob.as_deref(), MAX_GLOB_CHARS)?;
         let context = match context {
             Some(lines) if lines.is_finite() && lines >= 1.0 => lines.floor() as usize,
             Some(_) | None => 0,

@@ -11,11 +11,14 @@
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use cordon_core::excerpt::excerpt;
 
-use crate::ops::{FindOutput, GrepFile, GrepLine, GrepOutput, SearchError};
+use crate::bounds::{MAX_PATH_CHARS, check_length};
+use crate::ops::{FileOperations, FindOutput, GrepFile, GrepLine, GrepOutput, SearchError};
+use crate::paths::resolve_to_cwd;
 use crate::truncate::{
     DEFAULT_MAX_BYTES, GREP_MAX_LINE_CHARS, Limits, format_size, truncate_head, truncate_line,
 };
@@ -125,6 +128,53 @@ pub fn effective_limit(requested: Option<f64>, default: usize) -> usize {
             (limit.floor().max(1.0)).min(usize::MAX as f64) as usize
         }
         Some(_) | None => default,
+    }
+}
+
+/// What grep and find handle the same way: parsing the model's arguments, the bounds of the
+/// pattern and the path, the search path resolved against the workspace, and the limit.
+pub(crate) struct SearchCall {
+    /// `grep` or `find`.
+    pub tool: &'static str,
+    /// The bound of the pattern (a regex or a glob).
+    pub pattern_max: usize,
+    /// The limit when the model gives none.
+    pub default_limit: usize,
+}
+
+impl SearchCall {
+    /// The model's arguments as `A`, or an error naming the tool.
+    pub fn parse<A: DeserializeOwned>(&self, args: Value) -> Result<A, SearchToolError> {
+        serde_json::from_value(args).map_err(|error| SearchToolError::InvalidArguments {
+            tool: self.tool,
+            reason: excerpt(&error.to_string()).into_owned(),
+        })
+    }
+
+    /// Check an optional argument against its bound.
+    pub fn check(
+        &self,
+        name: &str,
+        value: Option<&str>,
+        max: usize,
+    ) -> Result<(), SearchToolError> {
+        check_length(self.tool, name, value.unwrap_or(""), max)
+            .map_err(|reason| SearchToolError::Bounds { reason })
+    }
+
+    /// Check the pattern and the path, then resolve the path (default `.`) against the
+    /// workspace of `files`: the search path and the effective limit.
+    pub fn scope(
+        &self,
+        files: &dyn FileOperations,
+        pattern: &str,
+        path: Option<&str>,
+        limit: Option<f64>,
+    ) -> Result<(PathBuf, usize), SearchToolError> {
+        self.check("pattern", Some(pattern), self.pattern_max)?;
+        self.check("path", path, MAX_PATH_CHARS)?;
+        let search_path = resolve_to_cwd(path.unwrap_or("."), files.root(), files.home());
+        Ok((search_path, effective_limit(limit, self.default_limit)))
     }
 }
 
@@ -434,6 +484,48 @@ mod tests {
     use super::*;
 
     const WS: &str = "/ws";
+
+    #[test]
+    fn a_search_call_resolves_its_scope_and_names_the_tool_in_every_refusal() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files = crate::testing::StdFiles::new(dir.path());
+        let root = files.root().to_path_buf();
+        let call = SearchCall {
+            tool: "find",
+            pattern_max: 4,
+            default_limit: 7,
+        };
+        assert_eq!(
+            call.scope(&files, "*.rs", None, None).expect("in bounds"),
+            (root.clone(), 7)
+        );
+        assert_eq!(
+            call.scope(&files, "*.rs", Some("src"), Some(2.9))
+                .expect("in bounds"),
+            (root.join("src"), 2)
+        );
+        let long = call
+            .scope(&files, "*.rust", None, None)
+            .expect_err("pattern too long");
+        assert!(
+            matches!(&long, SearchToolError::Bounds { reason } if reason.contains("find") && reason.contains("pattern")),
+            "{long}"
+        );
+        let long_path = "p".repeat(MAX_PATH_CHARS + 1);
+        assert!(matches!(
+            call.scope(&files, "*", Some(&long_path), None),
+            Err(SearchToolError::Bounds { .. })
+        ));
+        let bad: Result<Vec<u8>, _> = call.parse(json!({"pattern": 1}));
+        assert!(
+            matches!(
+                &bad,
+                Err(SearchToolError::InvalidArguments { tool: "find", .. })
+            ),
+            "{:?}",
+            bad.err()
+        );
+    }
 
     fn line(number: u64, text: &str, is_match: bool) -> GrepLine {
         GrepLine {
