@@ -1,5 +1,6 @@
 //! The Docker plumbing the backend needs: connecting (`DOCKER_HOST`, version negotiation),
-//! attached execs turned into [`TransportEvent`] streams, and the owner labels that let a later
+//! attached execs turned into [`TransportEvent`] streams (the [`DockerTransport`] the shared
+//! `cordon_remote::runner::Runner` starts its workers with), and the owner labels that let a later
 //! session tell a crashed session's container (reap it) from a live one (leave it).
 
 use std::collections::HashMap;
@@ -13,7 +14,9 @@ use bollard::query_parameters::{
     ListContainersOptions, ListVolumesOptions, RemoveContainerOptions,
 };
 use cordon_remote::exec::TransportEvent;
-use futures::{Stream, StreamExt};
+use cordon_remote::pool::PooledWorker;
+use cordon_remote::transport::{Control, Events, Process, Transport};
+use futures::{FutureExt, Stream, StreamExt};
 use tokio::io::AsyncWrite;
 
 use crate::error::DockerError;
@@ -158,6 +161,51 @@ pub fn events_mut(
     output: &mut ExecOutput,
 ) -> impl Stream<Item = Result<TransportEvent, String>> + Unpin + '_ {
     output.filter_map(event)
+}
+
+/// Idle workers kept per session.
+pub(crate) const MAX_IDLE: usize = 4;
+
+/// Attached execs in the session's container, as the session's user: what the shared runner
+/// starts its workers and one-shot commands with. A worker costs one `docker exec` (create,
+/// attach, runc: ≈ 50 ms) once; the calls after it write a line to it.
+pub(crate) struct DockerTransport {
+    /// The engine.
+    pub docker: Docker,
+    /// The container's name (a replacement keeps it).
+    pub container: String,
+}
+
+impl Transport for DockerTransport {
+    type Process = Exec;
+
+    async fn start(&self, argv: Vec<String>) -> Result<Exec, String> {
+        start_exec(&self.docker, &self.container, argv, None)
+            .await
+            .map_err(|e| {
+                format!(
+                    "failed to start a worker in container {}: {e}",
+                    self.container
+                )
+            })
+    }
+}
+
+impl PooledWorker for Exec {
+    /// Still attached and quiet: anything it sent while idle (output, the end of its
+    /// streams) means it no longer waits for a request.
+    fn idle_alive(&mut self) -> bool {
+        self.output.next().now_or_never().is_none()
+    }
+}
+
+impl Process for Exec {
+    fn io(&mut self) -> (Events<'_>, Control<'_>) {
+        (
+            Box::pin(events_mut(&mut self.output)),
+            Box::pin(&mut self.input),
+        )
+    }
 }
 
 /// Who owns a session: enough to tell later whether that process is still alive.

@@ -14,6 +14,7 @@ use cordon_remote::files::{
     is_read_only_fs, parse_fs_record, spill_file_name,
 };
 use cordon_remote::records::RecordParser;
+use cordon_remote::runner::Lease;
 use cordon_remote::worker::{EndMarker, WorkerRequest, new_request_id};
 use cordon_tools::ops::{BackendId, DirEntry, FileMeta, FileOperations, FsError, SpillWriter};
 use futures::StreamExt;
@@ -21,24 +22,6 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::Inner;
 use crate::client::{self, ExecInput, ExecOutput};
-use crate::workers::Lease;
-
-/// Drain an exec's output: (stdout, stderr).
-pub(crate) async fn collect(mut output: ExecOutput) -> Result<(Vec<u8>, Vec<u8>), String> {
-    let mut stdout = Vec::new();
-    let mut stderr = Vec::new();
-    while let Some(frame) = output.next().await {
-        match frame.map_err(|e| e.to_string())? {
-            bollard::container::LogOutput::StdOut { message }
-            | bollard::container::LogOutput::Console { message } => {
-                stdout.extend_from_slice(&message)
-            }
-            bollard::container::LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
-            bollard::container::LogOutput::StdIn { .. } => {}
-        }
-    }
-    Ok((stdout, stderr))
-}
 
 /// A file request in flight: on a worker (ends with its marker and `done` record, after which
 /// the worker can serve the next call) or on a one-shot exec (ends with its streams). Records
@@ -205,13 +188,15 @@ impl Inner {
         let mut retried = false;
         loop {
             let seen = self.recovery.generation();
-            let Lease { exec, pooled } =
-                match self.workers.take(&self.docker, &self.container).await {
-                    Ok(lease) => lease,
-                    Err(reason) => {
-                        return Err(backend_err(self.explain_failure(seen, reason).await));
-                    }
-                };
+            let Lease {
+                process: exec,
+                pooled,
+            } = match self.runner.take().await {
+                Ok(lease) => lease,
+                Err(reason) => {
+                    return Err(backend_err(self.explain_failure(seen, reason).await));
+                }
+            };
             let mut helper = HelperExec::new(exec, op, path, Some(&id));
             let sent = helper.send(&line).await;
             let first = match sent {
@@ -251,14 +236,13 @@ impl Inner {
             && helper.finished()
             && !helper.parser.is_mid_record()
             && !matches!(&helper.request, Some((_, marker, _)) if marker.trailing());
-        if clean {
-            self.workers.give_back(crate::client::Exec {
-                id: helper.id,
-                output: helper.output,
-                input: helper.input,
-            });
-        }
-        self.keep_a_spare();
+        let exec = crate::client::Exec {
+            id: helper.id,
+            output: helper.output,
+            input: helper.input,
+        };
+        self.runner.release(exec, clean);
+        self.runner.keep_a_spare();
     }
 
     /// A one-shot exec of `file_op` (for operations that keep their exec: spill files).
@@ -335,7 +319,7 @@ impl Inner {
             self.release(exec).await;
         } else {
             drop(exec);
-            self.keep_a_spare();
+            self.runner.keep_a_spare();
         }
         result
     }

@@ -28,23 +28,24 @@ pub mod plan;
 mod recovery;
 mod search;
 mod start;
-mod workers;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use async_trait::async_trait;
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, VolumeCreateRequest};
 use bollard::query_parameters::RemoveContainerOptions;
 use cordon_backend_local::git_guard::{self, GitGuard};
 use cordon_core::sandbox::SandboxSpec;
 use cordon_remote::files::PathRules;
+use cordon_remote::runner::Runner;
+use cordon_remote::transport::{Collected, StdinEnd, collect};
 use cordon_tools::leftovers::{self, SpillBounds, SpillFile};
-use cordon_tools::ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
+use cordon_tools::ops::BackendId;
 
+use crate::client::DockerTransport;
 pub use crate::client::Owner;
 pub use crate::error::DockerError;
 use crate::plan::{ContainerPlan, HOME_DIR, SPILL_DIR, WorkspaceSource};
@@ -133,7 +134,8 @@ pub(crate) struct Inner {
     missing: Vec<String>,
     closed: tokio::sync::Mutex<bool>,
     closed_flag: std::sync::atomic::AtomicBool,
-    workers: Arc<workers::Workers>,
+    /// The session's workers and the one-shot execs of its user.
+    runner: Arc<Runner<DockerTransport>>,
     /// Bind mode without nested repositories allowed: the host-side git metadata guard of
     /// the workspace and the writable extra roots.
     git: Option<Arc<std::sync::Mutex<GitGuard>>>,
@@ -397,6 +399,10 @@ impl DockerBackend {
             ..
         } = launch;
         let roots = rules.root_paths();
+        let transport = DockerTransport {
+            docker: docker.clone(),
+            container: container.clone(),
+        };
         let mut inner = Inner {
             docker,
             host,
@@ -416,7 +422,7 @@ impl DockerBackend {
             missing,
             closed: tokio::sync::Mutex::new(false),
             closed_flag: std::sync::atomic::AtomicBool::new(false),
-            workers: Arc::new(workers::Workers::default()),
+            runner: Arc::new(Runner::new(transport, client::MAX_IDLE)),
             git: git.map(|guard| Arc::new(std::sync::Mutex::new(guard))),
             body,
             recovery: recovery::Recovery::default(),
@@ -429,7 +435,7 @@ impl DockerBackend {
             }
         }
         // The first call then finds a worker ready.
-        inner.keep_a_spare();
+        inner.runner.keep_a_spare();
         let inner = Arc::new(inner);
         Ok(DockerBackend {
             _guard: Arc::new(DropGuard {
@@ -474,13 +480,22 @@ impl DockerBackend {
         }
     }
 
+    /// The layers the operator's spec left out.
+    fn layers_missing(&self) -> Vec<String> {
+        self.inner.missing.clone()
+    }
+
+    async fn close_session(&self) {
+        let _ = self.close().await;
+    }
+
     async fn close(&self) -> Result<(), DockerError> {
         let mut closed = self.inner.closed.lock().await;
         if *closed {
             return Ok(());
         }
         let synced = self.sync_out().await;
-        self.inner.workers.clear();
+        self.inner.runner.clear();
         let volumes = self
             .inner
             .copy
@@ -531,10 +546,12 @@ impl Inner {
             container: self.container.clone(),
             reason,
         };
-        let exec = client::start_exec(&self.docker, &self.container, argv, Some("0:0"))
+        let mut exec = client::start_exec(&self.docker, &self.container, argv, Some("0:0"))
             .await
             .map_err(|e| fail(e.to_string()))?;
-        let (stdout, _stderr) = files::collect(exec.output).await.map_err(fail)?;
+        let Collected { stdout, .. } = collect(&mut exec, None, StdinEnd::AfterOutput)
+            .await
+            .map_err(fail)?;
         let text = String::from_utf8_lossy(&stdout);
         let has_rg = if text.contains("rg=1") {
             true
@@ -568,12 +585,9 @@ impl Inner {
             &writable,
             leftovers::REMOTE_TEMP_MIN_AGE,
         );
-        let removed = match client::start_exec(&self.docker, &self.container, argv, None).await {
-            Ok(exec) => files::collect(exec.output).await,
-            Err(e) => Err(e.to_string()),
-        };
+        let removed = self.runner.collect(argv, None, StdinEnd::AfterOutput).await;
         match removed {
-            Ok((stdout, _)) => {
+            Ok(Collected { stdout, .. }) => {
                 let files = stdout
                     .split(|b| *b == b'\n')
                     .filter(|l| !l.is_empty())
@@ -613,7 +627,9 @@ impl Inner {
         let argv = spill_removal_argv(chosen);
         let removed =
             match client::start_exec(&self.docker, &self.container, argv, Some("0:0")).await {
-                Ok(exec) => files::collect(exec.output).await.map(|_| ()),
+                Ok(mut exec) => collect(&mut exec, None, StdinEnd::AfterOutput)
+                    .await
+                    .map(|_| ()),
                 Err(e) => Err(e.to_string()),
             };
         match removed {
@@ -693,32 +709,7 @@ fn spill_removal_argv(paths: Vec<String>) -> Vec<String> {
         .collect()
 }
 
-#[async_trait]
-impl Backend for DockerBackend {
-    fn id(&self) -> &BackendId {
-        &self.inner.id
-    }
-
-    fn files(&self) -> Arc<dyn FileOperations> {
-        self.inner.clone()
-    }
-
-    fn bash(&self) -> Arc<dyn BashOperations> {
-        self.inner.clone()
-    }
-
-    fn search(&self) -> Arc<dyn SearchOperations> {
-        self.inner.clone()
-    }
-
-    fn missing_layers(&self) -> Vec<String> {
-        self.inner.missing.clone()
-    }
-
-    async fn shutdown(&self) {
-        let _ = self.close().await;
-    }
-}
+cordon_remote::impl_remote_backend!(DockerBackend);
 
 #[cfg(test)]
 mod tests {

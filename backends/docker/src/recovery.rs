@@ -21,7 +21,7 @@ use futures::StreamExt;
 
 use crate::Inner;
 use crate::client;
-use crate::files::collect;
+use cordon_remote::transport::{StdinEnd, collect};
 
 /// How long one engine request of a check or a replacement may take before the engine counts
 /// as unreachable (bollard's own default is two minutes).
@@ -232,7 +232,7 @@ impl Inner {
                 tracing::info!(container = %self.container, generation, workspace = ?workspace, "sandbox container replaced");
                 *last = Some(replacement.clone());
                 drop(last);
-                self.keep_a_spare();
+                self.runner.keep_a_spare();
                 Check::Replaced(replacement)
             }
             Err(Replace::Unreachable(cause)) => self.unreachable(cause),
@@ -319,10 +319,14 @@ impl Inner {
             client::start_exec(&self.docker, &self.container, argv, Some("0:0")),
         )
         .await;
-        let Ok(Ok(exec)) = started else {
+        let Ok(Ok(mut exec)) = started else {
             return false;
         };
-        let drained = tokio::time::timeout(ENGINE_TIMEOUT, collect(exec.output)).await;
+        let drained = tokio::time::timeout(
+            ENGINE_TIMEOUT,
+            collect(&mut exec, None, StdinEnd::AfterOutput),
+        )
+        .await;
         if !matches!(drained, Ok(Ok(_))) {
             return false;
         }
@@ -341,7 +345,7 @@ impl Inner {
     /// Remove what is left of the container and start a fresh one from the same plan (copy
     /// mode: refill the workspace volumes first if one is gone).
     async fn replace_container(&self) -> Result<WorkspaceFate, Replace> {
-        self.workers.clear();
+        self.runner.clear();
         let removed = bounded(self.docker.remove_container(
             &self.container,
             Some(RemoveContainerOptions {
@@ -384,7 +388,7 @@ impl Inner {
             })?
             .map_err(|e| Replace::Failed(e.to_string()))?;
         // Workers started on the old container meanwhile are dead; none may be reused.
-        self.workers.clear();
+        self.runner.clear();
         Ok(workspace)
     }
 

@@ -10,7 +10,8 @@
 //!   `TCP_NODELAY`, keepalives, reconnection on the next call after a drop.
 //! - **files** over SFTP (canonical paths from `realpath`, confinement to the remote root,
 //!   atomic writes with `posix-rename@openssh.com`, modes kept).
-//! - **commands** through the connection's workers (module `workers`): exec channels running the
+//! - **commands** through the connection's workers (a `cordon_remote::runner::Runner` over the
+//!   SSH transport of module `remote`): exec channels running the
 //!   `cordon-remote` worker, started once (with an explicit environment, `env -i`, so the
 //!   login shell's rc files never corrupt results) and reused for one command after another;
 //!   each command runs in its own process group and session, the whole tree is killed on
@@ -41,15 +42,13 @@ mod files;
 mod remote;
 mod search;
 mod sweep;
-mod workers;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
-use async_trait::async_trait;
 use cordon_core::sandbox::{NetworkMode, RootAccess, SandboxSpec};
 use cordon_remote::files::{PathRules, Root};
-use cordon_tools::ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
+use cordon_tools::ops::BackendId;
 use sha2::{Digest, Sha256};
 
 pub use crate::conn::{AgentSource, PassphraseHook};
@@ -57,6 +56,8 @@ pub use crate::error::SshError;
 
 use crate::config::Target;
 use crate::conn::{AuthOptions, Pool, ResolveOptions, resolve_endpoint};
+use crate::remote::SshTransport;
+use cordon_remote::runner::Runner;
 
 /// How to reach the remote host and what the tools may touch there.
 #[derive(Clone)]
@@ -131,14 +132,14 @@ pub(crate) struct RemoteIdentity {
 /// The shared state behind every operation set.
 pub(crate) struct Inner {
     pub id: BackendId,
-    pub pool: Pool,
+    pub pool: Arc<Pool>,
     pub root: PathBuf,
     pub spill_dir: PathBuf,
     pub rules: PathRules,
     pub spec: SandboxSpec,
     pub identity: RemoteIdentity,
     pub force_fallback: bool,
-    pub workers: workers::Workers,
+    pub runner: Arc<Runner<SshTransport>>,
     this: Weak<Inner>,
 }
 
@@ -224,7 +225,7 @@ impl SshBackend {
         let target = Target::parse(&host)?;
         let options = ResolveOptions::new(ssh_config, identity, known_hosts);
         let endpoint = resolve_endpoint(&target, &options, true)?;
-        let pool = Pool::new(endpoint, AuthOptions { agent, passphrase });
+        let pool = Arc::new(Pool::new(endpoint, AuthOptions { agent, passphrase }));
         let label = pool.label();
         let live = pool.live().await?;
 
@@ -263,9 +264,14 @@ impl SshBackend {
             reason,
         };
         let argv = cordon_remote::sh_argv(PROBE_SCRIPT, "cordon-probe", [hash16(&root_text)]);
-        let out = remote::run_collect(&pool, &argv, None, remote::StdinEnd::AfterInput)
-            .await
-            .map_err(probe_error)?;
+        let out = remote::run_collect(
+            &pool,
+            &argv,
+            None,
+            cordon_remote::transport::StdinEnd::AfterInput,
+        )
+        .await
+        .map_err(probe_error)?;
         let pairs = parse_probe(&out.stdout);
         let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
         if let Some(dir) = get("unsafe") {
@@ -371,19 +377,19 @@ impl SshBackend {
         drop(live);
         let inner = Arc::new_cyclic(|this| Inner {
             id,
-            pool,
             root,
             spill_dir,
             rules,
             spec,
             identity,
             force_fallback: force_search_fallback,
-            workers: workers::Workers::default(),
+            runner: Arc::new(Runner::new(SshTransport(Arc::clone(&pool)), bash::MAX_IDLE)),
+            pool,
             this: this.clone(),
         });
         if inner.spec.allow_degraded {
             // The first command then finds a worker ready.
-            inner.keep_a_spare();
+            inner.runner.keep_a_spare();
         }
         Ok(SshBackend { inner })
     }
@@ -399,25 +405,11 @@ impl SshBackend {
     }
 }
 
-#[async_trait]
-impl Backend for SshBackend {
-    fn id(&self) -> &BackendId {
-        &self.inner.id
-    }
+cordon_remote::impl_remote_backend!(SshBackend);
 
-    fn files(&self) -> Arc<dyn FileOperations> {
-        self.inner.clone()
-    }
-
-    fn bash(&self) -> Arc<dyn BashOperations> {
-        self.inner.clone()
-    }
-
-    fn search(&self) -> Arc<dyn SearchOperations> {
-        self.inner.clone()
-    }
-
-    fn missing_layers(&self) -> Vec<String> {
+impl SshBackend {
+    /// What commands run without on the remote host (only when they run at all).
+    fn layers_missing(&self) -> Vec<String> {
         if !self.inner.spec.allow_degraded {
             // Commands are refused; the file tools are confined.
             return Vec::new();
@@ -438,8 +430,9 @@ impl Backend for SshBackend {
         layers
     }
 
-    async fn shutdown(&self) {
-        self.inner.workers.clear();
+    /// Close the workers and the connection.
+    async fn close_session(&self) {
+        self.inner.runner.clear();
         self.inner.pool.shutdown().await;
     }
 }

@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cordon_remote::exec::TransportEvent;
+use cordon_remote::pool::PooledWorker;
 use cordon_remote::quote;
+use cordon_remote::transport::{Collected, Control, Events, Process, StdinEnd, Transport, collect};
 use russh::client::Msg;
 use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf};
 use tokio::io::AsyncWrite;
@@ -226,21 +228,6 @@ impl RemoteExec {
             None => Box::pin(tokio::io::sink()),
         }
     }
-
-    /// Send EOF on stdin.
-    pub async fn eof(&self) {
-        if let Some(write) = &self.write {
-            let _ = write.eof().await;
-        }
-    }
-
-    /// Close the channel (the remote side gets SIGPIPE/EOF).
-    pub async fn close(&mut self) {
-        if let Some(write) = &self.write {
-            let _ = write.close().await;
-        }
-        self.finished = true;
-    }
 }
 
 impl Drop for RemoteExec {
@@ -258,25 +245,42 @@ impl Drop for RemoteExec {
     }
 }
 
-/// The collected result of a short remote command.
-#[derive(Debug, Default)]
-pub(crate) struct Collected {
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    pub exit_status: Option<u32>,
+/// The SSH transport: exec channels on the backend's one connection.
+pub(crate) struct SshTransport(pub Arc<Pool>);
+
+impl Transport for SshTransport {
+    type Process = RemoteExec;
+
+    async fn start(&self, argv: Vec<String>) -> Result<RemoteExec, String> {
+        RemoteExec::start(&self.0, &argv).await
+    }
 }
 
-/// When a collected command's stdin ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum StdinEnd {
-    /// Right after the input (the command reads to EOF).
-    AfterInput,
-    /// Once the command's output ended: scripts whose stdin is also their control input treat
-    /// EOF as "the client went away" and stop.
-    AfterOutput,
+impl PooledWorker for RemoteExec {
+    fn idle_alive(&mut self) -> bool {
+        RemoteExec::idle_alive(self)
+    }
+
+    fn keepable(&self) -> bool {
+        !self.live.is_closed()
+    }
 }
 
-/// Run `argv` with `stdin` and collect everything.
+impl Process for RemoteExec {
+    fn io(&mut self) -> (Events<'_>, Control<'_>) {
+        let control = self.stdin();
+        let events = Box::pin(futures::stream::unfold(self, |exec| async move {
+            exec.next().await.map(|event| (event, exec))
+        }));
+        (events, control)
+    }
+
+    fn not_started(&self) -> Option<String> {
+        (!self.started()).then(|| self.not_started_reason())
+    }
+}
+
+/// Run `argv` with `stdin` on a new channel and collect everything.
 pub(crate) async fn run_collect(
     pool: &Pool,
     argv: &[String],
@@ -284,42 +288,7 @@ pub(crate) async fn run_collect(
     end: StdinEnd,
 ) -> Result<Collected, String> {
     let mut exec = RemoteExec::start(pool, argv).await?;
-    let mut writer = exec.stdin();
-    let input = stdin.map(<[u8]>::to_vec).unwrap_or_default();
-    let (finished_tx, finished_rx) = tokio::sync::oneshot::channel::<()>();
-    // Write and read at once: the remote side may answer before it has read all its input.
-    let write = async move {
-        use tokio::io::AsyncWriteExt;
-        if !input.is_empty() {
-            let _ = writer.write_all(&input).await;
-        }
-        if end == StdinEnd::AfterOutput {
-            let _ = finished_rx.await;
-        }
-        let _ = writer.shutdown().await;
-    };
-    let read = async {
-        let mut out = Collected::default();
-        let result = async {
-            while let Some(event) = exec.next().await {
-                match event? {
-                    TransportEvent::Stdout(b) => out.stdout.extend_from_slice(&b),
-                    TransportEvent::Stderr(b) => out.stderr.extend_from_slice(&b),
-                }
-            }
-            Ok::<(), String>(())
-        }
-        .await;
-        let _ = finished_tx.send(());
-        result.map(|()| out)
-    };
-    let ((), out) = tokio::join!(write, read);
-    let mut out = out?;
-    if !exec.started() {
-        return Err(exec.not_started_reason());
-    }
-    out.exit_status = exec.exit_status;
-    Ok(out)
+    collect(&mut exec, stdin, end).await
 }
 
 #[cfg(test)]

@@ -135,7 +135,14 @@ pub(crate) async fn spill(
 pub(crate) async fn stale_write_temps(pool: &Pool, roots: &[String]) -> usize {
     let argv =
         cordon_remote::files::remove_stale_write_temps_argv(roots, leftovers::REMOTE_TEMP_MIN_AGE);
-    match remote::run_collect(pool, &argv, None, remote::StdinEnd::AfterInput).await {
+    match remote::run_collect(
+        pool,
+        &argv,
+        None,
+        cordon_remote::transport::StdinEnd::AfterInput,
+    )
+    .await
+    {
         Ok(out) => {
             let removed = out
                 .stdout

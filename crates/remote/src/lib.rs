@@ -18,6 +18,11 @@
 //! - [`records`] and [`quote`]: the NUL-separated control records the scripts print, and shell
 //!   quoting for transports that take a command line (SSH).
 //!
+//! - [`transport`] and [`runner`]: the one thing a backend brings, a [`transport::Transport`]
+//!   that starts a process with its streams attached, and everything built on it once for
+//!   every backend: leasing a worker, retrying a stale one, giving it back, keeping a spare,
+//!   the kill sweep by tag, one-shot commands.
+//!
 //! Transports (bollard, russh) live in the backend crates; nothing here opens a connection.
 //! Docker exec takes the argv the builders return; a transport that takes one command line
 //! (SSH) joins it with [`quote::command_line`].
@@ -34,8 +39,17 @@ pub mod files;
 pub mod pool;
 pub mod quote;
 pub mod records;
+pub mod runner;
 pub mod search;
+pub mod transport;
 pub mod worker;
+
+/// What [`impl_remote_backend!`] names, so a backend need not depend on it under that name.
+#[doc(hidden)]
+pub mod reexport {
+    pub use async_trait::async_trait;
+    pub use cordon_tools::ops;
+}
 
 /// Why a request could not be turned into a remote script, or an answer could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -10,10 +10,13 @@
 //! - [`listing`]: a POSIX `find` listing plus the ignore files' contents, turned into the
 //!   sorted, ignore-filtered file list by [`ignore_rules`] — used for find (which must also list
 //!   symlinks to files) and by the fallback grep.
+//! - [`host`]: grep and find themselves ([`host::RemoteSearch`]), written once over the
+//!   backend's [`host::SearchHost`] (it starts a process on a resolved, confined path).
 //! - [`fallback`]: the grep for images without `rg`: the chosen files stream in as tar and are
 //!   searched here with the same regex engine.
 
 pub mod fallback;
+pub mod host;
 pub mod ignore_rules;
 pub mod listing;
 pub mod rg;
