@@ -480,6 +480,11 @@ impl DockerBackend {
         }
     }
 
+    /// File operations through the session's workers.
+    fn file_operations(&self) -> Arc<dyn cordon_tools::ops::FileOperations> {
+        Arc::new(cordon_remote::file_ops::RemoteFiles(self.inner.clone()))
+    }
+
     /// The layers the operator's spec left out.
     fn layers_missing(&self) -> Vec<String> {
         self.inner.missing.clone()

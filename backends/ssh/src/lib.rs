@@ -408,6 +408,11 @@ impl SshBackend {
 cordon_remote::impl_remote_backend!(SshBackend);
 
 impl SshBackend {
+    /// File operations over SFTP.
+    fn file_operations(&self) -> Arc<dyn cordon_tools::ops::FileOperations> {
+        self.inner.clone()
+    }
+
     /// What commands run without on the remote host (only when they run at all).
     fn layers_missing(&self) -> Vec<String> {
         if !self.inner.spec.allow_degraded {

@@ -12,6 +12,8 @@
 //! - [`files`]: the file requests (canonical paths, confinement, atomic writes, listings,
 //!   spill files) and the parsing of their answers into [`FsError`](cordon_tools::ops::FsError)s
 //!   identical to the local backend's.
+//! - [`file_ops`]: the [`FileOperations`](cordon_tools::ops::FileOperations) of a backend
+//!   whose files go through its workers (Docker), over any transport.
 //! - [`search`]: `rg --json` parsing into [`GrepOutput`](cordon_tools::ops::GrepOutput), a
 //!   listing script plus a gitignore engine for find and for images without `rg`, and the
 //!   fallback line searcher.
@@ -35,6 +37,7 @@
 #![warn(missing_docs)]
 
 pub mod exec;
+pub mod file_ops;
 pub mod files;
 pub mod pool;
 pub mod quote;

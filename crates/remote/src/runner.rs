@@ -265,10 +265,11 @@ impl<H: CommandHost> BashOperations for RemoteBash<H> {
     }
 }
 
-/// Implements `Backend` for a remote backend type: `id`, `files`, `bash` and `search` come
-/// from its `inner: Arc<Inner>` (file operations, a [`CommandHost`] behind [`RemoteBash`] and
-/// a [`SearchHost`](crate::search::host::SearchHost) behind
-/// [`RemoteSearch`](crate::search::host::RemoteSearch)); `missing_layers` and `shutdown` from its inherent `layers_missing()` and
+/// Implements `Backend` for a remote backend type: `id`, `bash` and `search` come from its
+/// `inner: Arc<Inner>` (a [`CommandHost`] behind [`RemoteBash`] and a
+/// [`SearchHost`](crate::search::host::SearchHost) behind
+/// [`RemoteSearch`](crate::search::host::RemoteSearch)); `files`, `missing_layers` and
+/// `shutdown` from its inherent `file_operations()`, `layers_missing()` and
 /// `close_session()`.
 #[macro_export]
 macro_rules! impl_remote_backend {
@@ -280,7 +281,7 @@ macro_rules! impl_remote_backend {
             }
 
             fn files(&self) -> ::std::sync::Arc<dyn $crate::reexport::ops::FileOperations> {
-                self.inner.clone()
+                self.file_operations()
             }
 
             fn bash(&self) -> ::std::sync::Arc<dyn $crate::reexport::ops::BashOperations> {

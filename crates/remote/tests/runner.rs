@@ -2,8 +2,9 @@
 //! transport there is, in a few lines): commands through `RemoteBash` reuse one worker, a
 //! worker that died while idle is replaced within the call, a transport that cannot start a
 //! worker is reported, refusals and early cancels never reach the transport, and one-shot
-//! commands are collected whole.
+//! commands are collected whole; the file operations run on the same workers.
 
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -11,14 +12,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use cordon_core::sandbox::SandboxSpec;
+use cordon_remote::file_ops::{FileHost, RemoteFiles};
+use cordon_remote::files::{PathRules, Root};
 use cordon_remote::pool::PooledWorker;
 use cordon_remote::runner::{Attempt, Command, CommandHost, Lease, RemoteBash, Runner};
 use cordon_remote::transport::{Collected, Control, Events, Process, StdinEnd, Transport};
 use cordon_tools::ops::{
-    BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, Termination,
+    BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FileOperations,
+    FsError, Termination,
 };
 use futures::{FutureExt, StreamExt};
-use tokio::io::AsyncWrite;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -332,4 +337,140 @@ async fn one_shot_commands_are_collected_whole() {
         .await
         .expect("collected");
     assert_eq!(stdout, b"abc\n");
+}
+
+/// File operations through the workers of the local-process transport.
+struct Files {
+    id: BackendId,
+    runner: Arc<Runner<LocalTransport>>,
+    workspace: PathBuf,
+    spill_dir: PathBuf,
+    roots: Vec<PathBuf>,
+    rules: PathRules,
+    gids: Vec<u32>,
+}
+
+impl FileHost for Files {
+    type Transport = LocalTransport;
+
+    fn runner(&self) -> &Arc<Runner<LocalTransport>> {
+        &self.runner
+    }
+
+    fn backend_id(&self) -> &BackendId {
+        &self.id
+    }
+
+    fn root(&self) -> &Path {
+        &self.workspace
+    }
+
+    fn home(&self) -> Option<&Path> {
+        None
+    }
+
+    fn spill_dir(&self) -> &Path {
+        &self.spill_dir
+    }
+
+    fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+
+    fn rules(&self) -> &PathRules {
+        &self.rules
+    }
+
+    fn account(&self) -> (u32, &[u32]) {
+        (u32::MAX, &self.gids)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_operations_run_on_the_workers_of_any_transport() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let workspace = std::fs::canonicalize(dir.path()).expect("canonical");
+    let spill_dir = workspace.join("spill");
+    std::fs::create_dir(&spill_dir).expect("spill dir");
+    std::fs::create_dir(workspace.join(".git")).expect(".git");
+    let rules = PathRules::new(
+        &workspace,
+        &SandboxSpec::default(),
+        vec![Root {
+            path: spill_dir.clone(),
+            writable: false,
+        }],
+    )
+    .expect("rules");
+    let host = Arc::new(Files {
+        id: BackendId::new("local-files-test"),
+        runner: Arc::new(Runner::new(LocalTransport::default(), 2)),
+        roots: rules.root_paths(),
+        workspace: workspace.clone(),
+        spill_dir: spill_dir.clone(),
+        rules,
+        gids: Vec::new(),
+    });
+    let files = RemoteFiles(Arc::clone(&host));
+    let file = workspace.join("sub/a.txt");
+    files
+        .create_dir_all(&workspace.join("sub"))
+        .await
+        .expect("mkdir");
+    files
+        .write_file(&file, b"hello\nworld\n")
+        .await
+        .expect("write");
+    assert_eq!(std::fs::read(&file).expect("on disk"), b"hello\nworld\n");
+    assert_eq!(
+        files.read_file(&file).await.expect("read"),
+        b"hello\nworld\n"
+    );
+    assert_eq!(files.read_range(&file, 6, 3).await.expect("range"), b"wor");
+    let meta = files.metadata(&file).await.expect("stat");
+    assert_eq!(meta.size, 12);
+    let entries = files.read_dir(&workspace.join("sub")).await.expect("list");
+    assert_eq!(
+        entries.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
+        ["a.txt"]
+    );
+    assert_eq!(
+        files
+            .canonicalize(&workspace.join("sub/../sub/a.txt"))
+            .await
+            .expect("canonical"),
+        file
+    );
+    assert_eq!(
+        host.runner.transport().started.load(Ordering::SeqCst),
+        1,
+        "one worker served every request"
+    );
+    // The rules are judged here on the canonical path before the helper writes anything.
+    let protected = files
+        .write_file(&workspace.join(".git/config"), b"x")
+        .await
+        .expect_err("protected");
+    assert!(
+        matches!(protected, FsError::Protected { .. }),
+        "{protected:?}"
+    );
+    assert!(!workspace.join(".git/config").exists());
+    let outside = files
+        .read_file(Path::new("/etc/hostname"))
+        .await
+        .expect_err("outside");
+    assert!(
+        matches!(outside, FsError::OutsideRoot { .. }),
+        "{outside:?}"
+    );
+
+    let (spill, mut writer) = files.create_spill_file().await.expect("spill");
+    assert!(spill.starts_with(&spill_dir), "{}", spill.display());
+    writer.write_all(b"spilled output").await.expect("write");
+    writer.shutdown().await.expect("shutdown");
+    assert_eq!(
+        std::fs::read(&spill).expect("spill file"),
+        b"spilled output"
+    );
 }
