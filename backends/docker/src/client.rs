@@ -184,7 +184,7 @@ impl Transport for DockerTransport {
             .await
             .map_err(|e| {
                 format!(
-                    "failed to start a worker in container {}: {e}",
+                    "failed to start a process in container {}: {e}",
                     self.container
                 )
             })
