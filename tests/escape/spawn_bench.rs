@@ -43,7 +43,7 @@ async fn backend_exec(session: &Session) -> f64 {
         .backend()
         .bash()
         .exec(
-            cordon_tools::ops::ExecRequest {
+            cordon_ops::ExecRequest {
                 command: "true".into(),
                 cwd: session.backend().files().root().to_path_buf(),
                 timeout: std::time::Duration::from_secs(60),
@@ -56,7 +56,7 @@ async fn backend_exec(session: &Session) -> f64 {
         .expect("exec");
     drain.await.unwrap();
     let elapsed = start.elapsed().as_secs_f64() * 1e6;
-    assert_eq!(outcome.status, Some(cordon_tools::ops::ExitStatus::Code(0)));
+    assert_eq!(outcome.status, Some(cordon_ops::ExitStatus::Code(0)));
     elapsed
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use cordon_backend_docker::{DockerBackend, DockerConfig};
-use cordon_tools::ops::{Backend, ExecRequest};
+use cordon_ops::{Backend, ExecRequest};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;

@@ -5,9 +5,9 @@
 //! survivors. An OOM kill (the container's memory limit) is reported with a clear line in the
 //! output.
 
+use cordon_ops::{BackendId, ExecError, ExecOutcome, ExitStatus};
 use cordon_remote::exec::{DriveOutcome, DriveRequest, shell_status};
 use cordon_remote::runner::{Attempt, Command, CommandHost, Lease};
-use cordon_tools::ops::{BackendId, ExecError, ExecOutcome, ExitStatus};
 
 use crate::Inner;
 use crate::client::Exec;

@@ -7,10 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use cordon_ops::BackendId;
 use cordon_remote::file_ops::FileHost;
 use cordon_remote::files::PathRules;
 use cordon_remote::runner::Runner;
-use cordon_tools::ops::BackendId;
 
 use crate::Inner;
 use crate::client::DockerTransport;

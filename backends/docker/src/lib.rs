@@ -1,5 +1,5 @@
 //! `cordon-backend-docker`: Cordon's Docker backend (bollard): one hardened container per
-//! session, implementing the backend traits of `cordon_tools::ops`.
+//! session, implementing the backend traits of `cordon_ops`.
 //!
 //! A session ([`DockerBackend::start`]) reaps containers of crashed sessions, checks that the
 //! image exists (it never pulls), creates a container (no network unless the spec enables it,
@@ -39,11 +39,11 @@ use bollard::models::{ContainerCreateBody, VolumeCreateRequest};
 use bollard::query_parameters::RemoveContainerOptions;
 use cordon_backend_local::git_guard::{self, GitGuard};
 use cordon_core::sandbox::SandboxSpec;
+use cordon_ops::BackendId;
+use cordon_ops::leftovers::{self, SpillBounds, SpillFile};
 use cordon_remote::files::PathRules;
 use cordon_remote::runner::Runner;
 use cordon_remote::transport::{Collected, StdinEnd, collect};
-use cordon_tools::leftovers::{self, SpillBounds, SpillFile};
-use cordon_tools::ops::BackendId;
 
 use crate::client::DockerTransport;
 pub use crate::client::Owner;
@@ -481,7 +481,7 @@ impl DockerBackend {
     }
 
     /// File operations through the session's workers.
-    fn file_operations(&self) -> Arc<dyn cordon_tools::ops::FileOperations> {
+    fn file_operations(&self) -> Arc<dyn cordon_ops::FileOperations> {
         Arc::new(cordon_remote::file_ops::RemoteFiles(self.inner.clone()))
     }
 
@@ -613,7 +613,7 @@ impl Inner {
         }
     }
 
-    /// Remove this root's spill files past their lifetime ([`cordon_tools::leftovers`]; the
+    /// Remove this root's spill files past their lifetime ([`cordon_ops::leftovers`]; the
     /// spill volume is per root, so the size bound is per root here). Best effort: a failure
     /// leaves the files for a later session.
     async fn sweep_spill(&self, probe: &str) {

@@ -7,11 +7,11 @@
 
 use std::path::Path;
 
+use cordon_ops::SearchError;
 use cordon_remote::exec::TransportEvent;
 use cordon_remote::files::{FileOp, RunPrelude, files_argv, split_run_prelude};
 use cordon_remote::search::host::{SearchHost, Started, backend};
 use cordon_remote::transport::Process;
-use cordon_tools::ops::SearchError;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 

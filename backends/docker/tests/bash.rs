@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cordon_tools::ops::{Backend, ExecError, ExecRequest, ExitStatus, Termination};
+use cordon_ops::{Backend, ExecError, ExecRequest, ExitStatus, Termination};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use cordon_backend_docker::{DockerBackend, WorkspaceMode};
-use cordon_tools::ops::{Backend, FsError};
+use cordon_ops::{Backend, FsError};
 
 use crate::support::{self, host_or_skip, run, workspace};
 

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use cordon_backend_docker::{DockerBackend, DockerConfig};
-use cordon_tools::ops::{Backend, ExecError, ExecOutcome, ExecRequest, ExitStatus};
+use cordon_ops::{Backend, ExecError, ExecOutcome, ExecRequest, ExitStatus};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

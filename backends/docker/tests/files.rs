@@ -4,7 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use cordon_tools::ops::{Backend, DirEntry, FileKind, FsError};
+use cordon_ops::{Backend, DirEntry, FileKind, FsError};
 use tokio::io::AsyncWriteExt;
 
 use crate::support::{host_or_skip, run, session, workspace};
@@ -239,7 +239,7 @@ async fn atomic_write_keeps_mode_and_follows_inner_symlinks() {
         .expect("ls")
         .map(|e| e.expect("e").file_name().to_string_lossy().into_owned())
         .filter(|n| {
-            cordon_tools::leftovers::is_write_temp_name(n.as_bytes()) || n.contains("cordon-tmp")
+            cordon_ops::leftovers::is_write_temp_name(n.as_bytes()) || n.contains("cordon-tmp")
         })
         .collect();
     assert_eq!(names, Vec::<String>::new());

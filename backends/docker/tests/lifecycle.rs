@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cordon_backend_docker::{DockerBackend, DockerError};
 use cordon_core::sandbox::Limits;
-use cordon_tools::ops::{Backend, ExitStatus, Termination};
+use cordon_ops::{Backend, ExitStatus, Termination};
 
 use crate::support::{self, container_exists, host_or_skip, run, session, workspace};
 
@@ -398,7 +398,7 @@ async fn a_new_session_removes_stale_write_temp_files_and_keeps_live_ones() {
     let temps: Vec<&String> = names
         .iter()
         .filter(|n| {
-            cordon_tools::leftovers::is_write_temp_name(n.as_bytes()) || n.contains("cordon-tmp")
+            cordon_ops::leftovers::is_write_temp_name(n.as_bytes()) || n.contains("cordon-tmp")
         })
         .collect();
     assert_eq!(

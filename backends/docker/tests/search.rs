@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cordon_tools::ops::{
+use cordon_ops::{
     Backend, FindOutput, FindRequest, GrepFile, GrepLine, GrepOutput, GrepRequest, SearchError,
 };
 use tokio_util::sync::CancellationToken;

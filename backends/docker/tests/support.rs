@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use cordon_backend_docker::{DockerBackend, DockerConfig};
-use cordon_tools::ops::{Backend, ExecOutcome, ExecRequest};
+use cordon_ops::{Backend, ExecOutcome, ExecRequest};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

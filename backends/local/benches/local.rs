@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cordon_backend_local::{LocalBackend, LocalConfig, SandboxSpec};
-use cordon_tools::ops::{Backend, ExecRequest, GrepRequest};
+use cordon_ops::{Backend, ExecRequest, GrepRequest};
 use tokio_util::sync::CancellationToken;
 
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {

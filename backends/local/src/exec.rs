@@ -25,13 +25,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use cordon_ops::{
+    BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FsError,
+    Termination,
+};
 use cordon_sandbox::{
     ExitStatus as SandboxExit, HostSupport, Layer, PreparedSandbox, SandboxError, SandboxedChild,
     SetupStep, SpawnRequest, TreeSignaller,
-};
-use cordon_tools::ops::{
-    BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FsError,
-    Termination,
 };
 use nix::fcntl::OFlag;
 use tokio::io::AsyncReadExt;

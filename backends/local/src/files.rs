@@ -32,9 +32,7 @@ use std::sync::mpsc::{self, SyncSender};
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use cordon_tools::ops::{
-    BackendId, DirEntry, FileKind, FileMeta, FileOperations, FsError, SpillWriter,
-};
+use cordon_ops::{BackendId, DirEntry, FileKind, FileMeta, FileOperations, FsError, SpillWriter};
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, RenameFlags, ResolveFlag, readlinkat, renameat, renameat2};
 use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat, mkdirat};

@@ -1,13 +1,13 @@
 //! `cordon-backend-local`: Cordon's local backend. It runs the agent's tool calls on this host,
 //! inside the roots a [`SandboxSpec`] allows:
 //!
-//! - file operations ([`cordon_tools::ops::FileOperations`]) confined by the kernel: every path
+//! - file operations ([`cordon_ops::FileOperations`]) confined by the kernel: every path
 //!   is opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` relative to an open
 //!   directory fd of an allowed root, protected and denied globs are judged on the canonical
 //!   path, writes are atomic (temp file + `renameat` in the same directory fd);
-//! - searches ([`cordon_tools::ops::SearchOperations`]) with ripgrep's libraries in process,
+//! - searches ([`cordon_ops::SearchOperations`]) with ripgrep's libraries in process,
 //!   parallel but with a deterministic, path-sorted result;
-//! - commands ([`cordon_tools::ops::BashOperations`]) through `bash -c` inside the command
+//! - commands ([`cordon_ops::BashOperations`]) through `bash -c` inside the command
 //!   sandbox of `cordon-sandbox` (Landlock, seccomp, no capabilities, `no_new_privs`,
 //!   rlimits, PID + mount + IPC namespaces), with a scrubbed environment, merged output, and
 //!   a timeout/cancel that kills the whole tree; nothing a command starts outlives it. A
@@ -27,7 +27,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use cordon_backend_local::{LocalBackend, LocalConfig, SandboxSpec};
-//! use cordon_tools::ops::{Backend, FsError, GrepRequest};
+//! use cordon_ops::{Backend, FsError, GrepRequest};
 //! use tokio_util::sync::CancellationToken;
 //!
 //! let dir = tempfile::tempdir()?;

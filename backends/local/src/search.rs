@@ -30,8 +30,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use cordon_tools::bounds::REGEX_SIZE_LIMIT;
-use cordon_tools::ops::{
+use cordon_ops::bounds::REGEX_SIZE_LIMIT;
+use cordon_ops::{
     FindOutput, FindRequest, FsError, GrepFile, GrepLine, GrepOutput, GrepRequest, SearchError,
     SearchOperations,
 };

@@ -3,7 +3,7 @@
 //! - `spill/<16-hex hash of the canonical workspace root>/cordon-bash-<16 hex>.log`: full
 //!   command output, kept across sessions so a later `read` (another `cordon exec`) can open
 //!   it; every backend start sweeps the spill files of *all* roots by the bounds of
-//!   [`cordon_tools::leftovers`] (older than a day, or the oldest beyond a total size, never
+//!   [`cordon_ops::leftovers`] (older than a day, or the oldest beyond a total size, never
 //!   one still locked by its writer) and removes root directories left empty;
 //! - `tmp-<pid>-<16 hex>/`: the private `TMPDIR` of one backend's commands, removed when the
 //!   backend is shut down or dropped, or by a later backend once `<pid>` no longer exists;
@@ -23,7 +23,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use cordon_tools::leftovers::{self, SpillBounds, SpillFile};
+use cordon_ops::leftovers::{self, SpillBounds, SpillFile};
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{Mode, fchmod, fstat, fstatat, mkdirat};

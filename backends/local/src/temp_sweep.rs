@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use std::time::{Duration, SystemTime};
 
-use cordon_tools::leftovers::{WRITE_TEMP_MIN_AGE, age, is_write_temp_name};
+use cordon_ops::leftovers::{WRITE_TEMP_MIN_AGE, age, is_write_temp_name};
 use nix::dir::{Dir, Type};
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{Mode, SFlag, fstat, fstatat};

@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cordon_tools::ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
+use cordon_ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
 
 use crate::{LocalConfig, LocalError};
 

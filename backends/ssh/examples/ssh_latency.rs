@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use cordon_backend_ssh::known_hosts::KnownHosts;
 use cordon_backend_ssh::{AgentSource, SshBackend, SshConfig};
-use cordon_tools::ops::{Backend, ExecError, ExecRequest};
+use cordon_ops::{Backend, ExecError, ExecRequest};
 use russh::ChannelMsg;
 use russh::keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate};
 use tokio::sync::mpsc;

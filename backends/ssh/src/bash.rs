@@ -10,8 +10,8 @@
 //! (no network cut, no limits, no filesystem confinement), so commands are refused unless the
 //! operator accepted that with `allow_degraded` (`--allow-degraded`).
 
+use cordon_ops::{BackendId, ExecError, ExecOutcome};
 use cordon_remote::runner::{Attempt, Command, CommandHost, Lease};
-use cordon_tools::ops::{BackendId, ExecError, ExecOutcome};
 
 use crate::Inner;
 

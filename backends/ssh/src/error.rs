@@ -1,6 +1,6 @@
 //! [`SshError`]: why an SSH backend could not be set up or a connection could not be made.
-//! Per-call failures use the trait errors ([`FsError`](cordon_tools::ops::FsError),
-//! [`ExecError`](cordon_tools::ops::ExecError), …) and carry these messages as their reason.
+//! Per-call failures use the trait errors ([`FsError`](cordon_ops::FsError),
+//! [`ExecError`](cordon_ops::ExecError), …) and carry these messages as their reason.
 
 use std::path::PathBuf;
 

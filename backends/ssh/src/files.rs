@@ -15,10 +15,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use async_trait::async_trait;
+use cordon_ops::{BackendId, DirEntry, FileKind, FileMeta, FileOperations, FsError, SpillWriter};
 use cordon_remote::files::spill_file_name;
-use cordon_tools::ops::{
-    BackendId, DirEntry, FileKind, FileMeta, FileOperations, FsError, SpillWriter,
-};
 use futures::{StreamExt, TryStreamExt};
 use russh_sftp::client::error::Error as SftpError;
 use russh_sftp::protocol::{FileAttributes, FileType, OpenFlags, Packet, StatusCode};

@@ -47,8 +47,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
 use cordon_core::sandbox::{NetworkMode, RootAccess, SandboxSpec};
+use cordon_ops::BackendId;
 use cordon_remote::files::{PathRules, Root};
-use cordon_tools::ops::BackendId;
 use sha2::{Digest, Sha256};
 
 pub use crate::conn::{AgentSource, PassphraseHook};
@@ -314,7 +314,7 @@ impl SshBackend {
                 parent,
                 own,
                 now,
-                cordon_tools::leftovers::SpillBounds::default(),
+                cordon_ops::leftovers::SpillBounds::default(),
             )
             .await;
         }
@@ -409,7 +409,7 @@ cordon_remote::impl_remote_backend!(SshBackend);
 
 impl SshBackend {
     /// File operations over SFTP.
-    fn file_operations(&self) -> Arc<dyn cordon_tools::ops::FileOperations> {
+    fn file_operations(&self) -> Arc<dyn cordon_ops::FileOperations> {
         self.inner.clone()
     }
 

@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use cordon_ops::{FsError, SearchError};
 use cordon_remote::search::host::{SearchHost, Started, backend};
-use cordon_tools::ops::{FsError, SearchError};
 use tokio_util::sync::CancellationToken;
 
 use crate::Inner;
@@ -27,7 +27,7 @@ impl Inner {
 
     /// Resolve the search path: canonical, readable under the rules, existing.
     async fn search_root(&self, path: &Path) -> Result<PathBuf, SearchError> {
-        use cordon_tools::ops::FileOperations;
+        use cordon_ops::FileOperations;
         let map = |e: FsError| match e {
             FsError::OutsideRoot { .. } => SearchError::OutsideRoot {
                 path: path.to_path_buf(),

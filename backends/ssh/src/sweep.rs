@@ -3,13 +3,13 @@
 //! they emptied, and the temp files of writes a killed session left in the writable roots
 //! ([`stale_write_temps`]). Listing and removal go over SFTP (`readdir` reports `lstat` attributes,
 //! `remove` unlinks without following a symlink); only names of Cordon's exact naming are
-//! touched. The rules are [`cordon_tools::leftovers`]; a remote file cannot be locked over
+//! touched. The rules are [`cordon_ops::leftovers`]; a remote file cannot be locked over
 //! SFTP, so a spill file still being written is recognised by its moving modification time
 //! (never removed younger than [`leftovers::SPILL_MIN_AGE`]).
 
 use std::time::{Duration, SystemTime};
 
-use cordon_tools::leftovers::{self, SpillBounds, SpillFile};
+use cordon_ops::leftovers::{self, SpillBounds, SpillFile};
 use russh_sftp::client::error::Error as SftpError;
 use russh_sftp::protocol::{FileAttributes, FileType, StatusCode};
 

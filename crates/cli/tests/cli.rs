@@ -1034,7 +1034,7 @@ fn write_temps(dir: &Path) -> Vec<PathBuf> {
         .expect("list")
         .flatten()
         .filter(|entry| {
-            cordon_tools::leftovers::is_write_temp_name(entry.file_name().as_encoded_bytes())
+            cordon_ops::leftovers::is_write_temp_name(entry.file_name().as_encoded_bytes())
         })
         .map(|entry| entry.path())
         .collect()

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cordon_tools::ops::{ExecError, ExitStatus, Termination};
+use cordon_ops::{ExecError, ExitStatus, Termination};
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncWrite, AsyncWriteExt};

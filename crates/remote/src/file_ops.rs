@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use async_trait::async_trait;
-use cordon_tools::ops::{BackendId, DirEntry, FileMeta, FileOperations, FsError, SpillWriter};
+use cordon_ops::{BackendId, DirEntry, FileMeta, FileOperations, FsError, SpillWriter};
 use futures::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt, DuplexStream};
 

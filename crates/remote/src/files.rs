@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use cordon_core::sandbox::{NestedGit, RootAccess, SandboxSpec};
-use cordon_tools::ops::{DirEntry, FileKind, FsError};
+use cordon_ops::{DirEntry, FileKind, FsError};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 use crate::records::{Record, RecordParser};
@@ -196,7 +196,7 @@ pub fn spill_file_name() -> String {
 }
 
 /// The `find` name pattern of a write temp file, exactly
-/// [`cordon_tools::leftovers::is_write_temp_name`]: `.<NAME>.cordon-<16 lowercase hex>.tmp`.
+/// [`cordon_ops::leftovers::is_write_temp_name`]: `.<NAME>.cordon-<16 lowercase hex>.tmp`.
 fn write_temp_glob() -> String {
     format!(".?*.cordon-{}.tmp", "[0-9a-f]".repeat(16))
 }

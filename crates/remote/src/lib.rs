@@ -7,14 +7,14 @@
 //! - [`exec`]: the command request (own process group and session, PID report, descendant
 //!   tagging, a fast leftover check, kill on request or client loss) and [`exec::drive`], the
 //!   transport-agnostic state machine that turns a running request into an
-//!   [`ExecOutcome`](cordon_tools::ops::ExecOutcome): streaming output, timeout, cancel,
+//!   [`ExecOutcome`](cordon_ops::ExecOutcome): streaming output, timeout, cancel,
 //!   idle-grace drain, no survivors, and whether the worker may serve the next call.
 //! - [`files`]: the file requests (canonical paths, confinement, atomic writes, listings,
-//!   spill files) and the parsing of their answers into [`FsError`](cordon_tools::ops::FsError)s
+//!   spill files) and the parsing of their answers into [`FsError`](cordon_ops::FsError)s
 //!   identical to the local backend's.
-//! - [`file_ops`]: the [`FileOperations`](cordon_tools::ops::FileOperations) of a backend
+//! - [`file_ops`]: the [`FileOperations`](cordon_ops::FileOperations) of a backend
 //!   whose files go through its workers (Docker), over any transport.
-//! - [`search`]: `rg --json` parsing into [`GrepOutput`](cordon_tools::ops::GrepOutput), a
+//! - [`search`]: `rg --json` parsing into [`GrepOutput`](cordon_ops::GrepOutput), a
 //!   listing script plus a gitignore engine for find and for images without `rg`, and the
 //!   fallback line searcher.
 //! - [`records`] and [`quote`]: the NUL-separated control records the scripts print, and shell
@@ -51,7 +51,7 @@ pub mod worker;
 #[doc(hidden)]
 pub mod reexport {
     pub use async_trait::async_trait;
-    pub use cordon_tools::ops;
+    pub use cordon_ops as ops;
 }
 
 /// Why a request could not be turned into a remote script, or an answer could not be read.

@@ -14,9 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cordon_tools::ops::{
-    BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, Termination,
-};
+use cordon_ops::{BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, Termination};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;

@@ -6,9 +6,9 @@
 use std::path::Path;
 use std::time::Duration;
 
+use cordon_ops::{ExecError, ExitStatus, Termination};
 use cordon_remote::exec::{DriveOutcome, DriveRequest, ExecJob, KILL_GRACE, drive, new_tag};
 use cordon_remote::worker::WorkerRequest;
-use cordon_tools::ops::{ExecError, ExitStatus, Termination};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

@@ -4,10 +4,10 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use cordon_ops::{DirEntry, FileKind};
 use cordon_remote::files::{
     FileOp, FsRecord, files_argv, files_record_parser, go_line, parse_fs_record,
 };
-use cordon_tools::ops::{DirEntry, FileKind};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{run, shells, spawn};
@@ -360,7 +360,7 @@ async fn interactive_writes_are_atomic_and_keep_the_mode() {
             .filter_map(|e| e.ok())
             .filter(|e| {
                 let name = e.file_name();
-                cordon_tools::leftovers::is_write_temp_name(name.as_encoded_bytes())
+                cordon_ops::leftovers::is_write_temp_name(name.as_encoded_bytes())
                     || name.to_string_lossy().contains("cordon-tmp")
             })
             .collect();

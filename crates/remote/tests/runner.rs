@@ -13,15 +13,15 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use cordon_core::sandbox::SandboxSpec;
+use cordon_ops::{
+    BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FileOperations,
+    FsError, Termination,
+};
 use cordon_remote::file_ops::{FileHost, RemoteFiles};
 use cordon_remote::files::{PathRules, Root};
 use cordon_remote::pool::PooledWorker;
 use cordon_remote::runner::{Attempt, Command, CommandHost, Lease, RemoteBash, Runner};
 use cordon_remote::transport::{Collected, Control, Events, Process, StdinEnd, Transport};
-use cordon_tools::ops::{
-    BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FileOperations,
-    FsError, Termination,
-};
 use futures::{FutureExt, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};

@@ -3,12 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
+use cordon_ops::{GrepFile, GrepLine, GrepOutput};
 use cordon_remote::search::fallback::search_tar;
 use cordon_remote::search::ignore_rules::walk;
 use cordon_remote::search::listing::{
     EntryKind, fetch_argv, fetch_input, list_argv, parse_listing,
 };
-use cordon_tools::ops::{GrepFile, GrepLine, GrepOutput};
 
 use crate::support::{run, run_holding_stdin, shells};
 

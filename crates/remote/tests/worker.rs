@@ -8,10 +8,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use cordon_ops::{ExecError, ExitStatus, Termination};
 use cordon_remote::exec::{DriveOutcome, DriveRequest, KILL_GRACE, drive, new_tag};
 use cordon_remote::files::{FileOp, FsRecord, files_record_parser, go_line, parse_fs_record};
 use cordon_remote::worker::{EndMarker, ExecLine, PROCESS_HELPERS, WorkerRequest, new_request_id};
-use cordon_tools::ops::{ExecError, ExitStatus, Termination};
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;

@@ -12,11 +12,11 @@ use cordon_core::CancellationToken;
 use cordon_core::hooks::{
     AfterToolCall, BeforeOutcome, BeforeToolCall, HookError, ResultOverride, ToolHooks,
 };
+use cordon_ops::{BackendId, FileOperations, FsError};
 use cordon_policy::audit::{AuditRecord, args_sha256, rfc3339_utc};
 use cordon_policy::{
     CompiledPolicy, Decision, DecisionRequest, PathAccess, PolicyDecision, RuleRef, paths_of,
 };
-use cordon_tools::ops::{BackendId, FileOperations, FsError};
 use cordon_tools::paths::resolve_to_cwd;
 use serde_json::{Value, json};
 

@@ -9,13 +9,13 @@ use cordon_core::sandbox::SandboxSpec;
 use cordon_core::tool::{
     AgentTool, AgentToolResult, ExecutionMode, ToolError, ToolInvocation, UpdateCallback,
 };
+use cordon_ops::Backend;
 use cordon_policy::{CompiledPolicy, Redactor};
 use cordon_tools::bash::{BashOptions, BashTool};
 use cordon_tools::edit::EditTool;
 use cordon_tools::find::FindTool;
 use cordon_tools::grep::GrepTool;
 use cordon_tools::ls::LsTool;
-use cordon_tools::ops::Backend;
 use cordon_tools::read::{ReadOptions, ReadTool};
 use cordon_tools::write::WriteTool;
 use serde_json::Value;

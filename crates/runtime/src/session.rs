@@ -18,9 +18,9 @@ use cordon_core::protocol::{
 };
 use cordon_core::sandbox::SandboxSpec;
 use cordon_core::tool::{AgentTool, ExecutionMode};
+use cordon_ops::Backend;
 use cordon_policy::audit::AuditHead;
 use cordon_policy::{CompiledPolicy, EnvMap, PolicyError};
-use cordon_tools::ops::Backend;
 
 use crate::approval::Approver;
 use crate::audit::{AuditError, AuditLog};

@@ -12,10 +12,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use cordon_core::tool::{AgentTool, ToolInvocation};
+use cordon_ops::{BackendId, DirEntry, FileKind, FileMeta, FileOperations, FsError, SpillWriter};
 use cordon_tools::edit::EditTool;
-use cordon_tools::ops::{
-    BackendId, DirEntry, FileKind, FileMeta, FileOperations, FsError, SpillWriter,
-};
 use cordon_tools::read::{ReadOptions, ReadTool};
 use cordon_tools::testing::StdFiles;
 use cordon_tools::write::WriteTool;

@@ -23,15 +23,15 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::bounds::MAX_COMMAND_CHARS;
-use crate::ops::{
-    BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FileOperations, Termination,
-};
 use crate::output::{
     AccumulatorStats, FinalOutput, FullOutput, OutputAccumulator, Redact, Snapshot, SpillAccount,
     SpillLimits,
 };
 use crate::truncate::{DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Limits};
+use cordon_ops::bounds::MAX_COMMAND_CHARS;
+use cordon_ops::{
+    BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FileOperations, Termination,
+};
 
 /// Partial updates are sent at most this often (a final one is always sent).
 pub const UPDATE_THROTTLE: Duration = Duration::from_millis(100);
@@ -569,8 +569,8 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::ops::BackendId;
     use crate::testing::StdFiles;
+    use cordon_ops::BackendId;
 
     /// One step of a [`ScriptedBash`] run.
     enum Step {
@@ -1612,7 +1612,7 @@ mod tests {
             Arc::new(SpillOverride {
                 inner: StdFiles::new(root),
                 spill: Box::new(|| {
-                    let writer: crate::ops::SpillWriter = Box::new(tokio::io::sink());
+                    let writer: cordon_ops::SpillWriter = Box::new(tokio::io::sink());
                     Ok((PathBuf::from("/dev/null"), writer))
                 }),
             })

@@ -18,13 +18,13 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::bounds::MAX_PATH_CHARS;
 use crate::edit_diff::{EditDiff, EditFailure, Replacement, apply_edits, edit_diff};
 use crate::file_tool::{ABORTED, decode_args, fs_error_text};
-use crate::ops::{FileKind, FileOperations, FsError};
 use crate::paths::resolve_to_cwd;
 use crate::queue::{finish_on_drop, with_mutation_queue_owned};
 use crate::truncate::format_size;
+use cordon_ops::bounds::MAX_PATH_CHARS;
+use cordon_ops::{FileKind, FileOperations, FsError};
 
 const DESCRIPTION: &str = "Edit a single file using exact text replacement. Every \
 edits[].oldText must match a unique, non-overlapping region of the original file. If two \

@@ -8,7 +8,7 @@ use cordon_core::excerpt::excerpt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::ops::FsError;
+use cordon_ops::FsError;
 
 /// The message every file tool reports when its call was cancelled
 /// (docs/semantics.md#cancellation).

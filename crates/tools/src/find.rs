@@ -14,9 +14,9 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::bounds::{MAX_GLOB_CHARS, MAX_PATH_CHARS};
-use crate::ops::{FileOperations, FindRequest, SearchOperations};
 use crate::search_format::{DEFAULT_FIND_LIMIT, SearchCall, SearchToolError, format_find};
+use cordon_ops::bounds::{MAX_GLOB_CHARS, MAX_PATH_CHARS};
+use cordon_ops::{FileOperations, FindRequest, SearchOperations};
 
 const DESCRIPTION: &str = "Search for files by glob pattern. Returns matching file paths \
 relative to the search directory. Respects .gitignore. Output is truncated to 1000 results or \
@@ -125,7 +125,7 @@ mod tests {
 
     use super::*;
     use crate::grep::tests::{ScriptedSearch, run, workspace};
-    use crate::ops::{FindOutput, SearchError};
+    use cordon_ops::{FindOutput, SearchError};
 
     fn text(result: &AgentToolResult) -> &str {
         result.content[0].as_text().unwrap()

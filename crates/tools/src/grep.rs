@@ -13,9 +13,9 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::bounds::{MAX_GLOB_CHARS, MAX_PATH_CHARS, MAX_REGEX_CHARS, REGEX_SIZE_LIMIT};
-use crate::ops::{FileOperations, GrepRequest, SearchError, SearchOperations};
 use crate::search_format::{DEFAULT_GREP_LIMIT, SearchCall, SearchToolError, format_grep};
+use cordon_ops::bounds::{MAX_GLOB_CHARS, MAX_PATH_CHARS, MAX_REGEX_CHARS, REGEX_SIZE_LIMIT};
+use cordon_ops::{FileOperations, GrepRequest, SearchError, SearchOperations};
 
 const DESCRIPTION: &str = "Search file contents for a pattern. Returns matching lines with file \
 paths and line numbers. Respects .gitignore. Output is truncated to 100 matches or 50KB \
@@ -169,8 +169,8 @@ pub(crate) mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::ops::{FindOutput, FindRequest, GrepFile, GrepLine, GrepOutput, SearchError};
     use crate::testing::StdFiles;
+    use cordon_ops::{FindOutput, FindRequest, GrepFile, GrepLine, GrepOutput, SearchError};
 
     /// A [`SearchOperations`] double: returns scripted results, records requests.
     #[derive(Default)]

@@ -1,13 +1,12 @@
 //! `cordon-tools`: the tools a model calls (read, edit, write, bash, grep, find, ls), written
-//! only against the backend traits in [`ops`], plus what they share: output truncation, path
-//! resolution, the per-file mutation queue and the grep/find output formatter.
+//! only against the backend traits of `cordon-ops`, plus what they share: output truncation,
+//! the per-file mutation queue and the grep/find output formatter.
 //!
-//! It does not know any concrete backend: local, docker and ssh implement [`ops`] and get
-//! every tool with identical behaviour.
+//! It does not know any concrete backend: local, docker and ssh implement the `cordon-ops`
+//! traits and get every tool with identical behaviour.
 #![warn(missing_docs)]
 
 pub mod bash;
-pub mod bounds;
 pub mod decode_gate;
 pub mod edit;
 pub mod edit_diff;
@@ -15,9 +14,7 @@ mod file_tool;
 pub mod find;
 pub mod grep;
 pub mod image;
-pub mod leftovers;
 pub mod ls;
-pub mod ops;
 pub mod output;
 pub mod paths;
 pub mod queue;

@@ -12,13 +12,13 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::bounds::MAX_PATH_CHARS;
 use crate::file_tool::{ABORTED, decode_args, whole_number};
-use crate::leftovers::is_write_temp_name;
-use crate::ops::{DirEntry, FileKind, FileOperations, FsError};
 use crate::paths::resolve_to_cwd;
 use crate::search_format::escape_name;
 use crate::truncate::{DEFAULT_MAX_BYTES, Limits, format_size, truncate_head};
+use cordon_ops::bounds::MAX_PATH_CHARS;
+use cordon_ops::leftovers::is_write_temp_name;
+use cordon_ops::{DirEntry, FileKind, FileOperations, FsError};
 
 /// Entries listed when the model gives no `limit`.
 pub const DEFAULT_LS_LIMIT: u64 = 500;

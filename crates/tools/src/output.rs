@@ -22,9 +22,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::io::{AsyncWriteExt, BufWriter};
 
-use crate::ops::{FileOperations, FsError, SpillWriter};
 use crate::sanitize::sanitize;
 use crate::truncate::{Limits, TruncatedBy, Truncation, format_size, truncate_tail};
+use cordon_ops::{FileOperations, FsError, SpillWriter};
 
 /// How much decoded output the tail keeps: the cap of bash's structured `output` (1 MiB).
 pub const TAIL_KEEP_BYTES: usize = 1024 * 1024;
@@ -1141,7 +1141,7 @@ pub(crate) mod tests {
 
     #[async_trait::async_trait]
     impl FileOperations for SpillOverride {
-        fn backend_id(&self) -> &crate::ops::BackendId {
+        fn backend_id(&self) -> &cordon_ops::BackendId {
             self.inner.backend_id()
         }
         fn root(&self) -> &std::path::Path {
@@ -1170,13 +1170,13 @@ pub(crate) mod tests {
         async fn create_dir_all(&self, p: &std::path::Path) -> Result<(), FsError> {
             self.inner.create_dir_all(p).await
         }
-        async fn metadata(&self, p: &std::path::Path) -> Result<crate::ops::FileMeta, FsError> {
+        async fn metadata(&self, p: &std::path::Path) -> Result<cordon_ops::FileMeta, FsError> {
             self.inner.metadata(p).await
         }
         async fn read_dir(
             &self,
             p: &std::path::Path,
-        ) -> Result<Vec<crate::ops::DirEntry>, FsError> {
+        ) -> Result<Vec<cordon_ops::DirEntry>, FsError> {
             self.inner.read_dir(p).await
         }
         async fn canonicalize(&self, p: &std::path::Path) -> Result<PathBuf, FsError> {

@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use tokio::sync::oneshot;
 
-use crate::ops::{BackendId, FileOperations, FsError};
 use crate::paths::normalize_lexically;
+use cordon_ops::{BackendId, FileOperations, FsError};
 
 /// The queue key of one file: the backend and the file's canonical path.
 type FileKey = (BackendId, PathBuf);
@@ -276,8 +276,8 @@ pub(crate) mod probe {
     use async_trait::async_trait;
     use tokio::sync::{mpsc, oneshot};
 
-    use crate::ops::{BackendId, DirEntry, FileMeta, FileOperations, FsError, SpillWriter};
     use crate::testing::StdFiles;
+    use cordon_ops::{BackendId, DirEntry, FileMeta, FileOperations, FsError, SpillWriter};
 
     /// An operation the probe can report, gate or fail.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,17 +21,17 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::bounds::MAX_PATH_CHARS;
-use crate::bounds::check_length;
 use crate::decode_gate::DecodeGate;
 use crate::file_tool::{ABORTED, decode_args, fs_error_text, whole_number};
 use crate::image::{ImageMime, ImagePlan, SNIFF_BYTES, detect_image_mime, plan_image};
-use crate::ops::{FileOperations, FsError};
 use crate::paths::{read_path_variants, resolve_to_cwd, shell_quote};
 use crate::truncate::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Limits, TruncatedBy, Truncation, format_size,
     truncate_head,
 };
+use cordon_ops::bounds::MAX_PATH_CHARS;
+use cordon_ops::bounds::check_length;
+use cordon_ops::{FileOperations, FsError};
 
 /// How many leading bytes decide whether a file is binary.
 const BINARY_SNIFF_BYTES: usize = 8192;

@@ -6,7 +6,7 @@
 //! 500-character line cut, the 50 KiB byte cap, the limit notices (only when results were
 //! really cut: callers ask the backend for one result more than they show), the note about
 //! unreadable files, the `details` object, and the model-facing search errors. It does not
-//! search (see [`crate::ops::SearchOperations`]).
+//! search (see [`cordon_ops::SearchOperations`]).
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -16,12 +16,12 @@ use serde_json::{Map, Value, json};
 
 use cordon_core::excerpt::excerpt;
 
-use crate::bounds::{MAX_PATH_CHARS, check_length};
-use crate::ops::{FileOperations, FindOutput, GrepFile, GrepLine, GrepOutput, SearchError};
 use crate::paths::resolve_to_cwd;
 use crate::truncate::{
     DEFAULT_MAX_BYTES, GREP_MAX_LINE_CHARS, Limits, format_size, truncate_head, truncate_line,
 };
+use cordon_ops::bounds::{MAX_PATH_CHARS, check_length};
+use cordon_ops::{FileOperations, FindOutput, GrepFile, GrepLine, GrepOutput, SearchError};
 
 /// Matches shown by `grep` when the model gives no limit.
 pub const DEFAULT_GREP_LIMIT: usize = 100;
@@ -373,7 +373,7 @@ pub fn format_find(output: FindOutput, search_path: &Path, limit: usize) -> Form
 /// that root removes. Searches and listings leave them out on every backend.
 fn is_write_temp_file(path: &Path) -> bool {
     path.file_name()
-        .is_some_and(|name| crate::leftovers::is_write_temp_name(name.as_encoded_bytes()))
+        .is_some_and(|name| cordon_ops::leftovers::is_write_temp_name(name.as_encoded_bytes()))
 }
 
 /// Merge repeated files and, within a file, sort lines and drop duplicates (a line that is a

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
-use crate::ops::{BackendId, DirEntry, FileKind, FileMeta, FileOperations, FsError, SpillWriter};
+use cordon_ops::{BackendId, DirEntry, FileKind, FileMeta, FileOperations, FsError, SpillWriter};
 
 /// `std::fs`-backed [`FileOperations`] rooted at a directory (tests only).
 #[derive(Debug)]

@@ -15,11 +15,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::bounds::MAX_PATH_CHARS;
 use crate::file_tool::{ABORTED, decode_args, fs_error_text};
-use crate::ops::{FileOperations, FsError};
 use crate::paths::resolve_to_cwd;
 use crate::queue::{finish_on_drop, with_mutation_queue_owned};
+use cordon_ops::bounds::MAX_PATH_CHARS;
+use cordon_ops::{FileOperations, FsError};
 
 const DESCRIPTION: &str = "Write content to a file. Creates the file if it doesn't exist, \
 overwrites if it does. Automatically creates parent directories.";

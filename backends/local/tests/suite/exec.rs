@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cordon_backend_local::{HostSupport, LocalBackend, LocalConfig};
-use cordon_tools::ops::{
+use cordon_ops::{
     Backend, BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, Termination,
 };
 use tokio::sync::mpsc;

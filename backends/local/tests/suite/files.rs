@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use cordon_backend_local::{LocalBackend, LocalConfig, LocalError};
 use cordon_core::sandbox::RootAccess;
-use cordon_tools::ops::{Backend, FileKind, FsError};
+use cordon_ops::{Backend, FileKind, FsError};
 
 use super::support::{Fixture, names, snapshot};
 
@@ -203,7 +203,7 @@ async fn protected_paths_are_readable_but_never_mutated() {
     let outcome = fx
         .bash()
         .exec(
-            cordon_tools::ops::ExecRequest {
+            cordon_ops::ExecRequest {
                 command: "ln -s .git/config smuggle && ln -s .git smuggle-dir".into(),
                 cwd: fx.ws.clone(),
                 timeout: std::time::Duration::from_secs(30),
@@ -214,7 +214,7 @@ async fn protected_paths_are_readable_but_never_mutated() {
         )
         .await
         .unwrap();
-    assert_eq!(outcome.status, Some(cordon_tools::ops::ExitStatus::Code(0)));
+    assert_eq!(outcome.status, Some(cordon_ops::ExitStatus::Code(0)));
     for path in [fx.at("smuggle"), fx.at("smuggle-dir/config")] {
         assert!(
             matches!(

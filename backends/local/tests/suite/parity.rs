@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cordon_tools::ops::{BashOperations, ExecRequest, ExitStatus};
+use cordon_ops::{BashOperations, ExecRequest, ExitStatus};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

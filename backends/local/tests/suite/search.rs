@@ -4,7 +4,7 @@
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use cordon_tools::ops::{
+use cordon_ops::{
     FindOutput, FindRequest, GrepLine, GrepOutput, GrepRequest, SearchError, SearchOperations,
 };
 use tokio_util::sync::CancellationToken;

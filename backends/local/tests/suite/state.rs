@@ -4,7 +4,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::time::{Duration, SystemTime};
 
 use cordon_backend_local::{LocalBackend, LocalConfig, LocalError};
-use cordon_tools::ops::{Backend, FsError};
+use cordon_ops::{Backend, FsError};
 use tokio::io::AsyncWriteExt;
 
 use super::support::{Fixture, names, require_root, test_spec};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use cordon_backend_local::{LocalBackend, LocalConfig, SandboxSpec};
-use cordon_tools::ops::{Backend, BashOperations, FileOperations, SearchOperations};
+use cordon_ops::{Backend, BashOperations, FileOperations, SearchOperations};
 
 /// A temp directory holding a workspace, an outside directory with a secret, and a state
 /// base, plus a backend over the workspace.

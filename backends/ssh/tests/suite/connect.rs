@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cordon_backend_ssh::{AgentSource, SshBackend, SshError};
-use cordon_tools::ops::{Backend, ExecError, ExitStatus};
+use cordon_ops::{Backend, ExecError, ExitStatus};
 use tokio_util::sync::CancellationToken;
 
 use super::exec::run;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cordon_backend_ssh::SshBackend;
-use cordon_tools::ops::{Backend, ExecError, ExecOutcome, ExecRequest, ExitStatus, Termination};
+use cordon_ops::{Backend, ExecError, ExecOutcome, ExecRequest, ExitStatus, Termination};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -278,7 +278,7 @@ async fn commands_are_refused_without_allow_degraded() {
             .files()
             .read_file(std::path::Path::new("/etc/hostname"))
             .await,
-        Err(cordon_tools::ops::FsError::OutsideRoot { .. })
+        Err(cordon_ops::FsError::OutsideRoot { .. })
     ));
 
     // With the operator's consent every result names what is missing.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use cordon_backend_ssh::SshBackend;
 use cordon_core::sandbox::SandboxSpec;
-use cordon_tools::ops::{Backend, FileKind, FsError};
+use cordon_ops::{Backend, FileKind, FsError};
 use tokio::io::AsyncWriteExt;
 
 use super::support::server;

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use cordon_backend_ssh::SshBackend;
-use cordon_tools::ops::{Backend, FindRequest, GrepLine, GrepRequest, SearchError};
+use cordon_ops::{Backend, FindRequest, GrepLine, GrepRequest, SearchError};
 use tokio_util::sync::CancellationToken;
 
 use super::support::{Server, server};

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use cordon_tools::ops::{GrepFile, GrepLine, GrepOutput};
+use cordon_ops::{GrepFile, GrepLine, GrepOutput};
 
 use super::strip_terminator;
 

@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cordon_tools::ops::{
-    FindOutput, FindRequest, GrepOutput, GrepRequest, SearchError, SearchOperations,
-};
+use cordon_ops::{FindOutput, FindRequest, GrepOutput, GrepRequest, SearchError, SearchOperations};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 

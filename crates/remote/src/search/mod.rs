@@ -23,8 +23,8 @@ pub mod rg;
 
 use std::path::Path;
 
-use cordon_tools::bounds::REGEX_SIZE_LIMIT;
-use cordon_tools::ops::{GrepRequest, SearchError};
+use cordon_ops::bounds::REGEX_SIZE_LIMIT;
+use cordon_ops::{GrepRequest, SearchError};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 /// The glob filter of grep and find: with a `/` it matches the path relative to the search

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
-use cordon_tools::ops::{GrepFile, GrepLine, GrepOutput, GrepRequest};
+use cordon_ops::{GrepFile, GrepLine, GrepOutput, GrepRequest};
 use serde::Deserialize;
 
 use super::{GlobFilter, strip_terminator};

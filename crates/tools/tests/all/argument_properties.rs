@@ -9,15 +9,15 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use cordon_core::tool::AgentTool;
 use cordon_core::validate::validate_tool_arguments;
+use cordon_ops::{
+    BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, FindOutput, FindRequest,
+    GrepOutput, GrepRequest, SearchError, SearchOperations,
+};
 use cordon_tools::bash::{BashOptions, BashTool};
 use cordon_tools::edit::EditTool;
 use cordon_tools::find::FindTool;
 use cordon_tools::grep::GrepTool;
 use cordon_tools::ls::LsTool;
-use cordon_tools::ops::{
-    BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, FindOutput, FindRequest,
-    GrepOutput, GrepRequest, SearchError, SearchOperations,
-};
 use cordon_tools::read::{ReadOptions, ReadTool};
 use cordon_tools::testing::StdFiles;
 use cordon_tools::write::WriteTool;
