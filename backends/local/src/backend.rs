@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cordon_core::sandbox::{NestedGit, SandboxSpec};
+use cordon_ops::paths::normalize_lexically;
 use cordon_ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
-use cordon_tools::paths::normalize_lexically;
 
 use crate::exec::{self, CommandSandbox, LocalBash};
 use crate::expand::Expander;

@@ -137,7 +137,7 @@ impl Layout {
             .chain(spec.writable_roots.iter().map(|r| (r, Access::ReadWrite)));
         for (configured, access) in extra {
             let path = expand_root(configured, workspace, home);
-            let alias = Some(cordon_tools::paths::normalize_lexically(&path));
+            let alias = Some(cordon_ops::paths::normalize_lexically(&path));
             push_existing(&mut grants, &path, alias, access, true)?;
         }
         grants.push(Grant {

@@ -4,6 +4,10 @@
 //! It owns:
 //! - the backend traits ([`FileOperations`], [`BashOperations`], [`SearchOperations`], bundled
 //!   by [`Backend`]) and their plain request, result and error types;
+//! - the tools by kind ([`ToolKind`]): names, the orders they are listed in, and which
+//!   arguments are paths with the operation each implies ([`paths_of`], [`Op`]);
+//! - the one resolver for model-supplied paths ([`paths::resolve_model_path`]), used by the
+//!   tools, by the runtime for what it hands the policy, and by `cordon policy explain`;
 //! - the names of the files Cordon itself leaves behind ([`leftovers`]) and the size bounds
 //!   on the tools' model-controlled arguments ([`bounds`]).
 //!
@@ -14,9 +18,12 @@
 mod backend;
 pub mod bounds;
 pub mod leftovers;
+pub mod paths;
+mod tool;
 
 pub use backend::{
     Backend, BackendId, BashOperations, DirEntry, ExecError, ExecOutcome, ExecRequest, ExitStatus,
     FileKind, FileMeta, FileOperations, FindOutput, FindRequest, FsError, GrepFile, GrepLine,
     GrepOutput, GrepRequest, SearchError, SearchOperations, SpillWriter, Termination,
 };
+pub use tool::{Op, PathArg, ToolKind, paths_of};

@@ -6,6 +6,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use cordon_ops::Op;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -108,25 +110,6 @@ impl PolicyDecision {
     }
 }
 
-/// The operation a tool performs on a path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Op {
-    /// Reading a file or listing/searching a directory.
-    Read,
-    /// Creating or modifying a file.
-    Write,
-}
-
-impl Op {
-    pub(crate) fn verb(self) -> &'static str {
-        match self {
-            Op::Read => "reading",
-            Op::Write => "writing",
-        }
-    }
-}
-
 /// A path a tool call touches, as the backend resolved it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -145,7 +128,7 @@ pub struct DecisionRequest<'a> {
     pub tool: &'a str,
     /// Arguments after preparation and validation.
     pub args: &'a Value,
-    /// Canonical paths of the call (from [`crate::paths_of`], resolved by the backend).
+    /// Canonical paths of the call (from `cordon_ops::paths_of`, resolved by the backend).
     pub paths: &'a [PathAccess],
     /// The workspace root, canonical.
     pub root: &'a Path,

@@ -95,10 +95,7 @@ impl Explanation {
         for access in &self.paths {
             out.push_str(&format!(
                 "path: {} {}{}\n",
-                match access.op {
-                    crate::Op::Read => "read",
-                    crate::Op::Write => "write",
-                },
+                access.op.name(),
                 access.canonical.display(),
                 if self.lexical_paths {
                     " (resolved lexically; symlinks not followed)"
@@ -181,7 +178,7 @@ pub fn explain_cli(
     if !root.is_absolute() {
         return Err(ExplainError::RelativeRoot(root.to_path_buf()));
     }
-    let root: PathBuf = crate::paths::resolve_lexically(".", root, home);
+    let root: PathBuf = cordon_ops::paths::normalize_lexically(root);
     let paths = lexical_accesses(tool, &args, &root, home);
     let mut explanation = explain(
         policy,
@@ -193,6 +190,6 @@ pub fn explain_cli(
             home,
         },
     );
-    explanation.lexical_paths = crate::paths::PATH_TOOLS.contains(&tool);
+    explanation.lexical_paths = crate::paths::is_path_tool(tool);
     Ok(explanation)
 }

@@ -11,14 +11,15 @@
 //!
 //! It also provides the audit log's hash chain ([`audit`]) and the text of `cordon policy
 //! check/explain` ([`explain`]). It does no I/O beyond reading the policy file: the runtime
-//! canonicalises paths through the backend ([`paths_of`] says which arguments are paths),
+//! canonicalises paths through the backend (`cordon_ops::paths_of` says which arguments are
+//! paths, `cordon_ops::paths::resolve_model_path` resolves them),
 //! wires the decisions into `before_tool_call`/`after_tool_call`, and writes the audit file.
 //!
 //! ```
 //! use std::path::Path;
-//! use cordon_policy::{
-//!     CompiledPolicy, Decision, DecisionRequest, EnvMap, PathAccess, paths_of, resolve_lexically,
-//! };
+//! use cordon_ops::paths::resolve_model_path;
+//! use cordon_ops::paths_of;
+//! use cordon_policy::{CompiledPolicy, Decision, DecisionRequest, EnvMap, PathAccess};
 //!
 //! let env: EnvMap = EnvMap::new(); // the runtime passes std::env::vars().collect()
 //! let policy = CompiledPolicy::builtin_default(&env)?;
@@ -28,7 +29,7 @@
 //! // resolved); lexical resolution stands in for it here.
 //! let paths: Vec<PathAccess> = paths_of("write", &args)
 //!     .into_iter()
-//!     .map(|(path, op)| PathAccess { canonical: resolve_lexically(&path, root, None), op })
+//!     .map(|(path, op)| PathAccess { canonical: resolve_model_path(&path, root, None), op })
 //!     .collect();
 //! let request = DecisionRequest { tool: "write", args: &args, paths: &paths, root, home: None };
 //! let decision = policy.decide(&request).non_interactive();
@@ -50,9 +51,9 @@ mod policy;
 pub mod redact;
 pub mod shell;
 
-pub use decision::{Decision, DecisionRequest, Op, PathAccess, PolicyDecision, RuleRef};
+pub use decision::{Decision, DecisionRequest, PathAccess, PolicyDecision, RuleRef};
 pub use error::PolicyError;
-pub use paths::{KNOWN_TOOLS, PATH_TOOLS, lexical_accesses, paths_of, resolve_lexically};
+pub use paths::lexical_accesses;
 pub use policy::{
     CompiledPolicy, DEFAULT_POLICY_NAME, DEFAULT_POLICY_TOML, EnvMap, MAX_POLICY_BYTES,
 };

@@ -1,73 +1,37 @@
-//! Which argument strings of a tool call are paths ([`paths_of`]), and a lexical resolver
-//! ([`resolve_lexically`], [`lexical_accesses`]) for callers without a backend, such as
-//! `cordon policy explain`. The runtime must resolve paths through the backend instead, so
-//! that symlinks are followed: the policy judges canonical paths only.
+//! The paths of a call resolved lexically ([`lexical_accesses`]), for callers without a
+//! backend such as `cordon policy explain`. Which arguments are paths is
+//! `cordon_ops::paths_of`; the resolver is `cordon_ops::paths::resolve_model_path`, the one the
+//! tools and the runtime use, so explain judges the path the tool would open. The runtime
+//! resolves the same way and then canonicalises through the backend, so that symlinks are
+//! followed: the policy judges canonical paths only.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 
+use cordon_ops::paths::resolve_model_path;
+use cordon_ops::{ToolKind, paths_of};
 use serde_json::Value;
 
-use crate::decision::{Op, PathAccess};
+use crate::decision::PathAccess;
 
-/// The tools a policy can enable.
-pub const KNOWN_TOOLS: &[&str] = &["read", "edit", "write", "bash", "grep", "find", "ls"];
-
-/// The tools whose calls name paths.
-pub const PATH_TOOLS: &[&str] = &["read", "edit", "write", "grep", "find", "ls"];
-
-/// The path argument strings of a call and what the tool does with each, for the runtime to
-/// canonicalise through the backend. `grep`, `find` and `ls` default to `.`; `edit` reads and
-/// writes its file. Tools without paths (bash, unknown tools) give an empty list, as does a
-/// call whose `path` is missing or not a string for a tool that requires one.
-pub fn paths_of(tool: &str, args: &Value) -> Vec<(String, Op)> {
-    let path = args.get("path").and_then(Value::as_str).map(str::to_owned);
-    match tool {
-        "read" => path.map(|p| vec![(p, Op::Read)]).unwrap_or_default(),
-        "write" => path.map(|p| vec![(p, Op::Write)]).unwrap_or_default(),
-        "edit" => path
-            .map(|p| vec![(p.clone(), Op::Read), (p, Op::Write)])
-            .unwrap_or_default(),
-        "grep" | "find" | "ls" => vec![(path.unwrap_or_else(|| ".".to_owned()), Op::Read)],
-        _ => Vec::new(),
-    }
+/// Whether `tool` is one of Cordon's tools whose calls name paths (path rules apply to it).
+pub(crate) fn is_path_tool(tool: &str) -> bool {
+    ToolKind::from_name(tool).is_some_and(ToolKind::takes_paths)
 }
 
-/// Resolve a model path against `root` WITHOUT touching the filesystem: a leading `@` is
-/// dropped, `~` and `~/…` expand to `home`, `file://` is stripped, relative paths join
-/// `root`, and `.`/`..` collapse lexically. Symlinks are NOT followed, so the result is only
-/// as good as the caller's knowledge of the tree (`explain` says so in its output).
-pub fn resolve_lexically(path: &str, root: &Path, home: Option<&Path>) -> PathBuf {
-    let text = path.strip_prefix('@').unwrap_or(path);
-    let text = text
-        .strip_prefix("file://localhost")
-        .or_else(|| text.strip_prefix("file://"))
-        .unwrap_or(text);
-    let expanded = match (text, home) {
-        ("~", Some(home)) => home.to_path_buf(),
-        (t, Some(home)) if t.starts_with("~/") => home.join(&t[2..]),
-        (t, _) => PathBuf::from(t),
-    };
-    let joined = if expanded.is_absolute() {
-        expanded
-    } else {
-        root.join(expanded)
-    };
-    let mut out = PathBuf::new();
-    for component in joined.components() {
-        match component {
-            Component::Prefix(prefix) => out.push(prefix.as_os_str()),
-            Component::RootDir => out.push("/"),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(part) => out.push(part),
-        }
-    }
-    out
+/// The names of the tools `keep` selects, in listing order, joined by `, ` (for messages).
+pub(crate) fn tool_names(keep: impl Fn(ToolKind) -> bool) -> String {
+    let names: Vec<&str> = ToolKind::ALL
+        .into_iter()
+        .filter(|kind| keep(*kind))
+        .map(ToolKind::name)
+        .collect();
+    names.join(", ")
 }
 
-/// [`paths_of`] resolved with [`resolve_lexically`].
+/// The path arguments of a call ([`cordon_ops::paths_of`]) resolved with
+/// [`resolve_model_path`] against `root`, WITHOUT touching the filesystem: symlinks are not
+/// followed, so the result is only as good as the caller's knowledge of the tree (`explain`
+/// says so in its output).
 pub fn lexical_accesses(
     tool: &str,
     args: &Value,
@@ -77,7 +41,7 @@ pub fn lexical_accesses(
     paths_of(tool, args)
         .into_iter()
         .map(|(path, op)| PathAccess {
-            canonical: resolve_lexically(&path, root, home),
+            canonical: resolve_model_path(&path, root, home),
             op,
         })
         .collect()
@@ -85,70 +49,51 @@ pub fn lexical_accesses(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::path::PathBuf;
+
+    use cordon_ops::Op;
     use serde_json::json;
 
-    #[test]
-    fn paths_of_each_tool() {
-        assert_eq!(
-            paths_of("read", &json!({"path": "a"})),
-            vec![("a".into(), Op::Read)]
-        );
-        assert_eq!(
-            paths_of("write", &json!({"path": "a"})),
-            vec![("a".into(), Op::Write)]
-        );
-        assert_eq!(
-            paths_of("edit", &json!({"path": "a"})),
-            vec![("a".into(), Op::Read), ("a".into(), Op::Write)]
-        );
-        for tool in ["grep", "find", "ls"] {
-            assert_eq!(paths_of(tool, &json!({})), vec![(".".into(), Op::Read)]);
-            assert_eq!(
-                paths_of(tool, &json!({"path": "src"})),
-                vec![("src".into(), Op::Read)]
-            );
-        }
-        assert!(paths_of("bash", &json!({"command": "ls"})).is_empty());
-        assert!(paths_of("read", &json!({})).is_empty());
-        assert!(paths_of("mystery", &json!({"path": "a"})).is_empty());
-    }
+    use super::*;
 
     #[test]
     fn lexical_resolution() {
         let root = Path::new("/ws");
         let home = Some(Path::new("/home/me"));
+        let one = |tool: &str, args: Value| lexical_accesses(tool, &args, root, home);
+        let access = |path: &str, op| PathAccess {
+            canonical: PathBuf::from(path),
+            op,
+        };
         assert_eq!(
-            resolve_lexically("src/a.rs", root, home),
-            PathBuf::from("/ws/src/a.rs")
+            one("read", json!({"path": "src/a.rs"})),
+            [access("/ws/src/a.rs", Op::Read)]
         );
         assert_eq!(
-            resolve_lexically("@src/../b", root, home),
-            PathBuf::from("/ws/b")
+            one("edit", json!({"path": "@src/../b"})),
+            [access("/ws/b", Op::Read), access("/ws/b", Op::Write)]
         );
         assert_eq!(
-            resolve_lexically("~/.cargo", root, home),
-            PathBuf::from("/home/me/.cargo")
+            one("write", json!({"path": "~/.cargo"})),
+            [access("/home/me/.cargo", Op::Write)]
         );
         assert_eq!(
-            resolve_lexically("/etc/../etc/x", root, home),
-            PathBuf::from("/etc/x")
+            one("read", json!({"path": "/etc/../etc/x"})),
+            [access("/etc/x", Op::Read)]
         );
         assert_eq!(
-            resolve_lexically("../../..", root, home),
-            PathBuf::from("/")
+            one("ls", json!({"path": "../../.."})),
+            [access("/", Op::Read)]
         );
         assert_eq!(
-            resolve_lexically("file:///x", root, home),
-            PathBuf::from("/x")
+            one("read", json!({"path": "file:///a%20b"})),
+            [access("/a b", Op::Read)]
         );
-        assert_eq!(resolve_lexically(".", root, home), PathBuf::from("/ws"));
         assert_eq!(
-            lexical_accesses("ls", &json!({}), root, home),
-            vec![PathAccess {
-                canonical: "/ws".into(),
-                op: Op::Read
-            }]
+            one("read", json!({"path": "a\u{a0}b"})),
+            [access("/ws/a b", Op::Read)]
         );
+        assert_eq!(one("ls", json!({})), [access("/ws", Op::Read)]);
+        assert_eq!(one("bash", json!({"command": "cat a"})), []);
     }
 }

@@ -19,7 +19,7 @@ use crate::decision::{Decision, RuleRef};
 use crate::error::{PolicyError, SourceMap};
 use crate::format::RawPolicy;
 use crate::glob::PathGlob;
-use crate::paths::PATH_TOOLS;
+use crate::paths::is_path_tool;
 use crate::redact::Redactor;
 use compile::compile;
 
@@ -85,7 +85,7 @@ impl Rule {
             None => match self.kind {
                 RuleKind::Tool => false,
                 RuleKind::Command(_) => tool == "bash",
-                RuleKind::Path(_) => PATH_TOOLS.contains(&tool),
+                RuleKind::Path(_) => is_path_tool(tool),
             },
         }
     }

@@ -12,12 +12,12 @@ use cordon_core::CancellationToken;
 use cordon_core::hooks::{
     AfterToolCall, BeforeOutcome, BeforeToolCall, HookError, ResultOverride, ToolHooks,
 };
-use cordon_ops::{BackendId, FileOperations, FsError};
+use cordon_ops::paths::resolve_model_path;
+use cordon_ops::{BackendId, FileOperations, FsError, Op, paths_of};
 use cordon_policy::audit::{AuditRecord, args_sha256, rfc3339_utc};
 use cordon_policy::{
-    CompiledPolicy, Decision, DecisionRequest, PathAccess, PolicyDecision, RuleRef, paths_of,
+    CompiledPolicy, Decision, DecisionRequest, PathAccess, PolicyDecision, RuleRef,
 };
-use cordon_tools::paths::resolve_to_cwd;
 use serde_json::{Value, json};
 
 use crate::approval::{Approval, ApprovalRequest, Approver};
@@ -107,7 +107,7 @@ impl RuntimeHooks {
             spill_reads: 0,
         };
         for (raw, op) in paths_of(tool, args) {
-            let lexical = resolve_to_cwd(&raw, root, home);
+            let lexical = resolve_model_path(&raw, root, home);
             let canonical = self
                 .files
                 .canonicalize(&lexical)
@@ -124,8 +124,8 @@ impl RuntimeHooks {
 
     /// Reads of the backend's own spill files (a truncated command's full output) are always
     /// allowed: the output was already the model's.
-    fn is_spill_read(&self, canonical: &Path, op: cordon_policy::Op) -> bool {
-        matches!(op, cordon_policy::Op::Read)
+    fn is_spill_read(&self, canonical: &Path, op: Op) -> bool {
+        matches!(op, Op::Read)
             && self
                 .files
                 .spill_dir()
@@ -349,3 +349,7 @@ impl ToolHooks for RuntimeHooks {
         Ok(patch)
     }
 }
+
+#[cfg(test)]
+#[path = "hooks_tests.rs"]
+mod tests;

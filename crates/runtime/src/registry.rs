@@ -9,7 +9,7 @@ use cordon_core::sandbox::SandboxSpec;
 use cordon_core::tool::{
     AgentTool, AgentToolResult, ExecutionMode, ToolError, ToolInvocation, UpdateCallback,
 };
-use cordon_ops::Backend;
+use cordon_ops::{Backend, ToolKind};
 use cordon_policy::{CompiledPolicy, Redactor};
 use cordon_tools::bash::{BashOptions, BashTool};
 use cordon_tools::edit::EditTool;
@@ -20,9 +20,6 @@ use cordon_tools::read::{ReadOptions, ReadTool};
 use cordon_tools::write::WriteTool;
 use serde_json::Value;
 
-/// Tools in the order the model sees them (docs/semantics.md#tools).
-const TOOL_ORDER: [&str; 7] = ["read", "bash", "edit", "write", "grep", "find", "ls"];
-
 /// The enabled tools over `backend`.
 pub(crate) fn build_tools(
     backend: &dyn Backend,
@@ -30,13 +27,14 @@ pub(crate) fn build_tools(
     spec: &SandboxSpec,
 ) -> Vec<Arc<dyn AgentTool>> {
     let files = backend.files();
-    TOOL_ORDER
-        .iter()
-        .filter(|name| policy.is_tool_enabled(name))
-        .map(|name| -> Arc<dyn AgentTool> {
-            match *name {
-                "read" => Arc::new(ReadTool::new(files.clone(), ReadOptions::default())),
-                "bash" => {
+    // In the order the model sees them (docs/semantics.md#tools).
+    ToolKind::MODEL_ORDER
+        .into_iter()
+        .filter(|kind| policy.is_tool_enabled(kind.name()))
+        .map(|kind| -> Arc<dyn AgentTool> {
+            match kind {
+                ToolKind::Read => Arc::new(ReadTool::new(files.clone(), ReadOptions::default())),
+                ToolKind::Bash => {
                     let tool = BashTool::new(
                         backend.bash(),
                         files.clone(),
@@ -57,13 +55,13 @@ pub(crate) fn build_tools(
                         })))
                     }
                 }
-                "edit" => Arc::new(
+                ToolKind::Edit => Arc::new(
                     EditTool::new(files.clone()).with_max_file_bytes(spec.limits.edit_file_bytes),
                 ),
-                "write" => Arc::new(WriteTool::new(files.clone())),
-                "grep" => Arc::new(GrepTool::new(backend.search(), files.clone())),
-                "find" => Arc::new(FindTool::new(backend.search(), files.clone())),
-                _ => Arc::new(LsTool::new(files.clone())),
+                ToolKind::Write => Arc::new(WriteTool::new(files.clone())),
+                ToolKind::Grep => Arc::new(GrepTool::new(backend.search(), files.clone())),
+                ToolKind::Find => Arc::new(FindTool::new(backend.search(), files.clone())),
+                ToolKind::Ls => Arc::new(LsTool::new(files.clone())),
             }
         })
         .map(|tool| redacting(tool, policy))

@@ -18,6 +18,10 @@ use async_trait::async_trait;
 use cordon_core::protocol::Content;
 use cordon_core::sandbox::{DEFAULT_SPILL_BYTES, DEFAULT_SPILL_SESSION_BYTES};
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation, UpdateCallback};
+use cordon_ops::bounds::MAX_COMMAND_CHARS;
+use cordon_ops::{
+    BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FileOperations, Termination,
+};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
@@ -28,10 +32,6 @@ use crate::output::{
     SpillLimits,
 };
 use crate::truncate::{DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Limits};
-use cordon_ops::bounds::MAX_COMMAND_CHARS;
-use cordon_ops::{
-    BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FileOperations, Termination,
-};
 
 /// Partial updates are sent at most this often (a final one is always sent).
 pub const UPDATE_THROTTLE: Duration = Duration::from_millis(100);

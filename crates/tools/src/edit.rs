@@ -14,17 +14,17 @@ use std::sync::{Arc, OnceLock};
 use async_trait::async_trait;
 use cordon_core::sandbox::DEFAULT_EDIT_FILE_BYTES;
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
+use cordon_ops::bounds::MAX_PATH_CHARS;
+use cordon_ops::paths::resolve_model_path;
+use cordon_ops::{FileKind, FileOperations, FsError};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::edit_diff::{EditDiff, EditFailure, Replacement, apply_edits, edit_diff};
 use crate::file_tool::{ABORTED, decode_args, fs_error_text};
-use crate::paths::resolve_to_cwd;
 use crate::queue::{finish_on_drop, with_mutation_queue_owned};
 use crate::truncate::format_size;
-use cordon_ops::bounds::MAX_PATH_CHARS;
-use cordon_ops::{FileKind, FileOperations, FsError};
 
 const DESCRIPTION: &str = "Edit a single file using exact text replacement. Every \
 edits[].oldText must match a unique, non-overlapping region of the original file. If two \
@@ -269,7 +269,7 @@ impl EditTool {
         let EditArgs { path, edits } = decode_args("edit", prepare_edit_arguments(args))
             .map_err(EditError::InvalidArguments)?;
         let edits = owned_edits(edits)?;
-        let absolute = resolve_to_cwd(&path, self.files.root(), self.files.home());
+        let absolute = resolve_model_path(&path, self.files.root(), self.files.home());
         check_target(&*self.files, &absolute, &path, false).await?;
         let bytes = read_bounded(&*self.files, &absolute, &path, self.max_file_bytes).await?;
         let heavy = bytes.len() >= BLOCKING_THRESHOLD;
@@ -444,7 +444,7 @@ impl AgentTool for EditTool {
         if cancel.is_cancelled() {
             return Err(EditError::Aborted.into());
         }
-        let absolute = resolve_to_cwd(&path, self.files.root(), self.files.home());
+        let absolute = resolve_model_path(&path, self.files.root(), self.files.home());
         let count = edits.len();
         let job = edit_in_queue(EditJob {
             files: self.files.clone(),

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use cordon_core::protocol::Content;
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
+use cordon_ops::bounds::{MAX_GLOB_CHARS, MAX_PATH_CHARS};
+use cordon_ops::{FileOperations, FindRequest, SearchOperations};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::search_format::{DEFAULT_FIND_LIMIT, SearchCall, SearchToolError, format_find};
-use cordon_ops::bounds::{MAX_GLOB_CHARS, MAX_PATH_CHARS};
-use cordon_ops::{FileOperations, FindRequest, SearchOperations};
 
 const DESCRIPTION: &str = "Search for files by glob pattern. Returns matching file paths \
 relative to the search directory. Respects .gitignore. Output is truncated to 1000 results or \

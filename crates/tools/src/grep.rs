@@ -10,12 +10,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use cordon_core::protocol::Content;
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
+use cordon_ops::bounds::{MAX_GLOB_CHARS, MAX_PATH_CHARS, MAX_REGEX_CHARS, REGEX_SIZE_LIMIT};
+use cordon_ops::{FileOperations, GrepRequest, SearchError, SearchOperations};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::search_format::{DEFAULT_GREP_LIMIT, SearchCall, SearchToolError, format_grep};
-use cordon_ops::bounds::{MAX_GLOB_CHARS, MAX_PATH_CHARS, MAX_REGEX_CHARS, REGEX_SIZE_LIMIT};
-use cordon_ops::{FileOperations, GrepRequest, SearchError, SearchOperations};
 
 const DESCRIPTION: &str = "Search file contents for a pattern. Returns matching lines with file \
 paths and line numbers. Respects .gitignore. Output is truncated to 100 matches or 50KB \

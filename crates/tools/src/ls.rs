@@ -9,16 +9,16 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
+use cordon_ops::bounds::MAX_PATH_CHARS;
+use cordon_ops::leftovers::is_write_temp_name;
+use cordon_ops::paths::resolve_model_path;
+use cordon_ops::{DirEntry, FileKind, FileOperations, FsError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::file_tool::{ABORTED, decode_args, whole_number};
-use crate::paths::resolve_to_cwd;
 use crate::search_format::escape_name;
 use crate::truncate::{DEFAULT_MAX_BYTES, Limits, format_size, truncate_head};
-use cordon_ops::bounds::MAX_PATH_CHARS;
-use cordon_ops::leftovers::is_write_temp_name;
-use cordon_ops::{DirEntry, FileKind, FileOperations, FsError};
 
 /// Entries listed when the model gives no `limit`.
 pub const DEFAULT_LS_LIMIT: u64 = 500;
@@ -127,7 +127,7 @@ impl AgentTool for LsTool {
             None => DEFAULT_LS_LIMIT,
         };
         let path = path.unwrap_or_else(|| ".".to_owned());
-        let absolute = resolve_to_cwd(&path, self.files.root(), self.files.home());
+        let absolute = resolve_model_path(&path, self.files.root(), self.files.home());
         let listing = async {
             let meta = self
                 .files

@@ -20,11 +20,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use cordon_ops::{FileOperations, FsError, SpillWriter};
 use tokio::io::{AsyncWriteExt, BufWriter};
 
 use crate::sanitize::sanitize;
 use crate::truncate::{Limits, TruncatedBy, Truncation, format_size, truncate_tail};
-use cordon_ops::{FileOperations, FsError, SpillWriter};
 
 /// How much decoded output the tail keeps: the cap of bash's structured `output` (1 MiB).
 pub const TAIL_KEEP_BYTES: usize = 1024 * 1024;

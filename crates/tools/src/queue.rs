@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use tokio::sync::oneshot;
 
-use crate::paths::normalize_lexically;
+use cordon_ops::paths::normalize_lexically;
 use cordon_ops::{BackendId, FileOperations, FsError};
 
 /// The queue key of one file: the backend and the file's canonical path.

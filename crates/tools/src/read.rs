@@ -17,6 +17,10 @@ use std::sync::{Arc, OnceLock};
 use async_trait::async_trait;
 use cordon_core::protocol::Content;
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
+use cordon_ops::bounds::MAX_PATH_CHARS;
+use cordon_ops::bounds::check_length;
+use cordon_ops::paths::resolve_model_path;
+use cordon_ops::{FileOperations, FsError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -24,14 +28,11 @@ use tokio_util::sync::CancellationToken;
 use crate::decode_gate::DecodeGate;
 use crate::file_tool::{ABORTED, decode_args, fs_error_text, whole_number};
 use crate::image::{ImageMime, ImagePlan, SNIFF_BYTES, detect_image_mime, plan_image};
-use crate::paths::{read_path_variants, resolve_to_cwd, shell_quote};
+use crate::paths::{read_path_variants, shell_quote};
 use crate::truncate::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Limits, TruncatedBy, Truncation, format_size,
     truncate_head,
 };
-use cordon_ops::bounds::MAX_PATH_CHARS;
-use cordon_ops::bounds::check_length;
-use cordon_ops::{FileOperations, FsError};
 
 /// How many leading bytes decide whether a file is binary.
 const BINARY_SNIFF_BYTES: usize = 8192;
@@ -291,7 +292,7 @@ impl AgentTool for ReadTool {
         if cancel.is_cancelled() {
             return Err(ReadError::Aborted.into());
         }
-        let absolute = resolve_to_cwd(&path, self.files.root(), self.files.home());
+        let absolute = resolve_model_path(&path, self.files.root(), self.files.home());
         tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(ReadError::Aborted.into()),

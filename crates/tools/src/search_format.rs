@@ -15,13 +15,13 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use cordon_core::excerpt::excerpt;
+use cordon_ops::bounds::{MAX_PATH_CHARS, check_length};
+use cordon_ops::paths::resolve_model_path;
+use cordon_ops::{FileOperations, FindOutput, GrepFile, GrepLine, GrepOutput, SearchError};
 
-use crate::paths::resolve_to_cwd;
 use crate::truncate::{
     DEFAULT_MAX_BYTES, GREP_MAX_LINE_CHARS, Limits, format_size, truncate_head, truncate_line,
 };
-use cordon_ops::bounds::{MAX_PATH_CHARS, check_length};
-use cordon_ops::{FileOperations, FindOutput, GrepFile, GrepLine, GrepOutput, SearchError};
 
 /// Matches shown by `grep` when the model gives no limit.
 pub const DEFAULT_GREP_LIMIT: usize = 100;
@@ -173,7 +173,7 @@ impl SearchCall {
     ) -> Result<(PathBuf, usize), SearchToolError> {
         self.check("pattern", Some(pattern), self.pattern_max)?;
         self.check("path", path, MAX_PATH_CHARS)?;
-        let search_path = resolve_to_cwd(path.unwrap_or("."), files.root(), files.home());
+        let search_path = resolve_model_path(path.unwrap_or("."), files.root(), files.home());
         Ok((search_path, effective_limit(limit, self.default_limit)))
     }
 }

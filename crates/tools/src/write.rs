@@ -11,15 +11,15 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
+use cordon_ops::bounds::MAX_PATH_CHARS;
+use cordon_ops::paths::resolve_model_path;
+use cordon_ops::{FileOperations, FsError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::file_tool::{ABORTED, decode_args, fs_error_text};
-use crate::paths::resolve_to_cwd;
 use crate::queue::{finish_on_drop, with_mutation_queue_owned};
-use cordon_ops::bounds::MAX_PATH_CHARS;
-use cordon_ops::{FileOperations, FsError};
 
 const DESCRIPTION: &str = "Write content to a file. Creates the file if it doesn't exist, \
 overwrites if it does. Automatically creates parent directories.";
@@ -133,7 +133,7 @@ impl AgentTool for WriteTool {
         if cancel.is_cancelled() {
             return Err(WriteError::Aborted.into());
         }
-        let absolute = resolve_to_cwd(&path, self.files.root(), self.files.home());
+        let absolute = resolve_model_path(&path, self.files.root(), self.files.home());
         let bytes = content.into_bytes();
         let written = bytes.len();
         let work = write_in_queue(WriteJob {

@@ -5,7 +5,7 @@
 
 use std::os::unix::fs::symlink;
 
-use cordon_tools::paths::resolve_to_cwd;
+use cordon_ops::paths::resolve_model_path;
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
@@ -76,7 +76,7 @@ async fn resolved_model_paths_never_read_or_write_outside_the_workspace() {
     let result = tokio::task::block_in_place(|| {
         TestRunner::new(config()).run(&strategy, |(prefix, parts)| {
             let text = format!("{prefix}{}", parts.join("/"));
-            let path = resolve_to_cwd(&text, &fx.ws, Some(&home));
+            let path = resolve_model_path(&text, &fx.ws, Some(&home));
             if let Ok(data) = runtime.block_on(files.read_file(&path)) {
                 prop_assert_eq!(&data, b"INSIDE\n", "read {:?} ({:?})", text, path);
             }

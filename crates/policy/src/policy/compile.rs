@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cordon_core::sandbox::{EnvSpec, Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec};
+use cordon_ops::ToolKind;
 use toml::Spanned;
 
 use super::{CompiledPolicy, EnvMap, Rule, RuleKind};
@@ -15,7 +16,7 @@ use crate::decision::{Decision, RuleRef};
 use crate::error::{PolicyError, SourceMap};
 use crate::format::{CommandPattern, OneOrMany, RawPolicy, RawRule, SpannedList};
 use crate::glob::{Anchor, PathGlob};
-use crate::paths::{KNOWN_TOOLS, PATH_TOOLS};
+use crate::paths::tool_names;
 use crate::redact::{MIN_ENV_VALUE_CHARS, Redactor};
 
 impl CompiledPolicy {
@@ -255,7 +256,7 @@ pub(super) fn compile(
     let enabled_list = tools.and_then(|tools| tools.enabled);
     let enabled_at = at(line_or_zero(enabled_list.as_ref(), map));
     let enabled: Vec<String> = match &enabled_list {
-        None => KNOWN_TOOLS.iter().map(|t| (*t).to_owned()).collect(),
+        None => ToolKind::ALL.iter().map(|t| t.name().to_owned()).collect(),
         Some(list) => {
             let mut names = Vec::new();
             for item in list.get_ref() {
@@ -420,7 +421,7 @@ pub(super) fn compile(
 }
 
 fn check_tool(item: &Spanned<String>, map: &SourceMap) -> Result<(), PolicyError> {
-    if KNOWN_TOOLS.contains(&item.get_ref().as_str()) {
+    if ToolKind::from_name(item.get_ref()).is_some() {
         Ok(())
     } else {
         Err(map.bad_value(
@@ -428,7 +429,7 @@ fn check_tool(item: &Spanned<String>, map: &SourceMap) -> Result<(), PolicyError
             format!(
                 "unknown tool `{}`; known tools: {}",
                 item.get_ref(),
-                KNOWN_TOOLS.join(", ")
+                tool_names(|_| true)
             ),
         ))
     }
@@ -693,13 +694,13 @@ fn compile_rule(
         }
         (None, Some(path)) => {
             if let Some(tools) = &tools
-                && let Some(bad) = tools.iter().find(|t| !PATH_TOOLS.contains(&t.as_str()))
+                && let Some(bad) = tools.iter().find(|t| !crate::paths::is_path_tool(t))
             {
                 return Err(map.bad_value(
                     tool_offset,
                     format!(
                         "`path` rules apply to file tools ({}), not `{bad}`",
-                        PATH_TOOLS.join(", ")
+                        tool_names(ToolKind::takes_paths)
                     ),
                 ));
             }

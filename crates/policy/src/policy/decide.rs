@@ -5,12 +5,15 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use cordon_ops::Op;
+use cordon_ops::paths::normalize_lexically;
 use serde_json::Value;
 
 use super::{CompiledPolicy, Rule, RuleKind};
-use crate::decision::{Decision, DecisionRequest, Op, PathAccess, PolicyDecision, RuleRef};
+
+use crate::decision::{Decision, DecisionRequest, PathAccess, PolicyDecision, RuleRef};
 use crate::glob::{Anchor, PathContext};
-use crate::paths::PATH_TOOLS;
+use crate::paths::is_path_tool;
 use crate::shell::{self, ScriptAnalysis, SimpleCommand, Word};
 
 /// How a command matches a pattern.
@@ -261,7 +264,7 @@ impl CompiledPolicy {
                 judge.consider(BY_RULE, decided(rule.decision, &rule.at, reason));
             }
         }
-        if PATH_TOOLS.contains(&tool) {
+        if is_path_tool(tool) {
             self.judge_paths(&mut judge, request);
         }
         if tool == "bash" {
@@ -475,7 +478,9 @@ impl CompiledPolicy {
             (None, _) if path.starts_with('/') => Path::new(path).to_path_buf(),
             (None, _) => return false,
         };
-        let absolute = crate::paths::resolve_lexically(&absolute.to_string_lossy(), root, home);
+        // The shell runs this exact path: only `.` and `..` are collapsed, none of the
+        // conveniences of a model's path argument (Unicode spaces, `@`, `file://`) apply.
+        let absolute = normalize_lexically(&absolute);
         let context = PathContext { root, home };
         !absolute.starts_with(root)
             && self

@@ -1,7 +1,8 @@
 //! Table-driven decision tests: each row is a call, the expected decision, the line of the
 //! rule that must have made it, and a fragment of the reason.
 
-use cordon_policy::{Decision, Op};
+use cordon_ops::Op;
+use cordon_policy::Decision;
 use serde_json::{Value, json};
 
 use crate::support::{access, bash, call, decide, policy};

@@ -2,10 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use cordon_policy::{
-    CompiledPolicy, DecisionRequest, EnvMap, Op, PathAccess, PolicyDecision, paths_of,
-    resolve_lexically,
-};
+use cordon_ops::paths::resolve_model_path;
+use cordon_ops::{Op, paths_of};
+use cordon_policy::{CompiledPolicy, DecisionRequest, EnvMap, PathAccess, PolicyDecision};
 use serde_json::{Value, json};
 
 pub const ROOT: &str = "/ws";
@@ -38,7 +37,7 @@ pub fn call(policy: &CompiledPolicy, tool: &str, args: &Value) -> PolicyDecision
     let paths: Vec<PathAccess> = paths_of(tool, args)
         .into_iter()
         .map(|(path, op)| PathAccess {
-            canonical: resolve_lexically(&path, Path::new(ROOT), Some(Path::new(HOME))),
+            canonical: resolve_model_path(&path, Path::new(ROOT), Some(Path::new(HOME))),
             op,
         })
         .collect();

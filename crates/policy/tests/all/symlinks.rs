@@ -5,7 +5,8 @@
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
-use cordon_policy::{Decision, DecisionRequest, Op, PathAccess, paths_of};
+use cordon_ops::{Op, paths_of};
+use cordon_policy::{Decision, DecisionRequest, PathAccess};
 use serde_json::json;
 
 use crate::support::policy;

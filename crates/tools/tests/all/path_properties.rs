@@ -1,4 +1,4 @@
-//! Properties of lexical path resolution (`resolve_to_cwd`) on random model paths built from
+//! Properties of lexical path resolution (`resolve_model_path`) on random model paths built from
 //! `.`, `..`, names with Unicode spaces and NFC/NFD spellings, `@`, `~` and `file://`. The
 //! result is always absolute and free of `.`/`..`; a relative path whose `..` never climbs
 //! above its start stays under the root; the decorations (`@`, `file://`, `~/`) mean exactly
@@ -7,7 +7,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use cordon_tools::paths::{normalize_unicode_spaces, resolve_to_cwd};
+use cordon_ops::paths::{normalize_unicode_spaces, resolve_model_path};
 use proptest::prelude::*;
 use proptest::sample::select;
 
@@ -41,7 +41,7 @@ fn relative_path() -> impl Strategy<Value = Vec<&'static str>> {
 }
 
 fn resolve(path: &str) -> PathBuf {
-    resolve_to_cwd(path, Path::new(ROOT), Some(Path::new(HOME)))
+    resolve_model_path(path, Path::new(ROOT), Some(Path::new(HOME)))
 }
 
 /// Whether the `..` of these components ever climb above their starting directory.

@@ -1,0 +1,177 @@
+//! One path, three readers: `cordon policy explain`, the policy hook (the paths the runtime
+//! hands the policy) and the tool itself must resolve a model's path to the same place, or a
+//! rule could judge one file while the tool opens another.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use cordon_core::CancellationToken;
+use cordon_core::tool::{AgentTool, ToolInvocation};
+use cordon_ops::{BackendId, DirEntry, FileMeta, FileOperations, FsError, Op, SpillWriter};
+use cordon_policy::explain::{ExplainCliRequest, explain_cli};
+use cordon_policy::{CompiledPolicy, EnvMap};
+use cordon_tools::write::WriteTool;
+use serde_json::json;
+
+use super::RuntimeHooks;
+
+const ROOT: &str = "/ws";
+const HOME: &str = "/home/me";
+
+/// A backend whose `canonicalize` is the identity (no symlinks anywhere), so what the hook
+/// hands the policy is exactly its lexical resolution; it records where writes land.
+struct RecordingFiles {
+    id: BackendId,
+    root: PathBuf,
+    home: PathBuf,
+    written: Mutex<Vec<PathBuf>>,
+}
+
+fn unused(path: &Path) -> FsError {
+    FsError::Backend {
+        op: "use",
+        path: path.to_path_buf(),
+        reason: "not used by this test".to_owned(),
+    }
+}
+
+#[async_trait]
+impl FileOperations for RecordingFiles {
+    fn backend_id(&self) -> &BackendId {
+        &self.id
+    }
+    fn root(&self) -> &Path {
+        &self.root
+    }
+    fn home(&self) -> Option<&Path> {
+        Some(&self.home)
+    }
+    async fn read_file(&self, path: &Path) -> Result<Vec<u8>, FsError> {
+        Err(unused(path))
+    }
+    async fn read_head(&self, path: &Path, _max: usize) -> Result<Vec<u8>, FsError> {
+        Err(unused(path))
+    }
+    async fn read_range(&self, path: &Path, _at: u64, _max: usize) -> Result<Vec<u8>, FsError> {
+        Err(unused(path))
+    }
+    async fn write_file(&self, path: &Path, _data: &[u8]) -> Result<(), FsError> {
+        self.written.lock().unwrap().push(path.to_path_buf());
+        Ok(())
+    }
+    async fn create_dir_all(&self, _path: &Path) -> Result<(), FsError> {
+        Ok(())
+    }
+    async fn metadata(&self, path: &Path) -> Result<FileMeta, FsError> {
+        Err(FsError::NotFound {
+            path: path.to_path_buf(),
+        })
+    }
+    async fn read_dir(&self, path: &Path) -> Result<Vec<DirEntry>, FsError> {
+        Err(unused(path))
+    }
+    async fn canonicalize(&self, path: &Path) -> Result<PathBuf, FsError> {
+        Ok(path.to_path_buf())
+    }
+    async fn create_spill_file(&self) -> Result<(PathBuf, SpillWriter), FsError> {
+        Err(unused(Path::new("spill")))
+    }
+}
+
+/// (model path, where it must resolve). Unicode spaces become plain spaces; `~` and `~/…`
+/// expand to the home directory, `~user` is a literal name; one leading `@` is dropped;
+/// `file://` URLs (also `file://localhost`) are percent-decoded, and what an escape decodes
+/// to is taken literally; `..` collapses and stops at `/`; NFC and NFD spellings are NOT
+/// normalised: each names its own file, as the kernel sees it.
+const CASES: &[(&str, &str)] = &[
+    ("a\u{00A0}b.txt", "/ws/a b.txt"),
+    ("a\u{202F}b", "/ws/a b"),
+    ("a\u{2009}b\u{3000}c", "/ws/a b c"),
+    ("~", HOME),
+    ("~/x", "/home/me/x"),
+    ("~user", "/ws/~user"),
+    ("~user/x", "/ws/~user/x"),
+    ("@x", "/ws/x"),
+    ("@~/x", "/home/me/x"),
+    ("file:///abs%20dir/x", "/abs dir/x"),
+    ("file://localhost/x", "/x"),
+    ("file:///a%C2%A0b", "/a\u{00A0}b"),
+    ("/../../x", "/x"),
+    ("../../../x", "/x"),
+    ("./a/../b", "/ws/b"),
+    ("a/./b/../../c", "/ws/c"),
+    ("caf\u{e9}.txt", "/ws/caf\u{e9}.txt"),
+    ("cafe\u{301}.txt", "/ws/cafe\u{301}.txt"),
+];
+
+#[tokio::test]
+async fn explain_the_policy_hook_and_the_tool_resolve_the_same_path() {
+    let policy = Arc::new(CompiledPolicy::builtin_default(&EnvMap::new()).unwrap());
+    let files = Arc::new(RecordingFiles {
+        id: BackendId::new("test:resolution"),
+        root: PathBuf::from(ROOT),
+        home: PathBuf::from(HOME),
+        written: Mutex::new(Vec::new()),
+    });
+    let hooks = RuntimeHooks {
+        policy: policy.clone(),
+        files: files.clone(),
+        backend: files.id.clone(),
+        missing_layers: Vec::new(),
+        audit: None,
+        approver: None,
+        approved_rules: Mutex::new(HashSet::new()),
+        in_flight: Mutex::new(HashMap::new()),
+    };
+    let tool = WriteTool::new(files.clone());
+    let mut failures = Vec::new();
+    for (input, expected) in CASES {
+        let args = json!({ "path": input, "content": "x" });
+
+        let explained = explain_cli(
+            &policy,
+            &ExplainCliRequest {
+                tool: "write",
+                args_json: &args.to_string(),
+                root: Path::new(ROOT),
+                home: Some(Path::new(HOME)),
+            },
+        )
+        .unwrap();
+        let explain: Vec<(PathBuf, Op)> = explained
+            .paths
+            .into_iter()
+            .map(|access| (access.canonical, access.op))
+            .collect();
+
+        let hook: Vec<(PathBuf, Op)> = match hooks.accesses("write", &args).await {
+            Ok(accesses) => accesses
+                .paths
+                .into_iter()
+                .map(|access| (access.canonical, access.op))
+                .collect(),
+            Err(refusal) => panic!("{input:?}: the hook refused: {refusal}"),
+        };
+
+        files.written.lock().unwrap().clear();
+        tool.execute(ToolInvocation {
+            call_id: "c".to_owned(),
+            args: args.clone(),
+            cancel: CancellationToken::new(),
+            on_update: Arc::new(|_| {}),
+        })
+        .await
+        .unwrap_or_else(|error| panic!("{input:?}: the write failed: {error}"));
+        let opened = files.written.lock().unwrap().clone();
+
+        let want = vec![(PathBuf::from(expected), Op::Write)];
+        if explain != want || hook != want || opened != [PathBuf::from(expected)] {
+            failures.push(format!(
+                "{input:?}: expected {expected:?}; explain {explain:?}, hook {hook:?}, tool {opened:?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
