@@ -1,5 +1,6 @@
 //! The audit log (docs/contract.md#audit-log) as pure functions: build the next JSON line of the
-//! hash chain and verify a whole log. The runtime does the file I/O (append + flush per line).
+//! hash chain and verify a whole log, and the one error type of the audit log ([`AuditError`]).
+//! The runtime does the file I/O (append + flush per line).
 //!
 //! Each line is one JSON object, keys in this order: `ts`, `backend`, `toolCallId`, `tool`,
 //! `argsSha256`, `decision`, `rule`, `reason`, `isError`, `durationMs`, `prev`, and, only when
@@ -11,8 +12,10 @@
 //! Removing whole lines from the END leaves a valid shorter chain: keep the head hash
 //! ([`AuditReport::head`]) somewhere else and pass it to [`verify_audit_log_with_head`].
 
+use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use cordon_core::hostfile::HostFileError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -190,14 +193,79 @@ pub enum AuditProblem {
     },
 }
 
-/// The first bad line of a log.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("line {line}: {problem}")]
-pub struct AuditError {
-    /// 1-based line number (for `HeadMismatch`, the number of lines + 1).
-    pub line: usize,
-    /// What is wrong with it.
-    pub problem: AuditProblem,
+/// Why an audit log does not verify, or could not be opened or written. The chain is this
+/// module's; the file is the runtime's (`AuditLog`), which reports its failures with the same
+/// type.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The first bad line of a log.
+    #[error("line {line}: {problem}")]
+    Chain {
+        /// 1-based line number (for `HeadMismatch`, the number of lines + 1).
+        line: usize,
+        /// What is wrong with it.
+        problem: AuditProblem,
+    },
+    /// Opening the file safely failed (symlink, FIFO, owner, mode, …).
+    #[error("failed to open the audit log: {0}")]
+    Open(#[source] HostFileError),
+    /// Reading the existing file (to continue its chain) failed.
+    #[error("failed to read audit log {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The existing file ends in the middle of a line.
+    #[error(
+        "failed to continue audit log {path}: its last line is incomplete; check it with `cordon audit verify` and use a new file"
+    )]
+    Torn {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Another session holds the file.
+    #[error(
+        "failed to lock audit log {path}: another cordon session is writing it; give each session its own file"
+    )]
+    Busy {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Appending a line failed; the file was cut back to its length before the write.
+    #[error("failed to write audit log {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The log was replaced, truncated or written by someone else during the session, or a
+    /// failed write could not be undone: nothing more is recorded (and so nothing more runs).
+    #[error(
+        "failed to append to audit log {path}: {reason}; no further calls run in this session, restart it with a fresh audit log and check this one with `cordon audit verify`"
+    )]
+    Poisoned {
+        /// The file.
+        path: PathBuf,
+        /// What happened.
+        reason: String,
+    },
+    /// Writing the head file failed.
+    #[error("failed to write the audit head file: {0}")]
+    Head(#[source] HostFileError),
+    /// Writing the head file's content failed.
+    #[error("failed to write the audit head file {path}: {source}")]
+    HeadWrite {
+        /// The head file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Verify a whole log's text: every line's `prev` must be the hash of the line before it.
@@ -216,7 +284,7 @@ pub fn verify_audit_log(text: &str) -> Result<AuditReport, AuditError> {
     let last = lines.len();
     for (index, line) in lines.iter().enumerate() {
         let number = index + 1;
-        let fail = |problem| AuditError {
+        let fail = |problem| AuditError::Chain {
             line: number,
             problem,
         };
@@ -254,7 +322,7 @@ pub fn verify_audit_log(text: &str) -> Result<AuditReport, AuditError> {
 pub fn verify_audit_log_with_head(text: &str, head: &str) -> Result<AuditReport, AuditError> {
     let report = verify_audit_log(text)?;
     if report.head != head {
-        return Err(AuditError {
+        return Err(AuditError::Chain {
             line: report.lines + 1,
             problem: AuditProblem::HeadMismatch {
                 expected: head.to_owned(),
@@ -335,7 +403,7 @@ pub fn verify_audit_log_from_head(
             .map(|index| index + 1)
     };
     let Some(found) = found else {
-        return Err(AuditError {
+        return Err(AuditError::Chain {
             line: report.lines + 1,
             problem: AuditProblem::HeadNotFound { expected: head },
         });
@@ -343,7 +411,7 @@ pub fn verify_audit_log_from_head(
     if let Some(expected) = lines
         && expected != found
     {
-        return Err(AuditError {
+        return Err(AuditError::Chain {
             line: found,
             problem: AuditProblem::HeadPosition {
                 head,
@@ -361,6 +429,13 @@ pub fn verify_audit_log_from_head(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn chain_problem(error: AuditError) -> AuditProblem {
+        match error {
+            AuditError::Chain { problem, .. } => problem,
+            other => panic!("not a chain error: {other}"),
+        }
+    }
     use std::time::Duration;
 
     fn chain(records: usize) -> (String, Vec<String>) {
@@ -407,14 +482,14 @@ mod tests {
         );
         let wrong_place = verify_audit_log_from_head(&text, &heads[1], Some(3)).unwrap_err();
         assert!(matches!(
-            wrong_place.problem,
+            chain_problem(wrong_place),
             AuditProblem::HeadPosition { .. }
         ));
         // Truncated before the head: a valid chain that no longer holds it.
         let (short, _) = chain(1);
         let truncated = verify_audit_log_from_head(&short, &heads[3], None).unwrap_err();
         assert!(matches!(
-            truncated.problem,
+            chain_problem(truncated),
             AuditProblem::HeadNotFound { .. }
         ));
     }
@@ -439,9 +514,10 @@ mod tests {
         }
         verify_audit_log(&forged).expect("a re-chained log has an intact chain");
         let error = verify_audit_log_from_head(&forged, &heads[2], Some(3)).unwrap_err();
+        let text = error.to_string();
         assert!(
-            matches!(error.problem, AuditProblem::HeadNotFound { .. }),
-            "{error}"
+            matches!(chain_problem(error), AuditProblem::HeadNotFound { .. }),
+            "{text}"
         );
     }
 

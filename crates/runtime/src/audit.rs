@@ -1,6 +1,6 @@
 //! The audit log file: one JSON line per decision and per finished call, each carrying the
-//! SHA-256 of the previous line. The chain itself is `cordon-policy`'s; this module owns the
-//! file:
+//! SHA-256 of the previous line. The chain itself, and the error type both use
+//! (`cordon_policy::audit::AuditError`), are `cordon-policy`'s; this module owns the file:
 //!
 //! - it is opened once per session without following a symlink and without blocking on a
 //!   FIFO, must be a regular file of the current user (or root) that group and others cannot
@@ -20,73 +20,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use cordon_core::hostfile::{self, HostFileError, WriteMode};
-use cordon_policy::audit::{AuditHead, AuditRecord, GENESIS, audit_line, sha256_hex};
-
-/// Why the audit log could not be opened or written.
-#[derive(Debug, thiserror::Error)]
-pub enum AuditError {
-    /// Opening the file safely failed (symlink, FIFO, owner, mode, …).
-    #[error("failed to open the audit log: {0}")]
-    Open(#[source] HostFileError),
-    /// Reading the existing file (to continue its chain) failed.
-    #[error("failed to read audit log {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The existing file ends in the middle of a line.
-    #[error(
-        "failed to continue audit log {path}: its last line is incomplete; check it with `cordon audit verify` and use a new file"
-    )]
-    Torn {
-        /// The file.
-        path: PathBuf,
-    },
-    /// Another session holds the file.
-    #[error(
-        "failed to lock audit log {path}: another cordon session is writing it; give each session its own file"
-    )]
-    Busy {
-        /// The file.
-        path: PathBuf,
-    },
-    /// Appending a line failed; the file was cut back to its length before the write.
-    #[error("failed to write audit log {path}: {source}")]
-    Write {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The log was replaced, truncated or written by someone else during the session, or a
-    /// failed write could not be undone: nothing more is recorded (and so nothing more runs).
-    #[error(
-        "failed to append to audit log {path}: {reason}; no further calls run in this session, restart it with a fresh audit log and check this one with `cordon audit verify`"
-    )]
-    Poisoned {
-        /// The file.
-        path: PathBuf,
-        /// What happened.
-        reason: String,
-    },
-    /// Writing the head file failed.
-    #[error("failed to write the audit head file: {0}")]
-    Head(#[source] HostFileError),
-    /// Writing the head file's content failed.
-    #[error("failed to write the audit head file {path}: {source}")]
-    HeadWrite {
-        /// The head file.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-}
+use cordon_core::hostfile::{self, WriteMode};
+use cordon_policy::audit::{AuditError, AuditHead, AuditRecord, GENESIS, audit_line, sha256_hex};
 
 /// An append-only, hash-chained audit log, held open for the session.
 #[derive(Debug)]

@@ -31,7 +31,7 @@ mod registry;
 mod session;
 
 pub use approval::{Approval, ApprovalRequest, Approver};
-pub use audit::{AuditError, AuditLog, head_file_path};
+pub use audit::{AuditLog, head_file_path};
 #[cfg(feature = "ssh")]
 pub use session::SshOptions;
 pub use session::{BackendChoice, InsideWritableRoot, RuntimeError, Session, SessionOptions};

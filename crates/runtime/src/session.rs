@@ -19,11 +19,11 @@ use cordon_core::protocol::{
 use cordon_core::sandbox::SandboxSpec;
 use cordon_core::tool::{AgentTool, ExecutionMode};
 use cordon_ops::Backend;
-use cordon_policy::audit::AuditHead;
+use cordon_policy::audit::{AuditError, AuditHead};
 use cordon_policy::{CompiledPolicy, EnvMap, PolicyError};
 
 use crate::approval::Approver;
-use crate::audit::{AuditError, AuditLog};
+use crate::audit::AuditLog;
 use crate::hooks::RuntimeHooks;
 use crate::hostpaths::{protected_name, writable_host_roots, writable_root_of};
 use crate::registry::build_tools;

@@ -3,7 +3,7 @@
 
 use cordon_policy::Decision;
 use cordon_policy::audit::{
-    AuditProblem, AuditRecord, GENESIS, args_sha256, audit_line, verify_audit_log,
+    AuditError, AuditProblem, AuditRecord, GENESIS, args_sha256, audit_line, verify_audit_log,
     verify_audit_log_with_head,
 };
 use serde_json::{Value, json};
@@ -103,7 +103,7 @@ fn an_intact_log_verifies() {
 fn a_removed_line_is_detected() {
     let (_, mut lines) = log(5);
     lines.remove(2);
-    let error = verify_audit_log(&join(&lines)).unwrap_err();
+    let error = bad(verify_audit_log(&join(&lines)).unwrap_err());
     assert_eq!(error.line, 3);
     assert!(
         matches!(error.problem, AuditProblem::BrokenChain { .. }),
@@ -113,14 +113,14 @@ fn a_removed_line_is_detected() {
     // Removing the first line breaks the genesis link.
     let (_, mut lines) = log(3);
     lines.remove(0);
-    assert_eq!(verify_audit_log(&join(&lines)).unwrap_err().line, 1);
+    assert_eq!(bad(verify_audit_log(&join(&lines)).unwrap_err()).line, 1);
 }
 
 #[test]
 fn an_altered_line_is_detected() {
     let (_, mut lines) = log(5);
     lines[1] = lines[1].replace("\"allow\"", "\"deny\"");
-    let error = verify_audit_log(&join(&lines)).unwrap_err();
+    let error = bad(verify_audit_log(&join(&lines)).unwrap_err());
     assert_eq!(
         error.line, 3,
         "the line after the altered one no longer links"
@@ -128,7 +128,7 @@ fn an_altered_line_is_detected() {
     // Altering the last line's own `prev` is caught on that line.
     let (_, mut lines) = log(3);
     lines[2] = lines[2].replace("\"prev\":\"", "\"prev\":\"f");
-    let error = verify_audit_log(&join(&lines)).unwrap_err();
+    let error = bad(verify_audit_log(&join(&lines)).unwrap_err());
     assert_eq!(error.line, 3);
 }
 
@@ -136,7 +136,7 @@ fn an_altered_line_is_detected() {
 fn a_reordered_line_is_detected() {
     let (_, mut lines) = log(5);
     lines.swap(1, 2);
-    let error = verify_audit_log(&join(&lines)).unwrap_err();
+    let error = bad(verify_audit_log(&join(&lines)).unwrap_err());
     assert_eq!(error.line, 2);
 }
 
@@ -145,18 +145,18 @@ fn an_inserted_line_is_detected() {
     let (_, mut lines) = log(4);
     let forged = audit_line(&record(9, false), GENESIS, None).text;
     lines.insert(2, forged);
-    assert_eq!(verify_audit_log(&join(&lines)).unwrap_err().line, 3);
+    assert_eq!(bad(verify_audit_log(&join(&lines)).unwrap_err()).line, 3);
 }
 
 #[test]
 fn a_truncated_last_line_is_detected() {
     let (text, _) = log(4);
     let truncated = &text[..text.len() - 20];
-    let error = verify_audit_log(truncated).unwrap_err();
+    let error = bad(verify_audit_log(truncated).unwrap_err());
     assert_eq!(error.line, 4);
     assert_eq!(error.problem, AuditProblem::Truncated);
     // Only the newline missing is still a truncation.
-    let error = verify_audit_log(&text[..text.len() - 1]).unwrap_err();
+    let error = bad(verify_audit_log(&text[..text.len() - 1]).unwrap_err());
     assert_eq!(error.problem, AuditProblem::Truncated);
 }
 
@@ -164,13 +164,13 @@ fn a_truncated_last_line_is_detected() {
 fn garbage_and_missing_prev_are_reported() {
     let (_, mut lines) = log(3);
     lines[1] = "not json".into();
-    let error = verify_audit_log(&join(&lines)).unwrap_err();
+    let error = bad(verify_audit_log(&join(&lines)).unwrap_err());
     assert_eq!(error.line, 2);
     assert!(matches!(error.problem, AuditProblem::NotJson(_)));
-    let error = verify_audit_log("{\"ts\":\"x\"}\n").unwrap_err();
+    let error = bad(verify_audit_log("{\"ts\":\"x\"}\n").unwrap_err());
     assert_eq!(error.problem, AuditProblem::MissingPrev);
     let (text, _) = log(2);
-    let error = verify_audit_log(&format!("{text}\n")).unwrap_err();
+    let error = bad(verify_audit_log(&format!("{text}\n")).unwrap_err());
     assert_eq!((error.line, error.problem), (3, AuditProblem::EmptyLine));
 }
 
@@ -183,7 +183,33 @@ fn lines_removed_from_the_end_are_caught_against_a_kept_head() {
         verify_audit_log(&shorter).is_ok(),
         "a shorter chain is still a chain"
     );
-    let error = verify_audit_log_with_head(&shorter, &head).unwrap_err();
+    let error = bad(verify_audit_log_with_head(&shorter, &head).unwrap_err());
     assert_eq!(error.line, 4);
     assert!(matches!(error.problem, AuditProblem::HeadMismatch { .. }));
+}
+
+/// The first bad line a verification reports (which must be a chain error), and the error's
+/// text.
+struct Bad {
+    line: usize,
+    problem: AuditProblem,
+    text: String,
+}
+
+impl std::fmt::Display for Bad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+fn bad(error: AuditError) -> Bad {
+    let text = error.to_string();
+    match error {
+        AuditError::Chain { line, problem } => Bad {
+            line,
+            problem,
+            text,
+        },
+        other => panic!("not a chain error: {other}"),
+    }
 }
