@@ -21,6 +21,7 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation, U
 use cordon_ops::bounds::MAX_COMMAND_CHARS;
 use cordon_ops::{
     BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FileOperations, Termination,
+    ToolKind,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -301,7 +302,7 @@ impl BashTool {
 #[async_trait]
 impl AgentTool for BashTool {
     fn name(&self) -> &str {
-        "bash"
+        ToolKind::Bash.name()
     }
 
     fn label(&self) -> &str {

@@ -16,7 +16,7 @@ use cordon_core::sandbox::DEFAULT_EDIT_FILE_BYTES;
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use cordon_ops::bounds::MAX_PATH_CHARS;
 use cordon_ops::paths::resolve_model_path;
-use cordon_ops::{FileKind, FileOperations, FsError};
+use cordon_ops::{FileKind, FileOperations, FsError, ToolKind};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -406,7 +406,7 @@ fn parameters() -> &'static Value {
 #[async_trait]
 impl AgentTool for EditTool {
     fn name(&self) -> &str {
-        "edit"
+        ToolKind::Edit.name()
     }
 
     fn label(&self) -> &str {

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use cordon_core::protocol::Content;
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use cordon_ops::bounds::{MAX_GLOB_CHARS, MAX_PATH_CHARS};
-use cordon_ops::{FileOperations, FindRequest, SearchOperations};
+use cordon_ops::{FileOperations, FindRequest, SearchOperations, ToolKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -68,7 +68,7 @@ impl FindTool {
 #[async_trait]
 impl AgentTool for FindTool {
     fn name(&self) -> &str {
-        "find"
+        ToolKind::Find.name()
     }
 
     fn label(&self) -> &str {

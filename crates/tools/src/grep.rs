@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use cordon_core::protocol::Content;
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use cordon_ops::bounds::{MAX_GLOB_CHARS, MAX_PATH_CHARS, MAX_REGEX_CHARS, REGEX_SIZE_LIMIT};
-use cordon_ops::{FileOperations, GrepRequest, SearchError, SearchOperations};
+use cordon_ops::{FileOperations, GrepRequest, SearchError, SearchOperations, ToolKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -80,7 +80,7 @@ impl GrepTool {
 #[async_trait]
 impl AgentTool for GrepTool {
     fn name(&self) -> &str {
-        "grep"
+        ToolKind::Grep.name()
     }
 
     fn label(&self) -> &str {

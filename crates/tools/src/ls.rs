@@ -12,7 +12,7 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use cordon_ops::bounds::MAX_PATH_CHARS;
 use cordon_ops::leftovers::is_write_temp_name;
 use cordon_ops::paths::resolve_model_path;
-use cordon_ops::{DirEntry, FileKind, FileOperations, FsError};
+use cordon_ops::{DirEntry, FileKind, FileOperations, FsError, ToolKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -100,7 +100,7 @@ fn parameters() -> &'static Value {
 #[async_trait]
 impl AgentTool for LsTool {
     fn name(&self) -> &str {
-        "ls"
+        ToolKind::Ls.name()
     }
 
     fn label(&self) -> &str {

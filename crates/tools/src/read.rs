@@ -20,7 +20,7 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use cordon_ops::bounds::MAX_PATH_CHARS;
 use cordon_ops::bounds::check_length;
 use cordon_ops::paths::resolve_model_path;
-use cordon_ops::{FileOperations, FsError};
+use cordon_ops::{FileOperations, FsError, ToolKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -250,7 +250,7 @@ fn parameters() -> &'static Value {
 #[async_trait]
 impl AgentTool for ReadTool {
     fn name(&self) -> &str {
-        "read"
+        ToolKind::Read.name()
     }
 
     fn label(&self) -> &str {

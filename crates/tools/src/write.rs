@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation};
 use cordon_ops::bounds::MAX_PATH_CHARS;
 use cordon_ops::paths::resolve_model_path;
-use cordon_ops::{FileOperations, FsError};
+use cordon_ops::{FileOperations, FsError, ToolKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -103,7 +103,7 @@ fn parameters() -> &'static Value {
 #[async_trait]
 impl AgentTool for WriteTool {
     fn name(&self) -> &str {
-        "write"
+        ToolKind::Write.name()
     }
 
     fn label(&self) -> &str {
