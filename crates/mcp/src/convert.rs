@@ -5,6 +5,7 @@
 use cordon_core::protocol::{Content, ToolDefinition, ToolResult};
 use cordon_core::sandbox::NetworkMode;
 use cordon_core::tool::AgentToolResult;
+use cordon_ops::ToolKind;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde_json::Value;
 
@@ -42,12 +43,15 @@ pub(crate) fn mcp_tool(
 /// Behaviour hints for the built-in tools (clients use them to decide what needs a user's
 /// confirmation). Unknown tools get none: a hint must never be a guess.
 fn annotations_for(name: &str, network: NetworkMode) -> Option<ToolAnnotations> {
+    let kind = ToolKind::from_name(name)?;
     let hints = ToolAnnotations::new().open_world(false);
-    Some(match name {
-        "read" | "grep" | "find" | "ls" => hints.read_only(true).idempotent(true),
-        "write" => hints.read_only(false).destructive(true).idempotent(true),
-        "edit" => hints.read_only(false).destructive(true).idempotent(false),
-        "bash" => {
+    Some(match kind {
+        ToolKind::Read | ToolKind::Grep | ToolKind::Find | ToolKind::Ls => {
+            hints.read_only(true).idempotent(true)
+        }
+        ToolKind::Write => hints.read_only(false).destructive(true).idempotent(true),
+        ToolKind::Edit => hints.read_only(false).destructive(true).idempotent(false),
+        ToolKind::Bash => {
             let open_world = match network {
                 NetworkMode::Enabled => true,
                 NetworkMode::Disabled => false,
@@ -58,7 +62,6 @@ fn annotations_for(name: &str, network: NetworkMode) -> Option<ToolAnnotations> 
                 .idempotent(false)
                 .open_world(open_world)
         }
-        _ => return None,
     })
 }
 

@@ -15,6 +15,7 @@ use cordon_core::event::AgentEvent;
 use cordon_core::protocol::{AssistantMessage, Content, Message};
 use cordon_core::provider::AssistantStreamEvent;
 use cordon_core::tool::AgentToolResult;
+use cordon_ops::ToolKind;
 use serde_json::Value;
 
 /// Longest tool-call summary, in characters.
@@ -328,8 +329,8 @@ pub fn header_line(tool: &str, args: &Value) -> String {
 pub fn call_summary(tool: &str, args: &Value) -> String {
     let field = |name: &str| args.get(name).and_then(Value::as_str);
     let number = |name: &str| args.get(name).and_then(Value::as_f64);
-    let summary = match tool {
-        "bash" => field("command").map(|command| {
+    let summary = match ToolKind::from_name(tool) {
+        Some(ToolKind::Bash) => field("command").map(|command| {
             let mut lines = command.trim().lines();
             let first = lines.next().unwrap_or_default().to_owned();
             let more = lines.count();
@@ -339,7 +340,7 @@ pub fn call_summary(tool: &str, args: &Value) -> String {
                 format!("{first} … (+{more} lines)")
             }
         }),
-        "read" => field("path").map(|path| {
+        Some(ToolKind::Read) => field("path").map(|path| {
             let mut out = path.to_owned();
             match (number("offset"), number("limit")) {
                 (Some(offset), Some(limit)) => {
@@ -351,9 +352,9 @@ pub fn call_summary(tool: &str, args: &Value) -> String {
             }
             out
         }),
-        "edit" | "write" => field("path").map(str::to_owned),
-        "ls" => Some(field("path").unwrap_or(".").to_owned()),
-        "grep" | "find" => field("pattern").map(|pattern| {
+        Some(ToolKind::Edit | ToolKind::Write) => field("path").map(str::to_owned),
+        Some(ToolKind::Ls) => Some(field("path").unwrap_or(".").to_owned()),
+        Some(ToolKind::Grep | ToolKind::Find) => field("pattern").map(|pattern| {
             let mut out = pattern.to_owned();
             if let Some(path) = field("path") {
                 out.push_str(&format!("  in {path}"));
@@ -363,7 +364,7 @@ pub fn call_summary(tool: &str, args: &Value) -> String {
             }
             out
         }),
-        _ => None,
+        None => None,
     };
     let summary = match summary {
         Some(summary) => summary,
@@ -382,8 +383,9 @@ pub fn call_summary(tool: &str, args: &Value) -> String {
 /// What is shown under a finished call.
 pub fn result_preview(tool: &str, result: &AgentToolResult, is_error: bool) -> Vec<PreviewLine> {
     let text = result_text(result);
+    let kind = ToolKind::from_name(tool);
     if is_error {
-        let lines = if tool == "bash" {
+        let lines = if kind == Some(ToolKind::Bash) {
             tail(&text, PREVIEW_LINES)
         } else {
             head(&text, PREVIEW_LINES)
@@ -396,8 +398,8 @@ pub fn result_preview(tool: &str, result: &AgentToolResult, is_error: bool) -> V
             })
             .collect();
     }
-    let lines = match tool {
-        "edit" => match result
+    let lines = match kind {
+        Some(ToolKind::Edit) => match result
             .details
             .as_ref()
             .and_then(|details| details.get("diff"))
@@ -417,9 +419,11 @@ pub fn result_preview(tool: &str, result: &AgentToolResult, is_error: bool) -> V
                 .collect(),
             None => head(&text, PREVIEW_LINES),
         },
-        "bash" => tail(&text, PREVIEW_LINES),
-        "read" => vec![(Tone::Plain, read_summary(result, &text))],
-        _ => head(&text, PREVIEW_LINES),
+        Some(ToolKind::Bash) => tail(&text, PREVIEW_LINES),
+        Some(ToolKind::Read) => vec![(Tone::Plain, read_summary(result, &text))],
+        Some(ToolKind::Write | ToolKind::Grep | ToolKind::Find | ToolKind::Ls) | None => {
+            head(&text, PREVIEW_LINES)
+        }
     };
     lines
         .into_iter()
