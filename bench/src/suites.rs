@@ -207,7 +207,7 @@ pub async fn files() -> BenchResult {
         "linear time",
         "",
     );
-    session.shutdown().await;
+    session.shutdown().await.expect("shut the session down");
     Ok(())
 }
 
@@ -301,7 +301,7 @@ pub async fn bash() -> BenchResult {
             "≤ 1.1× (tools), ≤ 1.3× (sandbox)",
             "≈ 1.05× (no sandbox)",
         );
-        session.shutdown().await;
+        session.shutdown().await.expect("shut the session down");
     }
     Ok(())
 }
@@ -375,7 +375,7 @@ pub async fn git_sweep() -> BenchResult {
             "",
         );
         for session in sessions {
-            session.shutdown().await;
+            session.shutdown().await.expect("shut the session down");
         }
     }
     Ok(())
@@ -458,7 +458,7 @@ pub async fn grep() -> BenchResult {
         "≤ 1.0× rg",
         "",
     );
-    session.shutdown().await;
+    session.shutdown().await.expect("shut the session down");
     Ok(())
 }
 
@@ -526,6 +526,6 @@ pub async fn throughput() -> BenchResult {
         "≤ 16 MiB",
         "+40 MB",
     );
-    session.shutdown().await;
+    session.shutdown().await.expect("shut the session down");
     Ok(())
 }

@@ -145,7 +145,7 @@ async fn git_cannot_be_created_in_a_plain_workspace() {
             "{what}: something was created in .git"
         );
     }
-    h.session.shutdown().await;
+    h.session.shutdown().await.expect("shut the session down");
     assert!(
         !h.at(".git").exists(),
         "a .git directory was left in the workspace after the session"

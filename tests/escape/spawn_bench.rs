@@ -163,7 +163,7 @@ fn main() {
                 p50 / base
             );
         }
-        session.shutdown().await;
+        session.shutdown().await.expect("shut the session down");
         drop(session);
         // CPU time: the commands run under the sandbox's init, which reaps them, so their
         // time reaches this process only once the init itself is reaped: measure a fresh
@@ -182,7 +182,7 @@ fn main() {
         for _ in 0..runs {
             pipeline(&session, &control).await;
         }
-        session.shutdown().await;
+        session.shutdown().await.expect("shut the session down");
         drop(session);
         // Inits end when their session is dropped and are reaped in the background.
         tokio::time::sleep(std::time::Duration::from_millis(1000)).await;

@@ -237,7 +237,7 @@ impl Workspace {
     /// outlive a session, such as spill files, is then checked from the new one).
     pub async fn restart(&mut self) {
         if let Some(old) = self.session.take() {
-            old.shutdown().await;
+            old.shutdown().await.expect("shut the session down");
         }
         let request = SessionRequest {
             host_root: self.host_root.clone(),
@@ -265,7 +265,7 @@ impl Workspace {
     /// behind); calls panic until [`Workspace::restart`].
     pub async fn close(&mut self) {
         if let Some(old) = self.session.take() {
-            old.shutdown().await;
+            old.shutdown().await.expect("shut the session down");
         }
     }
 
@@ -487,7 +487,11 @@ impl Drop for Workspace {
         if let Ok(handle) = tokio::runtime::Handle::try_current()
             && handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
         {
-            tokio::task::block_in_place(|| handle.block_on(session.shutdown()));
+            // A drop cannot fail the test; a test that cares calls shutdown itself.
+            if let Err(error) = tokio::task::block_in_place(|| handle.block_on(session.shutdown()))
+            {
+                eprintln!("workspace teardown: {error}");
+            }
         }
     }
 }

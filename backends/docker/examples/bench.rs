@@ -73,7 +73,7 @@ async fn main() {
         let backend = DockerBackend::start(config.clone()).await.expect("start");
         starts.push(t.elapsed());
         let t = Instant::now();
-        backend.shutdown().await;
+        backend.shutdown().await.expect("shut the session down");
         stops.push(t.elapsed());
     }
 
@@ -160,7 +160,7 @@ async fn main() {
         reads.push(t.elapsed());
         assert_eq!(data.len(), 2048);
     }
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 
     stats("session start (create+start+probe)", starts);
     stats("session stop (remove)", stops);

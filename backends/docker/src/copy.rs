@@ -217,10 +217,13 @@ pub(crate) async fn copy_out(
     let protected = protected.to_vec();
     let rules = rules.clone();
     let workspace = workspace.to_path_buf();
-    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+    let failed = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<String>> {
         let mut archive = tar::Archive::new(tar.as_slice());
         archive.set_preserve_permissions(true);
         archive.set_overwrite(true);
+        // A path that cannot be written is reported, and the rest still comes back: every
+        // file skipped here is work lost.
+        let mut failed = Vec::new();
         for entry in archive.entries()? {
             let mut entry = entry?;
             let path = entry.path()?.into_owned();
@@ -240,11 +243,29 @@ pub(crate) async fn copy_out(
                 continue;
             }
             // unpack_in refuses `..` and parents that resolve outside `root`.
-            entry.unpack_in(&root)?;
+            if let Err(error) = entry.unpack_in(&root) {
+                tracing::warn!(path = %rel.display(), %error, "copy-back: path not written");
+                failed.push(format!("{} ({error})", rel.display()));
+            }
         }
-        Ok(())
+        Ok(failed)
     })
     .await
     .map_err(|e| copy_err(OUT, host_root, e))?
-    .map_err(|e| copy_err(OUT, host_root, e))
+    .map_err(|e| copy_err(OUT, host_root, e))?;
+    match failed.as_slice() {
+        [] => Ok(()),
+        [first, rest @ ..] => Err(copy_err(
+            OUT,
+            host_root,
+            format!(
+                "{} path(s) could not be written: {first}{}",
+                failed.len(),
+                match rest.len() {
+                    0 => String::new(),
+                    more => format!(" and {more} more (listed in the log at warn level)"),
+                }
+            ),
+        )),
+    }
 }

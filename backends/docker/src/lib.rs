@@ -490,8 +490,13 @@ impl DockerBackend {
         self.inner.missing.clone()
     }
 
-    async fn close_session(&self) {
-        let _ = self.close().await;
+    async fn close_session(&self) -> Result<(), cordon_ops::ShutdownError> {
+        self.close()
+            .await
+            .map_err(|error| cordon_ops::ShutdownError::CopyBack {
+                backend: cordon_remote::runner::CommandHost::backend_id(&*self.inner).clone(),
+                source: Box::new(error),
+            })
     }
 
     async fn close(&self) -> Result<(), DockerError> {

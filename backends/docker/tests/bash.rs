@@ -33,7 +33,7 @@ async fn output_is_merged_in_order_and_exit_codes_are_reported() {
     )
     .await;
     assert_eq!(ran.output, "[]\n/workspace\n/home/cordon\nhome-writable\n");
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +56,7 @@ async fn timeout_kills_the_whole_tree_including_escapees() {
         ran.outcome
     );
     assert_eq!(run(&backend, LEFTOVERS).await.output, "0\n");
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,7 +88,7 @@ async fn cancel_kills_the_tree() {
     let outcome = task.await.expect("join").expect("exec");
     assert_eq!(outcome.termination, Termination::Cancelled);
     assert_eq!(run(&backend, LEFTOVERS).await.output, "0\n");
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,7 +107,7 @@ async fn background_children_do_not_hold_the_call_and_do_not_survive() {
     assert_eq!(ran.outcome.termination, Termination::Exited);
     assert_eq!(ran.outcome.status, Some(ExitStatus::Code(0)));
     assert_eq!(run(&backend, LEFTOVERS).await.output, "0\n");
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,7 +153,7 @@ async fn missing_cwd_and_environment() {
         out.extend(chunk);
     }
     assert_eq!(String::from_utf8_lossy(&out), "hello 'world'|unset|/tmp\n");
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,7 +186,7 @@ async fn concurrent_commands_are_killed_independently() {
     assert_eq!(background.output, "from-background\n");
     assert_eq!(background.outcome.termination, Termination::Exited);
     assert_eq!(run(&backend, LEFTOVERS).await.output, "0\n");
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 /// The pid (inside the container) of the worker serving a command: its shell's parent.
@@ -244,7 +244,7 @@ async fn one_worker_serves_command_after_command_and_a_dead_one_is_replaced() {
     let second = worker_pid(&backend).await;
     assert_ne!(second, first);
     assert_eq!(worker_pid(&backend).await, second);
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -282,5 +282,5 @@ async fn a_command_killing_its_own_worker_is_an_error_and_the_next_command_runs(
     let second = worker_pid(&backend).await;
     assert_ne!(second, first);
     assert_eq!(run(&backend, LEFTOVERS).await.output, "0\n");
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }

@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 
 use cordon_backend_docker::{DockerBackend, WorkspaceMode};
-use cordon_ops::{Backend, FsError};
+use cordon_ops::{Backend, FsError, ShutdownError};
 
-use crate::support::{self, host_or_skip, run, workspace};
+use crate::support::{self, container_exists, host_or_skip, run, workspace};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_mode_round_trip() {
@@ -47,7 +47,7 @@ async fn copy_mode_round_trip() {
         .write_file(&PathBuf::from("/workspace/late.txt"), b"late\n")
         .await
         .expect("write");
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
     assert_eq!(
         std::fs::read_to_string(ws.path().join("late.txt")).expect("synced at shutdown"),
         "late\n"
@@ -56,4 +56,40 @@ async fn copy_mode_round_trip() {
         std::fs::read_to_string(ws.path().join(".git/HEAD")).expect("untouched"),
         "ref\n"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_back_that_fails_at_shutdown_is_an_error_and_the_rest_still_comes_back() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::write(ws.path().join("out"), "a file on the host\n").expect("write");
+    let mut config = support::config(&host, ws.path());
+    config.mode = WorkspaceMode::Copy;
+    let backend = DockerBackend::start(config).await.expect("start copy mode");
+    // Deletions are not copied back, so the host keeps the file `out` where the container
+    // now has a directory: that directory cannot be unpacked over it.
+    let ran = run(
+        &backend,
+        "rm out && mkdir out && echo lost > out/f && echo kept > zz-kept.txt && echo done",
+    )
+    .await;
+    assert_eq!(ran.output, "done\n");
+    let error = backend.shutdown().await.expect_err("the copy-back fails");
+    assert!(matches!(error, ShutdownError::CopyBack { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.starts_with("failed to copy the workspace back to the host"),
+        "{message}"
+    );
+    assert!(message.contains("out"), "names the path: {message}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("zz-kept.txt")).expect("the rest came back"),
+        "kept\n"
+    );
+    // The container is gone all the same, and a second shutdown has nothing left to report.
+    assert!(
+        !container_exists(&host, backend.container()).await,
+        "container removed"
+    );
+    backend.shutdown().await.expect("idempotent");
 }

@@ -143,7 +143,7 @@ async fn a_container_killed_between_calls_is_replaced_for_the_next_call() {
         .await
         .expect("the retry works");
     assert_eq!(data, b"one\n");
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,7 +181,7 @@ async fn a_container_killed_during_a_command_is_named_in_its_result() {
     assert_eq!(next.output, "next\n");
     assert_eq!(next.outcome.status, Some(ExitStatus::Code(0)));
     assert_eq!(next.outcome.notes, Vec::<String>::new());
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,7 +209,7 @@ async fn a_removed_container_in_copy_mode_keeps_its_workspace_volume() {
             "[cordon: the sandbox container {name} was removed from the Docker engine; a new container was started and ran this command. The workspace volume survived, nothing in /workspace was lost; files outside it (/tmp, the home directory) and background processes are gone.]"
         )]
     );
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -248,7 +248,7 @@ async fn a_lost_copy_volume_is_refilled_from_the_host_and_the_loss_is_said() {
             root.display()
         )]
     );
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 /// A private dockerd with its own roots and socket; everything is removed on drop, even when
@@ -505,6 +505,6 @@ async fn an_engine_restart_is_unreachable_while_down_and_recovered_after() {
         )) && note.ends_with("a new container was started and ran this command. The workspace is the host directory, nothing in it was lost; files outside it (/tmp, the home directory) and background processes are gone.]"),
         "{note}"
     );
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
     drop(engine);
 }

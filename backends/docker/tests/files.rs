@@ -80,7 +80,7 @@ async fn confinement_refuses_escapes_and_changes_nothing_outside() {
         .map(|e| e.expect("e").file_name())
         .collect();
     assert_eq!(names.len(), 4, "no temp file left behind: {names:?}");
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,7 +140,7 @@ async fn protected_git_is_readable_but_never_writable() {
         std::fs::read_to_string(ws.path().join(".git/config")).expect("read"),
         "[core]\n"
     );
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -243,7 +243,7 @@ async fn atomic_write_keeps_mode_and_follows_inner_symlinks() {
         })
         .collect();
     assert_eq!(names, Vec::<String>::new());
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -319,7 +319,7 @@ async fn read_dir_metadata_mkdir_and_canonical_paths() {
         .expect("mkdir");
     assert!(ws.path().join("dir/a/b").is_dir());
     assert_eq!(files.root(), Path::new("/workspace"));
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -351,14 +351,14 @@ async fn spill_files_outlive_the_session() {
         .await
         .expect_err("spill is read-only to file ops");
     assert!(matches!(err, FsError::PermissionDenied { .. }), "{err:?}");
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 
     let later = session(&host, ws.path()).await;
     assert_eq!(
         later.files().read_file(&path).await.expect("read later"),
         b"line 1\nline 2\n"
     );
-    later.shutdown().await;
+    later.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -399,7 +399,7 @@ async fn a_read_only_workspace_refuses_writes_from_files_and_commands() {
         ran.output,
         "bash: line 1: a.txt: Read-only file system\ntouch: cannot touch 'b.txt': Read-only file system\nkeep"
     );
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -447,7 +447,7 @@ async fn denied_paths_are_hidden_from_commands_too() {
             .expect_err("denied");
         assert!(matches!(err, FsError::Denied { .. }), "{mode:?}: {err:?}");
         assert!(backend.missing_layers().is_empty());
-        backend.shutdown().await;
+        backend.shutdown().await.expect("shut the session down");
         assert_eq!(
             std::fs::read_to_string(ws.path().join(".env")).expect("read"),
             "TOKEN=hunter2\n"
@@ -487,5 +487,5 @@ async fn operations_after_a_refused_write_are_unaffected() {
             .expect("write");
         assert_eq!(std::fs::read(ws.path().join("b.txt")).expect("b"), b"beta");
     }
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }

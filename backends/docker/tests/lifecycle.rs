@@ -34,13 +34,13 @@ async fn container_is_hardened_and_removed_at_shutdown() {
     );
     assert_eq!(ran.outcome.status, Some(ExitStatus::Code(0)));
 
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
     assert!(
         !container_exists(&host, &name).await,
         "container {name} must be removed"
     );
     // Idempotent.
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,7 +106,7 @@ async fn commands_and_files_belong_to_the_workspace_owner() {
         let meta = std::fs::metadata(ws.path().join(name)).expect("created on the host");
         assert_eq!((meta.uid(), meta.gid()), (1234, 2345), "{name}");
     }
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,7 +139,7 @@ async fn memory_bomb_is_oom_killed_with_a_clear_error() {
     );
     // The session survives the OOM kill.
     assert_eq!(run(&backend, "echo alive").await.output, "alive\n");
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,7 +177,7 @@ async fn pids_limit_is_enforced() {
     )
     .await;
     assert_eq!(left.output.trim(), "0");
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,7 +194,7 @@ async fn network_none_has_no_interface_but_loopback() {
         ran.output,
         "lo\nConnectionRefusedError: [Errno 111] Connection refused\n"
     );
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 /// Runs only as the child of the crash and Ctrl-C tests.
@@ -292,8 +292,8 @@ async fn a_crashed_sessions_container_is_reaped_by_the_next_start() {
     let ran = run(&live, "echo still-here").await;
     assert_eq!(ran.outcome.termination, Termination::Exited);
     assert_eq!(ran.output, "still-here\n");
-    live.shutdown().await;
-    next.shutdown().await;
+    live.shutdown().await.expect("shut the session down");
+    next.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,7 +302,11 @@ async fn spill_volumes_of_deleted_roots_are_removed() {
     let gone = workspace();
     let root = std::fs::canonicalize(gone.path()).expect("canon");
     let volume = cordon_backend_docker::spill_volume_name(&root);
-    session(&host, &root).await.shutdown().await;
+    session(&host, &root)
+        .await
+        .shutdown()
+        .await
+        .expect("shut the session down");
     let exists = |name: &str| {
         Command::new("docker")
             .args(["volume", "inspect", name])
@@ -321,7 +325,7 @@ async fn spill_volumes_of_deleted_roots_are_removed() {
         !exists(&volume),
         "spill volume {volume} of a deleted root must be removed"
     );
-    next.shutdown().await;
+    next.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -339,7 +343,7 @@ async fn a_new_session_removes_expired_spill_files_of_its_root_and_only_those() 
     )
     .await;
     assert!(ran.output.contains("made"), "{}", ran.output);
-    first.shutdown().await;
+    first.shutdown().await.expect("shut the session down");
     let next = session(&host, ws.path()).await;
     let listed = run(&next, "ls -a /cordon-spill").await.output;
     assert!(
@@ -354,7 +358,7 @@ async fn a_new_session_removes_expired_spill_files_of_its_root_and_only_those() 
         "rm -f /cordon-spill/notes.log /cordon-spill/cordon-bash-00000000000000e*",
     )
     .await;
-    next.shutdown().await;
+    next.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -406,7 +410,7 @@ async fn a_new_session_removes_stale_write_temp_files_and_keeps_live_ones() {
         vec![".b.txt.cordon-fedcba9876543210.tmp"],
         "{names:?}"
     );
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

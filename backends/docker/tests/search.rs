@@ -225,8 +225,8 @@ async fn grep_and_find_respect_gitignore_inside_and_outside_git_and_match_the_fa
                 "{err:?}"
             );
         }
-        rg.shutdown().await;
-        fallback.shutdown().await;
+        rg.shutdown().await.expect("shut the session down");
+        fallback.shutdown().await.expect("shut the session down");
     }
 }
 
@@ -306,8 +306,8 @@ async fn unreadable_entries_become_notes_and_do_not_fail_the_search() {
             }
         );
     }
-    rg.shutdown().await;
-    fallback.shutdown().await;
+    rg.shutdown().await.expect("shut the session down");
+    fallback.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -338,5 +338,5 @@ async fn a_search_cut_at_its_limit_leaves_no_process_behind() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(left, "0\n", "rg is still running after the search returned");
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }

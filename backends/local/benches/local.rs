@@ -125,7 +125,7 @@ async fn small_files() {
         millis(percentile(&mut runs, 0.5)),
         millis(percentile(&mut runs, 0.9))
     );
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
     drop(backend);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -267,7 +267,7 @@ async fn commands_on_tree(tree: &Path) {
         millis(percentile(&mut runs, 0.5)),
         millis(percentile(&mut runs, 0.9))
     );
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }
 
 fn main() {

@@ -458,13 +458,14 @@ impl Backend for LocalBackend {
         self.shared.missing_layers.clone()
     }
 
-    async fn shutdown(&self) {
+    async fn shutdown(&self) -> Result<(), cordon_ops::ShutdownError> {
         // Idle sandbox inits end now, taking any `.git` placeholder with them.
         if let Some(CommandSandbox::Ready(sandbox)) = self.shared.sandbox.get() {
             sandbox.retire_idle();
         }
         self.shared.finish_git();
         self.shared.state.tmp.remove();
+        Ok(())
     }
 }
 

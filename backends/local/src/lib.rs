@@ -59,7 +59,7 @@
 //!     )
 //!     .await?;
 //! assert_eq!(found.files[0].lines[0].number, 2);
-//! backend.shutdown().await;
+//! backend.shutdown().await?;
 //! # Ok(())
 //! # }
 //! ```

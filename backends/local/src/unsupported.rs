@@ -53,7 +53,7 @@ impl Backend for LocalBackend {
         match self.never {}
     }
 
-    async fn shutdown(&self) {
+    async fn shutdown(&self) -> Result<(), cordon_ops::ShutdownError> {
         match self.never {}
     }
 }

@@ -89,7 +89,7 @@ async fn main() {
         let start = Instant::now();
         let backend = SshBackend::connect(config.clone()).await.expect("connect");
         setups.push(start.elapsed());
-        backend.shutdown().await;
+        backend.shutdown().await.expect("shut the session down");
     }
     report("SshBackend::connect (ssh+sftp+probe)", setups);
 
@@ -230,5 +230,5 @@ async fn main() {
         ours_median / raw_median,
         ours_median / cli_median
     );
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }

@@ -436,9 +436,10 @@ impl SshBackend {
     }
 
     /// Close the workers and the connection.
-    async fn close_session(&self) {
+    async fn close_session(&self) -> Result<(), cordon_ops::ShutdownError> {
         self.inner.runner.clear();
         self.inner.pool.shutdown().await;
+        Ok(())
     }
 }
 

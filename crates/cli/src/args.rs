@@ -1,6 +1,7 @@
 //! The top-level command line (docs/contract.md#cli): parsing only, no effects. Each subcommand's
 //! arguments live in its module under `cmd/`.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -13,6 +14,13 @@ use crate::cmd;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Log more: -v info, -vv debug (also the dependencies' own logs), -vvv trace. Logs go to
+    /// stderr (or --log-file), never to stdout. CORDON_LOG or RUST_LOG add filter directives.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Append logs to this file instead of stderr (created mode 0600; a symlink is refused).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub log_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

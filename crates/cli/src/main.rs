@@ -4,6 +4,7 @@
 
 mod args;
 mod cmd;
+mod logging;
 mod output;
 
 use std::process::ExitCode;
@@ -20,6 +21,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return args::report_parse_error(&error),
     };
+    if let Err(error) = logging::init(cli.verbose, cli.log_file.as_deref()) {
+        eprintln!("cordon: {error}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if matches!(cli.command, args::Command::Exec(_)) {
         // One call needs one worker; every extra worker is a thread to start and stop.

@@ -5,5 +5,6 @@ mod cli;
 mod doctor;
 mod hostfiles;
 mod load;
+mod logs;
 mod mcp;
 mod run;

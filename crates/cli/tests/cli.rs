@@ -1289,3 +1289,48 @@ fn a_write_in_a_docker_container_killed_mid_way_leaves_neither_temp_file_nor_tor
     assert_eq!(run.code, 0, "{run:#?}");
     assert_eq!(run.stdout.trim(), "small.txt", "{run:#?}");
 }
+
+#[test]
+fn a_failed_copy_back_in_docker_copy_mode_exits_1_with_the_reason_on_stderr() {
+    if std::env::var("CORDON_SKIP_DOCKER").as_deref() == Ok("1") {
+        eprintln!("skipped: CORDON_SKIP_DOCKER=1");
+        return;
+    }
+    let docker_host = cordon_tests::infra::docker_host()
+        .unwrap_or_else(|reason| panic!("no Docker engine for the docker backend: {reason}"));
+    let ws = Ws::new();
+    ws.put("out", "a file on the host\n");
+    // Deletions are not copied back, so the host keeps the file `out` where the container now
+    // has a directory, which cannot be unpacked over it: the call succeeds, its work is lost.
+    let args = [
+        "exec",
+        "bash",
+        r#"{"command":"rm out && mkdir out && echo lost > out/f && echo done"}"#,
+        "--json",
+        "--backend",
+        "docker",
+        "--workspace-mode",
+        "copy",
+        "--root",
+        &ws.root,
+    ];
+    let output = Command::new(BIN)
+        .args(args)
+        .env("DOCKER_HOST", &docker_host)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cordon");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
+    let result: Value = serde_json::from_str(stdout.trim()).expect("the call's result on stdout");
+    assert_eq!(result["isError"], false, "the call itself worked: {result}");
+    assert!(
+        stderr.contains("cordon: error: failed to copy the workspace back to the host"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path("out")).expect("still a file"),
+        "a file on the host\n"
+    );
+}

@@ -146,7 +146,7 @@ fn session_definitions(
             .await
             .expect("open a session");
         let definitions = session.definitions();
-        session.shutdown().await;
+        session.shutdown().await.expect("shut the session down");
         definitions
     })
 }
@@ -576,6 +576,47 @@ fn raw_stdin_eof_exits_zero() {
         "exit {status}; stderr:\n{}",
         server.stderr()
     );
+}
+
+#[test]
+fn raw_logs_at_vv_go_to_stderr_and_never_into_the_protocol_stream() {
+    let dir = workspace();
+    let neutral = [("CORDON_LOG", ""), ("RUST_LOG", "")];
+    let mut server = RawServer::start_with(dir.path(), &["-vv"], &neutral);
+    server.initialize();
+    server.assert_alive(1);
+    let response = server.request(
+        2,
+        "tools/call",
+        json!({"name":"bash","arguments":{"command":"echo out"}}),
+    );
+    assert_eq!(response["result"]["isError"], false, "{response}");
+    server.close_stdin();
+    let status = server.wait_exit();
+    assert!(
+        status.success(),
+        "exit {status}; stderr:\n{}",
+        server.stderr()
+    );
+    // Every line left on stdout (up to its close) is a JSON-RPC message.
+    while let Ok(line) = server.lines.recv_timeout(PATIENCE) {
+        let message: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|error| panic!("stdout line is not JSON ({error}): {line}"));
+        assert_eq!(message["jsonrpc"], "2.0", "{line}");
+    }
+    // stderr's reader may still be draining the pipe: wait for the last event.
+    let start = Instant::now();
+    while !server.stderr().contains("session stopped") {
+        assert!(start.elapsed() < PATIENCE, "stderr:\n{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stderr = server.stderr();
+    for needle in ["session started", "policy decision", " DEBUG "] {
+        assert!(
+            stderr.contains(needle),
+            "{needle:?} not in stderr:\n{stderr}"
+        );
+    }
 }
 
 #[test]

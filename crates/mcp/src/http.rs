@@ -155,7 +155,7 @@ impl McpServer {
         }
         sessions_done.cancel();
         connections.shutdown().await;
-        shared.finish().await;
+        shared.finish().await?;
         Ok(ServeEnd::ShutdownRequested)
     }
 }

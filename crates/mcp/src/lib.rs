@@ -76,6 +76,9 @@ pub enum McpError {
         /// The minimum length.
         min: usize,
     },
+    /// The session's shutdown lost work (copy mode's workspace not copied back).
+    #[error(transparent)]
+    Shutdown(cordon_runtime::ShutdownError),
     /// The service task failed.
     #[error("failed to run the MCP service")]
     Service {

@@ -129,8 +129,10 @@ impl McpServer {
         let transport = LineTransport::new(frames, output, self.options.max_message_bytes);
         let shared = self.into_shared(&shutdown);
         let served = serve_until_done(Handler(shared.clone()), transport, &shutdown).await;
-        shared.finish().await;
-        served
+        let finished = shared.finish().await;
+        let end = served?;
+        finished?;
+        Ok(end)
     }
 
     /// The state every connection's handler shares. Calls are cancelled when `shutdown` is
@@ -169,7 +171,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// Serving has ended: cancel the calls still running, wait for them to settle (process
     /// trees killed), then release the backend's resources.
-    pub(crate) async fn finish(&self) {
+    pub(crate) async fn finish(&self) -> Result<(), McpError> {
         self.shutdown.cancel();
         self.calls.close();
         if tokio::time::timeout(CALL_SETTLE_TIMEOUT, self.calls.wait())
@@ -183,7 +185,7 @@ impl Shared {
                 CALL_SETTLE_TIMEOUT.as_secs()
             );
         }
-        self.session.shutdown().await;
+        self.session.shutdown().await.map_err(McpError::Shutdown)
     }
 }
 

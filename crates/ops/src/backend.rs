@@ -544,6 +544,26 @@ pub trait Backend: Send + Sync {
     /// Sandbox layers that are NOT in force because the operator allowed a degraded sandbox;
     /// empty when the sandbox is complete. Surfaced in every result's details.
     fn missing_layers(&self) -> Vec<String>;
-    /// Release resources (containers, connections). Idempotent.
-    async fn shutdown(&self);
+    /// Release resources (containers, connections). Idempotent: a second call returns `Ok`.
+    /// An error means work may be lost (copy mode's workspace not copied back); the resources
+    /// are released all the same.
+    async fn shutdown(&self) -> Result<(), ShutdownError>;
+}
+
+/// Why a backend's shutdown lost something.
+#[derive(Debug, thiserror::Error)]
+pub enum ShutdownError {
+    /// The sandbox's copy of the workspace could not be copied back to the host: the
+    /// session's changes are not (all) there.
+    #[error(
+        "failed to copy the workspace back to the host ({backend}): {source}; the session's \
+         changes may be missing there (the sandbox is gone)"
+    )]
+    CopyBack {
+        /// The backend.
+        backend: BackendId,
+        /// The backend's reason.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }

@@ -24,6 +24,7 @@ mod tool;
 pub use backend::{
     Backend, BackendId, BashOperations, DirEntry, ExecError, ExecOutcome, ExecRequest, ExitStatus,
     FileKind, FileMeta, FileOperations, FindOutput, FindRequest, FsError, GrepFile, GrepLine,
-    GrepOutput, GrepRequest, SearchError, SearchOperations, SpillWriter, Termination,
+    GrepOutput, GrepRequest, SearchError, SearchOperations, ShutdownError, SpillWriter,
+    Termination,
 };
 pub use tool::{Op, PathArg, ToolKind, paths_of};

@@ -294,7 +294,7 @@ macro_rules! impl_remote_backend {
                 self.layers_missing()
             }
 
-            async fn shutdown(&self) {
+            async fn shutdown(&self) -> Result<(), $crate::reexport::ops::ShutdownError> {
                 self.close_session().await
             }
         }

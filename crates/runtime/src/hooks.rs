@@ -262,6 +262,17 @@ impl ToolHooks for RuntimeHooks {
             }
             Err(reason) => (self.refusal(reason), true),
         };
+        // Arguments only at trace: they may carry what the model wrote into files.
+        tracing::trace!(call = %call.tool_call.id, tool, %args, "tool call arguments");
+        tracing::debug!(
+            call = %call.tool_call.id,
+            tool,
+            decision = ?decision.decision,
+            rule = %decision.rule,
+            refused,
+            unanalysable = decision.unanalysable.as_deref(),
+            "policy decision"
+        );
         let record = || self.record(&call.tool_call.id, tool, args, &decision);
         if let Err(error) = self.audit(record, decision.unanalysable.as_deref()) {
             // Fail closed: an operator who asked for an audit trail gets no unaudited calls.

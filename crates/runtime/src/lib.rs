@@ -32,6 +32,7 @@ mod session;
 
 pub use approval::{Approval, ApprovalRequest, Approver};
 pub use audit::{AuditLog, head_file_path};
+pub use cordon_ops::ShutdownError;
 #[cfg(feature = "ssh")]
 pub use session::SshOptions;
 pub use session::{BackendChoice, InsideWritableRoot, RuntimeError, Session, SessionOptions};

@@ -18,7 +18,7 @@ use cordon_core::protocol::{
 };
 use cordon_core::sandbox::SandboxSpec;
 use cordon_core::tool::{AgentTool, ExecutionMode};
-use cordon_ops::Backend;
+use cordon_ops::{Backend, ShutdownError};
 use cordon_policy::audit::{AuditError, AuditHead};
 use cordon_policy::{CompiledPolicy, EnvMap, PolicyError};
 
@@ -196,6 +196,12 @@ impl Session {
             Some(path) => CompiledPolicy::load(path, &env)?,
             None => CompiledPolicy::builtin_default(&env)?,
         };
+        tracing::info!(
+            file = compiled.file(),
+            rules = compiled.rule_count(),
+            default = ?compiled.default_decision(),
+            "policy loaded"
+        );
         // Host files matter only where the sandbox's writable directories are host ones.
         let host_writable = match &backend {
             BackendChoice::Local => true,
@@ -279,12 +285,20 @@ impl Session {
                 )
             }
         };
+        let missing_layers = backend.missing_layers();
+        tracing::info!(
+            backend = %backend.id(),
+            network = ?spec.network,
+            missing_layers = ?missing_layers,
+            audit = audit.is_some(),
+            "session started"
+        );
         let tools = build_tools(backend.as_ref(), &policy, &spec);
         let hooks = Arc::new(RuntimeHooks {
             policy: policy.clone(),
             files: backend.files(),
             backend: backend.id().clone(),
-            missing_layers: backend.missing_layers(),
+            missing_layers,
             audit: audit.clone(),
             approver,
             approved_rules: Mutex::new(HashSet::new()),
@@ -381,13 +395,22 @@ impl Session {
     }
 
     /// Release backend resources (containers, connections) and record the audit head next
-    /// to the audit log (see [`Session::audit_head`]). Idempotent.
-    pub async fn shutdown(&self) {
-        self.backend.shutdown().await;
+    /// to the audit log (see [`Session::audit_head`]). Idempotent. The audit head is recorded
+    /// even when the backend reports an error (work it could not bring back, say), which is
+    /// returned for the caller to show.
+    pub async fn shutdown(&self) -> Result<(), ShutdownError> {
+        let backend = self.backend.id().clone();
+        let stopped = self.backend.shutdown().await;
         if let Some(log) = &self.audit {
             self.audit_head
                 .get_or_init(|| log.finish().map_err(|error| error.to_string()));
         }
+        match &stopped {
+            Ok(()) => tracing::info!(%backend, "session stopped"),
+            // The caller shows the error itself; this keeps it in the log's order of events.
+            Err(error) => tracing::info!(%backend, %error, "session stopped with an error"),
+        }
+        stopped
     }
 }
 

@@ -614,7 +614,7 @@ async fn the_git_placeholder_between_commands_is_not_listed_and_goes_at_shutdown
     // File tools see the workspace as it is: without a .git.
     let listed = listed_names(&fx).await;
     assert_eq!(listed, vec!["a.txt".to_string()]);
-    fx.backend.shutdown().await;
+    fx.backend.shutdown().await.expect("shut the session down");
     assert!(!fx.at(".git").exists(), "shutdown removes the placeholder");
 }
 

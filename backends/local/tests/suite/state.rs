@@ -200,8 +200,8 @@ async fn private_tmp_lifecycle() {
     assert!(tmp.exists(), "a live backend's temp dir is kept");
     assert_ne!(private_dir_of(second.command_tmp_dir()), tmp);
     std::fs::write(tmp.join("scratch"), "x").unwrap();
-    fx.backend.shutdown().await;
-    fx.backend.shutdown().await;
+    fx.backend.shutdown().await.expect("shut the session down");
+    fx.backend.shutdown().await.expect("shut the session down");
     assert!(!tmp.exists());
     let second_tmp = private_dir_of(second.command_tmp_dir());
     drop(second);

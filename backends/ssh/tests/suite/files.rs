@@ -268,7 +268,7 @@ async fn spill_files_live_on_the_remote_and_are_readable_later() {
         Err(FsError::PermissionDenied { .. })
     ));
     // A later backend on the same root still reads it.
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
     let again = server.connect().await;
     assert_eq!(again.spill_dir(), backend.spill_dir());
     assert_eq!(again.files().read_file(&path).await.unwrap(), body);
@@ -321,8 +321,8 @@ async fn connecting_sweeps_expired_spill_files_of_every_root_and_only_cordon_nam
         "the session's own directory stays"
     );
     std::fs::remove_dir_all(&mixed).unwrap();
-    backend.shutdown().await;
-    again.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
+    again.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -361,5 +361,5 @@ async fn connecting_removes_stale_write_temp_files_and_keeps_live_ones() {
     assert!(foreign.exists(), "only Cordon's exact naming is removed");
     std::fs::remove_file(&live).unwrap();
     std::fs::remove_file(&foreign).unwrap();
-    backend.shutdown().await;
+    backend.shutdown().await.expect("shut the session down");
 }

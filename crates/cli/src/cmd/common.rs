@@ -203,6 +203,26 @@ impl CommonArgs {
     }
 }
 
+/// End the session: [`Session::shutdown`], then the audit head ([`report_audit_head`]). A
+/// shutdown error (copy mode's workspace not copied back: lost work) is stated on stderr;
+/// returns whether the session ended cleanly, for the caller's exit code.
+pub async fn finish_session(session: &Session) -> bool {
+    let clean = shutdown_reporting(session).await;
+    report_audit_head(session);
+    clean
+}
+
+/// [`Session::shutdown`], stating an error on stderr; whether it ended cleanly.
+pub async fn shutdown_reporting(session: &Session) -> bool {
+    match session.shutdown().await {
+        Ok(()) => true,
+        Err(error) => {
+            eprintln!("cordon: error: {error}");
+            false
+        }
+    }
+}
+
 /// After [`Session::shutdown`]: state the audit head on stderr (the hash of the log's last
 /// line and its line count, also written to `FILE.head`), so it is kept outside the
 /// sandbox's reach; `cordon audit verify FILE --expect-head SHA` checks a log against it.

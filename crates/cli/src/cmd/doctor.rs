@@ -493,7 +493,11 @@ async fn run_probe_session(options: SessionOptions) -> (bool, String) {
             break;
         }
     }
-    session.shutdown().await;
+    if let Err(error) = session.shutdown().await
+        && outcome.0
+    {
+        outcome = (false, error.to_string());
+    }
     outcome
 }
 

@@ -11,7 +11,7 @@ use cordon_core::executor::RunControl;
 use cordon_core::protocol::ToolCall;
 use serde_json::Value;
 
-use crate::cmd::common::{CommonArgs, cancel_on_stop_signal, report_audit_head};
+use crate::cmd::common::{CommonArgs, cancel_on_stop_signal, finish_session};
 use crate::output::{print_json_line, result_text};
 
 #[derive(Debug, Args)]
@@ -81,14 +81,13 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
         arguments,
     };
     let result = session.call(call, &control).await;
-    session.shutdown().await;
-    report_audit_head(&session);
+    let clean = finish_session(&session).await;
     if json {
         print_json_line(&result);
     } else {
         print!("{}", result_text(&result));
     }
-    Ok(if result.is_error {
+    Ok(if result.is_error || !clean {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

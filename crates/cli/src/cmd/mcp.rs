@@ -11,9 +11,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use cordon_core::CancellationToken;
-use cordon_mcp::{AccessToken, HTTP_PATH, McpServer, ServeOptions};
+use cordon_mcp::{AccessToken, HTTP_PATH, McpError, McpServer, ServeOptions};
 
-use crate::cmd::common::{CommonArgs, report_audit_head};
+use crate::cmd::common::{CommonArgs, report_audit_head, shutdown_reporting};
 
 /// Environment variable holding the bearer token for `--http` (otherwise one is generated
 /// and printed on stderr).
@@ -42,7 +42,7 @@ pub async fn mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
     let server = match McpServer::new(session.clone(), ServeOptions::default()) {
         Ok(server) => server,
         Err(error) => {
-            session.shutdown().await;
+            shutdown_reporting(&session).await;
             return Err(error.into());
         }
     };
@@ -54,16 +54,17 @@ pub async fn mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
     let tools = names.join(", ");
     let backend = session.backend().id().to_string();
     let shutdown = shutdown_on_signal();
+    let served;
     match http {
         None => {
             eprintln!("cordon mcp: serving {tools} on stdio ({backend})");
-            server.serve_stdio(shutdown).await?;
+            served = server.serve_stdio(shutdown).await;
         }
         Some(HttpSetup { address, token }) => {
             let listener = match tokio::net::TcpListener::bind(address).await {
                 Ok(listener) => listener,
                 Err(error) => {
-                    session.shutdown().await;
+                    shutdown_reporting(&session).await;
                     return Err(error).with_context(|| format!("failed to listen on {address}"));
                 }
             };
@@ -81,14 +82,21 @@ pub async fn mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
                     eprintln!("cordon mcp: clients must send `Authorization: Bearer ${TOKEN_ENV}`")
                 }
             }
-            server
+            served = server
                 .serve_http(listener, token.into_inner(), shutdown)
-                .await?;
+                .await;
         }
     }
     // The server shut the session down, which recorded the audit head.
     report_audit_head(&session);
-    Ok(ExitCode::SUCCESS)
+    match served {
+        Ok(_) => Ok(ExitCode::SUCCESS),
+        Err(McpError::Shutdown(error)) => {
+            eprintln!("cordon: error: {error}");
+            Ok(ExitCode::FAILURE)
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 struct HttpSetup {

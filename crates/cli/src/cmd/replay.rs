@@ -15,7 +15,7 @@ use cordon_core::protocol::{AssistantMessage, Message};
 use cordon_core::tool::ExecutionMode;
 use serde_json::Value;
 
-use crate::cmd::common::{CommonArgs, cancel_on_stop_signal, report_audit_head};
+use crate::cmd::common::{CommonArgs, cancel_on_stop_signal, finish_session};
 use crate::output::print_json_line;
 
 #[derive(Debug, Args)]
@@ -86,9 +86,11 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         Arc::new(|event: AgentEvent| print_json_line(&event)),
     );
     cordon_core::replay(&config, messages, &control).await;
-    session.shutdown().await;
-    report_audit_head(&session);
-    Ok(ExitCode::SUCCESS)
+    Ok(if finish_session(&session).await {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn read_stdin() -> anyhow::Result<String> {

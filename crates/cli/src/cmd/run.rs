@@ -38,7 +38,7 @@ use cordon_model::{ProviderOptions, parse_model_spec, provider_from_env};
 use cordon_runtime::{Approver, Session};
 use tokio::sync::mpsc;
 
-use crate::cmd::common::{CommonArgs, report_audit_head};
+use crate::cmd::common::{CommonArgs, finish_session, shutdown_reporting};
 use crate::output::print_json_line;
 
 use self::approve::TerminalApprover;
@@ -180,7 +180,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &save
         && let Err(error) = session.refuse_in_writable_root(path, "transcript (--save)")
     {
-        session.shutdown().await;
+        shutdown_reporting(&session).await;
         return Err(error.into());
     }
     let missing = session.backend().missing_layers();
@@ -205,8 +205,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     let control = RunControl::new(cancel, event_sink(json, transcript.clone()));
     let added = agent.prompt(&[], UserMessage::text(prompt), &control).await;
-    session.shutdown().await;
-    report_audit_head(&session);
+    let clean = finish_session(&session).await;
 
     let outcome = Outcome::of(&added, max_turns);
     if let Some(line) = outcome.report() {
@@ -216,6 +215,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         && let Err(error) = transcript.finish()
     {
         eprintln!("cordon: {}", crate::output::one_line(&error));
+        return Ok(ExitCode::FAILURE);
+    }
+    if !clean {
         return Ok(ExitCode::FAILURE);
     }
     Ok(outcome.exit_code())
