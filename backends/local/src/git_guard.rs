@@ -181,6 +181,10 @@ struct CachedDir {
     subdirs: Vec<OsString>,
     /// Whether it has an entry named `.git`.
     dot_git: bool,
+    /// The stamp of the `.git` here when it was last found to be an empty sandbox
+    /// placeholder: an unchanged stamp (same inode, no entry added, no mode change since) is
+    /// the same empty placeholder, and it is not read again after every command.
+    placeholder_git: Option<Stamp>,
     /// Whether it has the signature of a git directory.
     git_dir: bool,
 }
@@ -651,19 +655,21 @@ impl Walk {
                 },
             ));
         }
+        let mut cached = cached;
+        let known_placeholder = cached.placeholder_git.take();
         if cached.dot_git {
             let path = dir.join(".git");
-            if let Ok(meta) = std::fs::symlink_metadata(&path)
-                && !cordon_sandbox::is_placeholder_dir(&path)
-            {
-                self.found.push((
+            match judge_dot_git(&path, known_placeholder) {
+                DotGit::Gone => {}
+                DotGit::Placeholder(stamp) => cached.placeholder_git = Some(stamp),
+                DotGit::Real(meta) => self.found.push((
                     id_of(&meta),
                     GitEntry {
                         path,
                         kind: GitKind::DotGit,
                         is_dir: meta.is_dir(),
                     },
-                ));
+                )),
             }
         }
         let subdirs: Vec<PathBuf> = cached.subdirs.iter().map(|name| dir.join(name)).collect();
@@ -672,6 +678,64 @@ impl Walk {
             self.visit(&sub)?;
         }
         Ok(())
+    }
+}
+
+/// What a `.git` entry is, judged on one descriptor of it.
+enum DotGit {
+    /// Gone (or unreadable as anything at all) by the time it was looked at.
+    Gone,
+    /// An empty sandbox placeholder (it stands for "no `.git`"), with its stamp.
+    Placeholder(Stamp),
+    /// Anything else: git metadata for the sweep to judge.
+    Real(std::fs::Metadata),
+}
+
+/// Judge the `.git` at `path`. `known` is the stamp it had when last found to be an empty
+/// placeholder: the same stamp now (same inode; adding an entry or changing the mode changes
+/// its ctime) is that placeholder still, without reading it again. Otherwise the mode and the
+/// emptiness are checked on one descriptor (no symlink followed), so the verdict and the
+/// stamp belong to the same object even if a concurrent command swaps the name.
+fn judge_dot_git(path: &Path, known: Option<Stamp>) -> DotGit {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return DotGit::Gone;
+    };
+    if !meta.is_dir() || !cordon_sandbox::is_placeholder_mode(meta.mode()) {
+        return DotGit::Real(meta);
+    }
+    if known == Some(stamp_of(&meta)) {
+        return DotGit::Placeholder(stamp_of(&meta));
+    }
+    let Ok(fd) = nix::fcntl::open(
+        path,
+        OFlag::O_RDONLY
+            | OFlag::O_DIRECTORY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    ) else {
+        // Replaced by something that is not a directory meanwhile: judge that.
+        return std::fs::symlink_metadata(path).map_or(DotGit::Gone, DotGit::Real);
+    };
+    let file = std::fs::File::from(fd);
+    let Ok(opened) = file.metadata() else {
+        return DotGit::Real(meta);
+    };
+    if !opened.is_dir() || !cordon_sandbox::is_placeholder_mode(opened.mode()) {
+        return DotGit::Real(opened);
+    }
+    let Ok(mut listing) = nix::dir::Dir::from_fd(OwnedFd::from(file)) else {
+        return DotGit::Real(opened);
+    };
+    let empty = listing.iter().filter_map(Result::ok).all(|entry| {
+        let name = entry.file_name().to_bytes();
+        name == b"." || name == b".."
+    });
+    if empty {
+        DotGit::Placeholder(stamp_of(&opened))
+    } else {
+        DotGit::Real(opened)
     }
 }
 
@@ -775,6 +839,7 @@ fn read_dir(dir: &Path, stamp: Stamp, entries: &mut usize) -> io::Result<CachedD
         stamp,
         subdirs,
         dot_git,
+        placeholder_git: None,
         git_dir: head && ((objects && refs) || commondir),
     })
 }

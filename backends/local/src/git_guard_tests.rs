@@ -137,6 +137,40 @@ fn a_bare_layout_made_in_the_root_is_quarantined_and_placeholders_are_skipped() 
     assert_eq!(quarantined[0].renamed_to, ws.join("HEAD.cordon-quarantine"));
 }
 
+/// A placeholder `.git` is judged once and then known by its stamp; anything that changes it
+/// (an entry added, a swap for another directory with the marker mode) is judged afresh.
+#[test]
+fn a_known_placeholder_is_not_reread_but_a_changed_one_is_judged_again() {
+    let (_tmp, ws) = root();
+    mkdirs(&ws.join("sub"));
+    let (mut guard, _) = GitGuard::start(std::slice::from_ref(&ws), &[], None).unwrap();
+    let placeholder = |path: &Path| {
+        std::fs::create_dir(path).unwrap();
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o1500))
+            .unwrap();
+    };
+    placeholder(&ws.join("sub/.git"));
+    assert!(guard.sweep().unwrap().is_empty());
+    assert!(guard.sweep().unwrap().is_empty(), "known placeholder");
+    // An entry in it (its ctime changes): no longer an empty placeholder.
+    touch(&ws.join("sub/.git/config"));
+    let quarantined = guard.sweep().unwrap();
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    assert_eq!(quarantined[0].path, ws.join("sub/.git"));
+    // A fresh placeholder, then swapped for a non-empty directory with the marker mode.
+    placeholder(&ws.join("sub/.git"));
+    assert!(guard.sweep().unwrap().is_empty());
+    let other = ws.join("other");
+    mkdirs(&other);
+    touch(&other.join("config"));
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o1500)).unwrap();
+    std::fs::remove_dir(ws.join("sub/.git")).unwrap();
+    std::fs::rename(&other, ws.join("sub/.git")).unwrap();
+    let quarantined = guard.sweep().unwrap();
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    assert_eq!(quarantined[0].path, ws.join("sub/.git"));
+}
+
 #[test]
 fn a_dead_session_s_leftovers_are_quarantined_at_the_next_start() {
     let (tmp, ws) = root();

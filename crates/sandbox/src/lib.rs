@@ -54,7 +54,7 @@ mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::{
     PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home,
-    is_placeholder_dir, probe, start_writeback,
+    is_placeholder_dir, is_placeholder_mode, probe, start_writeback,
 };
 
 #[cfg(not(target_os = "linux"))]
@@ -62,5 +62,5 @@ mod unsupported;
 #[cfg(not(target_os = "linux"))]
 pub use unsupported::{
     PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home,
-    is_placeholder_dir, probe, start_writeback,
+    is_placeholder_dir, is_placeholder_mode, probe, start_writeback,
 };

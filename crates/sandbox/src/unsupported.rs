@@ -35,6 +35,11 @@ pub fn is_placeholder_dir(_path: &Path) -> bool {
     false
 }
 
+/// No sandbox creates placeholders outside Linux.
+pub fn is_placeholder_mode(_mode: u32) -> bool {
+    false
+}
+
 /// Nothing to do outside Linux: the local backend never swaps files in there.
 pub fn start_writeback(_file: &std::fs::File) -> std::io::Result<()> {
     Ok(())

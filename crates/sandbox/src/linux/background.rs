@@ -67,14 +67,18 @@ fn retire_loop(receiver: &mpsc::Receiver<Due>) {
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
         let now = Instant::now();
-        pending.retain(|(due, inner)| {
+        pending.retain_mut(|(due, inner)| {
             if *due > now {
                 return true;
             }
-            if let Some(inner) = inner.upgrade() {
-                retire_lingering(&inner);
+            // A sandbox stays on the list while an idle init of it holds placeholders.
+            match inner.upgrade().and_then(|inner| retire_lingering(&inner)) {
+                Some(next) => {
+                    *due = next;
+                    true
+                }
+                None => false,
             }
-            false
         });
     }
 }

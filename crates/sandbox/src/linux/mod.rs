@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 pub use defaults::{host_defaults, host_defaults_for_home};
 pub use handle::SandboxedChild;
-pub use mounts::is_placeholder_dir;
+pub use mounts::{is_placeholder_dir, is_placeholder_mode};
 pub use probe::probe;
 pub use signaller::TreeSignaller;
 
@@ -92,6 +92,9 @@ struct Inner {
     argv_area: Option<(usize, usize)>,
     /// Inits whose command has ended, waiting for the next one.
     idle: std::sync::Mutex<Vec<InitProcess>>,
+    /// Whether the retiring thread already has this sandbox on its list (changed only while
+    /// `idle` is locked): a command giving its init back then does not wake that thread.
+    retire_pending: std::sync::atomic::AtomicBool,
     /// With the network on: what the socket-free root shows (see `newroot`).
     new_root: Option<NewRootConfig>,
     /// The protected and denied paths last passed to `set_protected_and_denied`, as given

@@ -53,7 +53,13 @@ pub fn is_placeholder_dir(path: &Path) -> bool {
 
 fn is_placeholder(meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    meta.is_dir() && meta.permissions().mode() & 0o7777 == PLACEHOLDER_MODE
+    meta.is_dir() && is_placeholder_mode(meta.permissions().mode())
+}
+
+/// Whether a directory with this `st_mode` carries the placeholder's marker mode (callers
+/// that already hold the directory open check its emptiness on that descriptor).
+pub fn is_placeholder_mode(mode: u32) -> bool {
+    mode & 0o7777 == PLACEHOLDER_MODE
 }
 
 /// What one mount step does.

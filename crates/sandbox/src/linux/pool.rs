@@ -6,6 +6,7 @@
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::background::{reap_later, retire_later};
@@ -162,27 +163,54 @@ impl Reuse {
         {
             return;
         }
-        // Without the thread that retires it, an init holding placeholders is not kept.
-        if lingers && !retire_later(&inner) {
-            return;
-        }
-        let mut idle = lock(&inner.idle);
-        if idle.len() < MAX_IDLE_INITS {
-            idle.push(init);
-        }
+        // Without the thread that retires it, an init holding placeholders is not kept. The
+        // thread is told only when it does not already have this sandbox on its list; it
+        // looks again for as long as an idle init holds placeholders (see
+        // `retire_lingering`), so back-to-back commands do not wake it each time. The flag
+        // changes only under the `idle` lock, in step with the list it describes.
+        let rejected = {
+            let mut idle = lock(&inner.idle);
+            if idle.len() >= MAX_IDLE_INITS {
+                Some(init)
+            } else if lingers
+                && !inner.retire_pending.swap(true, Ordering::SeqCst)
+                && !retire_later(&inner)
+            {
+                inner.retire_pending.store(false, Ordering::SeqCst);
+                Some(init)
+            } else {
+                idle.push(init);
+                None
+            }
+        };
+        // Ending an init (and releasing its placeholders) happens outside the lock.
+        drop(rejected);
     }
 }
 
 /// Retire the idle inits of `inner` that hold placeholders and have been idle for
-/// [`PLACEHOLDER_LINGER`]; their placeholders are removed by the last user.
-pub(super) fn retire_lingering(inner: &Inner) {
-    let retired: Vec<InitProcess> = {
+/// [`PLACEHOLDER_LINGER`]; their placeholders are removed by the last user. Returns when to
+/// look again: the moment the next idle init still holding placeholders will have lingered
+/// long enough, or `None` (and the sandbox leaves the retiring thread's list) when none is
+/// left.
+pub(super) fn retire_lingering(inner: &Inner) -> Option<Instant> {
+    let (retired, next): (Vec<InitProcess>, Option<Instant>) = {
         let mut idle = lock(&inner.idle);
-        let (retired, kept) = std::mem::take(&mut *idle).into_iter().partition(|init| {
-            !init.placeholders.is_empty() && init.idle_since.elapsed() >= PLACEHOLDER_LINGER
-        });
+        let (retired, kept): (Vec<InitProcess>, Vec<InitProcess>) =
+            std::mem::take(&mut *idle).into_iter().partition(|init| {
+                !init.placeholders.is_empty() && init.idle_since.elapsed() >= PLACEHOLDER_LINGER
+            });
         *idle = kept;
-        retired
+        let next = idle
+            .iter()
+            .filter(|init| !init.placeholders.is_empty())
+            .map(|init| init.idle_since + PLACEHOLDER_LINGER)
+            .min();
+        if next.is_none() {
+            inner.retire_pending.store(false, Ordering::SeqCst);
+        }
+        (retired, next)
     };
     drop(retired);
+    next
 }

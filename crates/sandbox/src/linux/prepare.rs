@@ -475,6 +475,7 @@ impl PreparedSandbox {
                 pid_max,
                 argv_area: sys::argv_area(),
                 idle: std::sync::Mutex::new(Vec::new()),
+                retire_pending: std::sync::atomic::AtomicBool::new(false),
                 new_root,
                 last_paths: std::sync::Mutex::new((protected_input, denied_input)),
             }),

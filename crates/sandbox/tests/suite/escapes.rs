@@ -804,6 +804,31 @@ async fn missing_git_cannot_be_created_and_leaves_no_trace() {
     }
 }
 
+/// Commands back to back for longer than an idle init lingers: the retiring thread is told
+/// once and keeps looking while the reused init holds the placeholder, which still goes a
+/// while after the last command.
+#[tokio::test]
+async fn a_placeholder_reused_for_longer_than_it_lingers_still_goes_after_the_last_command() {
+    let fx = Fixture::without_git();
+    let sandbox = fx.sandbox();
+    // A workload, not a timing check: keep commands coming past the linger time.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let mut commands = 0;
+    while std::time::Instant::now() < until || commands < 3 {
+        let output = run_in(&sandbox, &fx.ws, "true").await;
+        assert!(output.status.success(), "{}", output.all());
+        commands += 1;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fx.ws.join(".git").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the placeholder outlived its idle init ({commands} commands)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Whatever is at `ws/.git` is an empty directory (the placeholder), if anything.
 fn assert_no_git_content(ws: &Path, what: &str) {
     let git = ws.join(".git");
