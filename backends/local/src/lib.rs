@@ -21,6 +21,14 @@
 //! It does not own the tools' output formats (those live in `cordon-tools`) nor the policy
 //! that produced the spec.
 //!
+//! Process-wide state (the one thing a caller must remember): writes hand the writeback of
+//! the file they swapped in to one background thread per process, shared by every backend.
+//! A process that is about to exit calls [`wait_for_writeback`] after its sessions are shut
+//! down and its async runtime is dropped (the `cordon` binary does so in `main`); otherwise a
+//! queued writeback may be dropped (the data is in the page cache either way, but ext4's
+//! early writeback of a replaced file is not started). The command sandbox's own background
+//! threads and locks are per process too and need no call (see `cordon-sandbox`).
+//!
 //! Linux only: on other systems [`LocalBackend::new`] returns [`LocalError::Unsupported`].
 //!
 //! ```

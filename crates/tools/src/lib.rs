@@ -4,6 +4,13 @@
 //!
 //! It does not know any concrete backend: local, docker and ssh implement the `cordon-ops`
 //! traits and get every tool with identical behaviour.
+//!
+//! Process-wide state, on purpose and the only such state here: the mutation queue's chains
+//! ([`queue`]) are one map per process, keyed by backend id and canonical path, so that two
+//! sessions or two tool sets over the same backend still write one file strictly one after the
+//! other; a key's entry is removed as soon as nobody holds or waits for it. The image decode
+//! budget ([`decode_gate`]) is shared by every decode in the process because it bounds the
+//! process's memory. Compiled JSON schemas are cached once and never change.
 #![warn(missing_docs)]
 
 pub mod bash;
