@@ -172,6 +172,7 @@ impl CommandHost for Inner {
             let notice = format!(
                 "\n[cordon: the command was killed by the out-of-memory killer: the sandbox memory limit{limit} was exceeded]\n"
             );
+            // The receiver is gone only when the caller stopped reading the output.
             let _ = output.send(notice.into_bytes()).await;
         }
         if let Some(reason) = outcome.transport_error

@@ -308,7 +308,7 @@ pub async fn reap_stale(docker: &Docker, owner: &Owner) -> Vec<String> {
             .and_then(|n| n.first())
             .map(|n| n.trim_start_matches('/').to_owned())
             .unwrap_or(id.clone());
-        if docker
+        match docker
             .remove_container(
                 &id,
                 Some(RemoveContainerOptions {
@@ -318,9 +318,14 @@ pub async fn reap_stale(docker: &Docker, owner: &Owner) -> Vec<String> {
                 }),
             )
             .await
-            .is_ok()
         {
-            removed.push(name);
+            Ok(()) => {
+                tracing::info!(container = name, "docker: reaped a stale container");
+                removed.push(name);
+            }
+            Err(error) => {
+                tracing::warn!(container = name, %error, "docker: failed to reap a stale container")
+            }
         }
     }
     if let Ok(volumes) = docker
@@ -331,12 +336,21 @@ pub async fn reap_stale(docker: &Docker, owner: &Owner) -> Vec<String> {
     {
         for volume in volumes.volumes.unwrap_or_default() {
             if owner.is_stale(&volume.labels) {
-                let _ = docker
+                match docker
                     .remove_volume(
                         &volume.name,
                         None::<bollard::query_parameters::RemoveVolumeOptions>,
                     )
-                    .await;
+                    .await
+                {
+                    Ok(()) => tracing::info!(volume = volume.name, "docker: reaped a stale volume"),
+                    // Still in use or already gone: the next session's reap tries again.
+                    Err(error) => tracing::debug!(
+                        volume = volume.name,
+                        %error,
+                        "docker: stale volume not reaped"
+                    ),
+                }
             }
         }
     }
@@ -356,12 +370,24 @@ pub async fn reap_stale(docker: &Docker, owner: &Owner) -> Vec<String> {
                 .get(LABEL_SPILL_ROOT)
                 .is_some_and(|root| !std::path::Path::new(root).exists());
             if ours && gone {
-                let _ = docker
+                match docker
                     .remove_volume(
                         &volume.name,
                         None::<bollard::query_parameters::RemoveVolumeOptions>,
                     )
-                    .await;
+                    .await
+                {
+                    Ok(()) => tracing::info!(
+                        volume = volume.name,
+                        "docker: reaped the spill volume of a root that is gone"
+                    ),
+                    // Docker refuses while a container still mounts it: retried next time.
+                    Err(error) => tracing::debug!(
+                        volume = volume.name,
+                        %error,
+                        "docker: spill volume not reaped"
+                    ),
+                }
             }
         }
     }

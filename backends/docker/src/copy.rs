@@ -181,6 +181,8 @@ pub(crate) async fn copy_in(docker: &Docker, plan: &CopyIn<'_>) -> Result<(), Do
             bollard::body_full(tar.into()),
         )
         .await;
+    // The loader is a stopped helper container labelled like the session's: one left behind
+    // is reaped with them.
     let _ = docker
         .remove_container(
             &loader,

@@ -230,6 +230,8 @@ impl Drop for DropGuard {
                 }
             });
         });
+        // A panic in the cleanup thread was already reported by the panic hook; the drop
+        // has nothing more to do with it.
         let _ = handle.join();
     }
 }
@@ -259,8 +261,10 @@ async fn create_workspace_volumes(
 }
 
 async fn remove_container_and_volumes(docker: &Docker, container: &str, volumes: &[String]) {
+    // A container or volume left behind is reaped by the next session on this machine
+    // (labels name the owner), so a failure here is logged, not fatal.
     if !container.is_empty() {
-        let _ = docker
+        match docker
             .remove_container(
                 container,
                 Some(RemoveContainerOptions {
@@ -269,15 +273,24 @@ async fn remove_container_and_volumes(docker: &Docker, container: &str, volumes:
                     ..Default::default()
                 }),
             )
-            .await;
+            .await
+        {
+            Ok(()) => tracing::info!(container, "docker: container removed"),
+            Err(error) => {
+                tracing::warn!(container, %error, "docker: failed to remove the container")
+            }
+        }
     }
     for volume in volumes {
-        let _ = docker
+        if let Err(error) = docker
             .remove_volume(
                 volume,
                 None::<bollard::query_parameters::RemoveVolumeOptions>,
             )
-            .await;
+            .await
+        {
+            tracing::warn!(volume, %error, "docker: failed to remove a workspace volume");
+        }
     }
 }
 
@@ -532,7 +545,9 @@ impl DockerBackend {
         let backend = self.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                let _ = backend.stop().await;
+                if let Err(error) = backend.stop().await {
+                    eprintln!("cordon: error: {error}");
+                }
                 std::process::exit(130);
             }
         })

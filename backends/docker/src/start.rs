@@ -380,6 +380,7 @@ impl Launch {
             )
             .await
             .map_err(|e| DockerError::api(format!("start container {container}"), e))?;
+        tracing::info!(%container, %image, "docker: container started");
         Ok(())
     }
 }

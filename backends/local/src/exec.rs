@@ -65,6 +65,7 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 /// the kernel allows it.
 fn output_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    // Past the per-user pipe quota the kernel refuses; the default size still works.
     let _ = nix::fcntl::fcntl(
         &write_end,
         nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_CAPACITY),
@@ -471,15 +472,18 @@ async fn supervise(run: Supervised<'_>) -> ExecOutcome {
         tokio::select! {
             _ = cancel.cancelled(), if running && !stopping => {
                 termination = Termination::Cancelled;
+                // A tree that is already gone is fine; the kill below follows after the grace.
                 let _ = signaller.signal_tree(libc_sigterm());
                 kill_at = Some(Instant::now() + KILL_GRACE);
             }
             _ = sleep_until(deadline), if running && !stopping => {
                 termination = Termination::TimedOut;
+                // A tree that is already gone is fine; the kill below follows after the grace.
                 let _ = signaller.signal_tree(libc_sigterm());
                 kill_at = Some(Instant::now() + KILL_GRACE);
             }
             _ = sleep_until(kill_at.unwrap_or(far)), if running && kill_at.is_some() => {
+                // ESRCH: the tree is gone, which is the goal.
                 let _ = signaller.kill_tree();
                 kill_at = None;
             }
@@ -526,6 +530,7 @@ async fn supervise(run: Supervised<'_>) -> ExecOutcome {
                         read_ready(&reader, &mut tail, PIPE_CAPACITY as usize);
                     }
                     if !tail.is_empty() {
+                        // The receiver is gone only when the caller stopped reading.
                         let _ = output.send(tail).await;
                     }
                 }

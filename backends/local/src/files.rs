@@ -605,8 +605,12 @@ struct TempGuard<'a> {
 
 impl Drop for TempGuard<'_> {
     fn drop(&mut self) {
-        if self.armed {
-            let _ = unlinkat(self.dir, self.name.as_os_str(), UnlinkatFlags::NoRemoveDir);
+        // What stays is a temp file the next session's start-time temp sweep removes.
+        if self.armed
+            && let Err(error) =
+                unlinkat(self.dir, self.name.as_os_str(), UnlinkatFlags::NoRemoveDir)
+        {
+            tracing::debug!(name = ?self.name, %error, "failed to remove an abandoned temp file");
         }
     }
 }
@@ -746,10 +750,12 @@ impl WritebackJob {
     fn run(self) {
         match self {
             WritebackJob::Swapped { file, old } => {
+                // Only a head start for the disk: the data is written back in any case.
                 let _ = cordon_sandbox::start_writeback(&file);
                 drop(old);
             }
             WritebackJob::Flush(reply) => {
+                // The waiter gave up (the process is exiting): nothing to tell.
                 let _ = reply.send(());
             }
         }
@@ -799,6 +805,7 @@ pub fn wait_for_writeback() {
     };
     let (reply, done) = mpsc::sync_channel(1);
     if queue.send(WritebackJob::Flush(reply)).is_ok() {
+        // A closed channel means the writeback thread is gone: nothing left to wait for.
         let _ = done.recv();
     }
 }

@@ -282,7 +282,9 @@ impl GitGuard {
             );
         }
         for (file, _) in &stale {
-            let _ = std::fs::remove_file(file);
+            if let Err(error) = std::fs::remove_file(file) {
+                tracing::warn!(file = %file.display(), %error, "git guard: failed to remove a stale baseline");
+            }
         }
         let found = guard.scan()?;
         guard.baseline = found.iter().map(|(id, _)| *id).collect();
@@ -402,8 +404,11 @@ impl GitGuard {
     /// same root checks again.
     pub fn finish(&mut self) -> Result<Vec<Quarantined>, GitGuardError> {
         let quarantined = self.sweep()?;
-        if let Some(file) = self.baseline_file.take() {
-            let _ = std::fs::remove_file(file);
+        if let Some(file) = self.baseline_file.take()
+            && let Err(error) = std::fs::remove_file(&file)
+        {
+            // Left behind, it makes the next session on this root check again (harmless).
+            tracing::warn!(file = %file.display(), %error, "git guard: failed to remove the baseline");
         }
         Ok(quarantined)
     }
@@ -460,7 +465,14 @@ impl GitGuard {
         if entry.kind == GitKind::DotGit && entry.is_dir {
             // The renamed directory is still a git directory for `git -C` inside it.
             if let Ok(inner) = open_dir_beneath(&dir, Path::new(&new_name)) {
-                let _ = rename_aside(&inner, OsStr::new("HEAD"));
+                // Without a HEAD git does not take it for a repository.
+                if let Err(error) = rename_aside(&inner, OsStr::new("HEAD")) {
+                    tracing::warn!(
+                        dir = %renamed_to.display(),
+                        %error,
+                        "git guard: failed to move HEAD aside in a quarantined git directory"
+                    );
+                }
             }
         }
         Ok(Quarantined {

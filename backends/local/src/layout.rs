@@ -302,6 +302,7 @@ impl CanonicalParents {
 /// inspected grants nothing.
 fn push_default(grants: &mut Vec<Grant>, parents: &mut CanonicalParents, path: &Path, exec: bool) {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        // A default that cannot be inspected grants nothing (see above).
         let _ = push_existing(grants, path, None, Access::ReadOnly, exec);
         return;
     };
@@ -309,6 +310,7 @@ fn push_default(grants: &mut Vec<Grant>, parents: &mut CanonicalParents, path: &
         return;
     };
     if meta.file_type().is_symlink() {
+        // Its target is resolved there; an unresolvable one grants nothing.
         let _ = push_existing(grants, path, None, Access::ReadOnly, exec);
         return;
     }

@@ -742,6 +742,7 @@ fn is_binary_file(job: &GrepJob<'_>, canonical: &Path) -> bool {
         return false;
     };
     let mut head = Vec::with_capacity(64 * 1024);
+    // A read error leaves what was read: judged on that, like a short file.
     let _ = File::from(opened.fd).take(64 * 1024).read_to_end(&mut head);
     head.contains(&0)
 }

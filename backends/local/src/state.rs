@@ -279,6 +279,7 @@ fn spill_sweep_due(parent: BorrowedFd<'_>, now: SystemTime) -> bool {
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
         Mode::from_bits_truncate(0o600),
     ) {
+        // A missed touch only makes the file look older to the next sweep.
         let _ = File::from(fd).set_modified(now);
     }
     true
@@ -493,7 +494,18 @@ fn remove_orphaned_tmp_dirs(user: BorrowedFd<'_>, user_path: &Path) {
             continue;
         };
         if nix::sys::signal::kill(Pid::from_raw(pid), None) == Err(Errno::ESRCH) {
-            let _ = std::fs::remove_dir_all(user_path.join(OsStr::from_bytes(&name)));
+            let dir = user_path.join(OsStr::from_bytes(&name));
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => {
+                    tracing::debug!(dir = %dir.display(), "reaped the state of a dead runtime")
+                }
+                // Retried by the next session's start.
+                Err(error) => tracing::debug!(
+                    dir = %dir.display(),
+                    %error,
+                    "failed to reap the state of a dead runtime"
+                ),
+            }
         }
     }
 }

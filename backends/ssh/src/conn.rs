@@ -623,15 +623,27 @@ impl Pool {
         {
             return Ok(live.clone());
         }
-        *current = None;
-        let session = connect_endpoint(&self.endpoint, &self.auth).await?;
-        let (sftp, extensions) = open_sftp(&session, &self.endpoint.label()).await?;
+        let reconnect = current.take().is_some();
+        let host = self.endpoint.label();
+        tracing::debug!(%host, reconnect, "ssh: connecting");
+        let session = connect_endpoint(&self.endpoint, &self.auth)
+            .await
+            .inspect_err(|error| tracing::warn!(%host, reconnect, %error, "ssh: connect failed"))?;
+        let (sftp, extensions) = open_sftp(&session, &host)
+            .await
+            .inspect_err(|error| tracing::warn!(%host, %error, "ssh: sftp subsystem failed"))?;
         let live = Arc::new(Live {
             session,
             sftp,
             extensions,
             generation: self.generation.fetch_add(1, Ordering::Relaxed) + 1,
         });
+        match reconnect {
+            true => {
+                tracing::warn!(%host, generation = live.generation, "ssh: reconnected after the connection dropped")
+            }
+            false => tracing::info!(%host, "ssh: connected"),
+        }
         *current = Some(live.clone());
         Ok(live)
     }
@@ -660,6 +672,7 @@ impl Pool {
             match live.session.handle.channel_open_session().await {
                 Ok(channel) => return Ok((live, channel)),
                 Err(e) => {
+                    tracing::debug!(host = %self.label(), attempts, error = %e, "ssh: channel open failed; dropping the connection");
                     self.invalidate(&live).await;
                     if attempts >= 2 {
                         return Err(ChannelFailure(format!(
@@ -676,7 +689,12 @@ impl Pool {
     pub async fn shutdown(&self) {
         let live = self.current.lock().await.take();
         if let Some(live) = live {
-            let _ = live.sftp.close_session();
+            // Best effort on the way out: the connection is dropped right after, which ends
+            // the SFTP subsystem and the session on the server in any case.
+            if let Err(error) = live.sftp.close_session() {
+                tracing::debug!(%error, "ssh: failed to close the sftp session");
+            }
+            tracing::info!(host = %self.label(), "ssh: disconnecting");
             let _ = live
                 .session
                 .handle

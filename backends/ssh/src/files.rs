@@ -222,7 +222,9 @@ impl Inner {
         let result = self.read_open(&live, &handle, path, start, max).await;
         let closer = live.clone();
         tokio::spawn(async move {
-            let _ = closer.sftp.close(handle).await;
+            if let Err(error) = closer.sftp.close(handle).await {
+                tracing::debug!(%error, "ssh: failed to close a file handle after a read");
+            }
         });
         result
     }
@@ -517,7 +519,9 @@ impl Inner {
                 Err(err) => break Err(err),
             }
         };
-        let _ = live.sftp.close(handle).await;
+        if let Err(error) = live.sftp.close(handle).await {
+            tracing::debug!(%error, path = %path.display(), "ssh: failed to close a directory handle");
+        }
         self.step(&live, listed, "list", path).await?;
         let entries = raw
             .into_iter()
@@ -692,6 +696,7 @@ impl Inner {
         tokio::spawn(async move {
             let result = pump_spill(&live, &handle, reader).await;
             let closed = live.sftp.close(handle).await.map(|_| ());
+            // The writer's owner stopped waiting (the call ended): nobody is left to tell.
             let _ = done_tx.send(result.and(closed.map_err(|e| e.to_string())));
         });
         Ok((

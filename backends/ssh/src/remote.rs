@@ -239,6 +239,7 @@ impl Drop for RemoteExec {
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             runtime.spawn(async move {
+                // The command was abandoned: a channel that is already gone has nothing to close.
                 let _ = write.close().await;
             });
         }

@@ -37,7 +37,9 @@ async fn list(live: &Live, dir: &str) -> Option<Listed> {
             Err(_) => break false,
         }
     };
-    let _ = live.sftp.close(handle).await;
+    if let Err(error) = live.sftp.close(handle).await {
+        tracing::debug!(%error, "ssh: failed to close a directory handle after the sweep's listing");
+    }
     listed.then_some(out)
 }
 

@@ -50,10 +50,12 @@ pub fn report_parse_error(error: &clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     match error.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            // Help or version to a closed stdout: nothing useful to report.
             let _ = error.print();
             ExitCode::SUCCESS
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // Help to a closed stdout: the exit code still says usage error.
             let _ = error.print();
             ExitCode::from(crate::EXIT_USAGE)
         }

@@ -49,5 +49,6 @@ pub fn print_json_line(value: &impl serde::Serialize) {
     line.push(b'\n');
     let mut stdout = std::io::stdout().lock();
     // A closed stdout (`cordon replay | head`) must not panic; the run goes on.
+    // stdout closed (a pipe to `head`): the exit code still tells the outcome.
     let _ = stdout.write_all(&line).and_then(|()| stdout.flush());
 }

@@ -1291,7 +1291,7 @@ fn a_write_in_a_docker_container_killed_mid_way_leaves_neither_temp_file_nor_tor
 }
 
 #[test]
-fn a_failed_copy_back_in_docker_copy_mode_exits_1_with_the_reason_on_stderr() {
+fn a_failed_copy_back_in_docker_copy_mode_exits_1_with_the_reason_on_stderr_and_logs_it() {
     if std::env::var("CORDON_SKIP_DOCKER").as_deref() == Ok("1") {
         eprintln!("skipped: CORDON_SKIP_DOCKER=1");
         return;
@@ -1313,6 +1313,7 @@ fn a_failed_copy_back_in_docker_copy_mode_exits_1_with_the_reason_on_stderr() {
         "copy",
         "--root",
         &ws.root,
+        "-v",
     ];
     let output = Command::new(BIN)
         .args(args)
@@ -1333,4 +1334,12 @@ fn a_failed_copy_back_in_docker_copy_mode_exits_1_with_the_reason_on_stderr() {
         std::fs::read_to_string(ws.path("out")).expect("still a file"),
         "a file on the host\n"
     );
+    // -v shows the container's lifecycle and which path failed.
+    for needle in [
+        "docker: container started",
+        "copy-back: path not written",
+        "docker: container removed",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+    }
 }

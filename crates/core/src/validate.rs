@@ -53,6 +53,7 @@ pub fn validate_tool_arguments(
 /// validator) ahead of time: a CLI that runs one call does this on another thread while it
 /// opens its session. Safe to call at any time, any number of times.
 pub fn warm_up() {
+    // Only the warm-up matters: this schema always compiles.
     let _ = jsonschema::validator_for(&serde_json::json!({"type": "object"}));
 }
 
@@ -92,6 +93,7 @@ impl ValidatorCache {
         }
         let mut text = format!("Validation failed for tool \"{tool_name}\":\n");
         for violation in &violations {
+            // Writing to a String cannot fail.
             let _ = writeln!(text, "  - {violation}");
         }
         if more > 0 {

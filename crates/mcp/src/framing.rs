@@ -105,6 +105,7 @@ pub(crate) fn stdin_frames(max: usize) -> mpsc::Receiver<Frame> {
     if let Err(error) = spawned {
         // Without a reader there is no input: the server sees a read failure, then EOF.
         let (sender, receiver) = mpsc::channel(1);
+        // A fresh channel with room for one frame: this send cannot fail.
         let _ = sender.try_send(Frame::ReadFailed(format!(
             "failed to start the stdin reader thread: {error}"
         )));
@@ -123,6 +124,7 @@ fn read_blocking(mut input: impl Read, max: usize, sender: &mpsc::Sender<Frame>)
             Ok(read) => read,
             Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(error) => {
+                // The server stopped reading frames: it is shutting down and needs no error.
                 let _ = sender.blocking_send(Frame::ReadFailed(error.to_string()));
                 return;
             }
@@ -158,6 +160,7 @@ where
                 Ok(0) => break,
                 Ok(read) => read,
                 Err(error) => {
+                    // The server stopped reading frames: it is shutting down and needs no error.
                     let _ = sender.send(Frame::ReadFailed(error.to_string())).await;
                     return;
                 }

@@ -65,6 +65,7 @@ impl LineTransport {
 
     async fn reply(&self, reply: Value) {
         // A failed write means the client is gone; the read side will see EOF.
+        // The client closed its end: there is nobody to tell.
         let _ = write_line(&self.writer, &reply).await;
     }
 }

@@ -415,7 +415,11 @@ impl<W: AsyncWrite + Unpin> Driver<W> {
     async fn send_kill(&mut self) {
         if !self.outcome.kill_sent {
             self.outcome.kill_sent = true;
-            let _ = self.control.write_all(KILL_LINE).await;
+            // A closed control channel means the process is already gone; the bound armed
+            // below still ends the wait either way.
+            if let Err(error) = self.control.write_all(KILL_LINE).await {
+                tracing::debug!(%error, "remote: kill line not delivered");
+            }
             let _ = self.control.flush().await;
             self.give_up_at = Some(Instant::now() + self.kill_grace + Duration::from_secs(15));
         }
@@ -460,6 +464,7 @@ impl<W: AsyncWrite + Unpin> Driver<W> {
                     .unwrap_or_default();
                 if !held.is_empty() && self.output_open {
                     self.outcome.answered = true;
+                    // The receiver is gone only when the caller stopped reading the output.
                     let _ = self.output.send(held).await;
                 }
                 Ok(Flow::Stop)

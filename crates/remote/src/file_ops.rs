@@ -373,6 +373,7 @@ impl<H: FileHost> RemoteFiles<H> {
     ) -> Result<PathBuf, FsError> {
         let canon = exec.expect_canon().await?;
         if let Err(e) = self.0.rules().check_write(path, &canon) {
+            // The helper exits on a closed pipe as on the stop line: the refusal stands either way.
             let _ = exec.send(STOP_LINE).await;
             return Err(e);
         }
@@ -435,6 +436,7 @@ async fn pump_spill<P: Process>(mut process: P, mut pipe: DuplexStream) {
         if let Err(error) = tokio::io::copy(&mut pipe, &mut control).await {
             tracing::warn!(%error, "failed to write to the spill file");
         }
+        // A failed close shows as the helper's own error on the event stream.
         let _ = control.shutdown().await;
     };
     let drain = async { while events.next().await.is_some() {} };

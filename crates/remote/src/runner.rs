@@ -75,7 +75,12 @@ impl<T: Transport> Runner<T> {
                 pooled: true,
             });
         }
-        let process = self.transport.start(worker_argv()).await?;
+        tracing::debug!("no idle worker; starting one for this request");
+        let process = self
+            .transport
+            .start(worker_argv())
+            .await
+            .inspect_err(|error| tracing::warn!(%error, "failed to start a worker"))?;
         Ok(Lease {
             process,
             pooled: false,
@@ -94,6 +99,7 @@ impl<T: Transport> Runner<T> {
 
     /// Close every idle worker.
     pub fn clear(&self) {
+        tracing::debug!("closing the idle workers");
         self.idle.clear();
     }
 
@@ -101,8 +107,17 @@ impl<T: Transport> Runner<T> {
     pub async fn warm(&self) {
         self.idle
             .warm(async {
-                let mut process = self.transport.start(worker_argv()).await.ok()?;
-                wait_ready(&mut process).await.then_some(process)
+                let mut process = match self.transport.start(worker_argv()).await {
+                    Ok(process) => process,
+                    Err(error) => {
+                        // The next call starts its own worker (and reports a failure then).
+                        tracing::debug!(%error, "failed to start a spare worker");
+                        return None;
+                    }
+                };
+                let ready = wait_ready(&mut process).await;
+                tracing::debug!(ready, "spare worker started");
+                ready.then_some(process)
             })
             .await;
     }

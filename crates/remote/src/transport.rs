@@ -84,12 +84,16 @@ pub async fn collect<P: Process>(
     let (finished_tx, finished_rx) = tokio::sync::oneshot::channel::<()>();
     let write = async move {
         if !input.is_empty() {
+            // A process that exits without reading its stdin is not an error: its exit
+            // status and output are the answer.
             let _ = control.write_all(input).await;
             let _ = control.flush().await;
         }
         if end == StdinEnd::AfterOutput {
+            // Sent or dropped, the output side is done either way.
             let _ = finished_rx.await;
         }
+        // Closing stdin of a process that already exited fails harmlessly.
         let _ = control.shutdown().await;
     };
     let read = async {
@@ -104,6 +108,7 @@ pub async fn collect<P: Process>(
             Ok::<(), String>(())
         }
         .await;
+        // The writer may have finished already and dropped its receiver.
         let _ = finished_tx.send(());
         result.map(|()| out)
     };

@@ -1035,6 +1035,7 @@ fn format_patch(path: &str, window: &Window<'_>, diff: &LineDiff<'_>) -> String 
             continue;
         };
         if out.is_empty() {
+            // Writing to a String cannot fail.
             let _ = write!(out, "--- {path}\n+++ {path}\n");
         }
         let _ = writeln!(

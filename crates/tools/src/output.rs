@@ -125,6 +125,7 @@ impl SpillAccount {
     /// Take up to `wanted` bytes; returns how many were granted.
     fn take(&self, wanted: u64) -> u64 {
         let mut granted = 0;
+        // fetch_update's Err only says no bytes were left: `granted` stays 0.
         let _ = self
             .left
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {

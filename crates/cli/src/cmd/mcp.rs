@@ -153,11 +153,13 @@ fn shutdown_on_signal() -> CancellationToken {
                     }
                 }
                 Err(_) => {
+                    // Without a SIGTERM handler, Ctrl-C (or nothing) ends the wait.
                     let _ = tokio::signal::ctrl_c().await;
                 }
             }
         }
         #[cfg(not(unix))]
+        // Ctrl-C or nothing: an error here means no signal will come, so wait no more.
         let _ = tokio::signal::ctrl_c().await;
         token.cancel();
     });

@@ -42,6 +42,7 @@ impl IgnoreTree {
             let Some(dir) = file.parent() else { continue };
             let mut builder = GitignoreBuilder::new(dir);
             for line in lines {
+                // git ignores a malformed pattern too: the other lines still apply.
                 let _ = builder.add_line(Some(file.clone()), line);
             }
             let Ok(matcher) = builder.build() else {

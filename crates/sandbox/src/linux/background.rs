@@ -92,6 +92,7 @@ pub(super) fn reap_later(pidfd: OwnedFd) {
     };
     // No thread: reap here.
     if let Some(pidfd) = unsent {
+        // ECHILD means reaped already; nothing else can fail for a pidfd we own.
         let _ = sys::waitid_pidfd(&pidfd, true);
     }
 }
@@ -99,6 +100,7 @@ pub(super) fn reap_later(pidfd: OwnedFd) {
 /// The reaping thread: wait for each process handed over.
 fn reap_loop(receiver: &mpsc::Receiver<OwnedFd>) {
     for pidfd in receiver {
+        // ECHILD means reaped already; nothing else can fail for a pidfd we own.
         let _ = sys::waitid_pidfd(&pidfd, true);
     }
 }

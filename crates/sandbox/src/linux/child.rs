@@ -162,6 +162,7 @@ fn report(fd: RawFd, (step, errno, index): (SetupStep, Errno, u32)) {
     for (chunk, field) in record.chunks_exact_mut(4).zip(fields) {
         chunk.copy_from_slice(&field);
     }
+    // The child is about to exit or exec: a report the parent cannot read shows there as a missing record.
     let _ = sys::write_all_raw(fd, &record);
 }
 

@@ -273,6 +273,7 @@ impl SandboxedChild {
     }
 
     pub(super) fn kill_and_reap(&mut self) {
+        // A tree that is already gone is the goal.
         let _ = self.kill_tree();
         // Ignore any report: the caller turns the setup failure into the error.
         self.control = None;
@@ -316,6 +317,7 @@ impl Drop for SandboxedChild {
         if self.status.is_some() || self.pidfd.is_none() {
             return;
         }
+        // A tree that is already gone is the goal.
         let _ = self.kill_tree();
         self.control = None;
         let placeholders = std::mem::take(&mut self.placeholders);

@@ -122,6 +122,7 @@ impl Placeholder {
         let still_placeholder =
             std::fs::symlink_metadata(&self.path).is_ok_and(|meta| is_placeholder(&meta));
         if still_placeholder && sys::fstatat_id(&self.parent, &self.name).ok() == Some(self.id) {
+            // Only a still-empty placeholder goes; a failure leaves an empty directory, which git ignores.
             let _ = sys::rmdirat(&self.parent, &self.name);
         }
     }

@@ -63,8 +63,10 @@ impl InitProcess {
 
     pub(super) fn kill_and_reap(&mut self) {
         if let Some(pidfd) = self.pidfd.take() {
+            // The process may have exited already (ESRCH); the reap below waits either way.
             let _ = sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
             self.control = None;
+            // Nothing to report: the process is gone once this returns or fails (ECHILD).
             let _ = sys::waitid_pidfd(&pidfd, true);
         }
         release_placeholders(std::mem::take(&mut self.placeholders));

@@ -70,8 +70,10 @@ impl Drop for SessionDir {
         // removed, never followed (std's remove_dir_all does not follow them).
         let mask = self.root.join("mask");
         for entry in [mask.join("dir"), mask.join("file")] {
+            // Best effort: a mask a command removed needs no chmod; remove_dir_all below reports nothing either.
             let _ = std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o700));
         }
+        // Cleanup in a drop: what stays is under the runtime's state directory, swept at the next start.
         let _ = std::fs::remove_dir_all(&self.root);
     }
 }

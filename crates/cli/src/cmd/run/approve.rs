@@ -39,6 +39,7 @@ impl TerminalApprover {
             lines: Mutex::new(None),
             prompt: Arc::new(|text| {
                 let mut stderr = std::io::stderr().lock();
+                // A prompt on a closed stderr: the answer read from stdin still decides.
                 let _ = stderr.write_all(text.as_bytes());
                 let _ = stderr.flush();
             }),
@@ -78,6 +79,7 @@ fn stdin_lines() -> Lines {
                     Err(_) => break,
                 }
             }
+            // The approver stopped listening: the session is ending.
             let _ = sender.send(None);
         });
     if spawned.is_err() {

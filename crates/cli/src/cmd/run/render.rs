@@ -6,6 +6,9 @@
 //! It owns presentation only: what is shown for which event, colours, and making model- and
 //! tool-controlled text safe for a terminal (no escape sequences get through). The events are
 //! the loop's; `--json` prints them raw instead.
+//!
+//! Writes to the terminal are best effort (each `let _ =` on one here): a closed stdout does
+//! not stop the agent, whose outcome the exit code and the transcript still carry.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -203,6 +206,7 @@ impl<W: Write> Renderer<W> {
             | AgentEvent::MessageEnd { .. }
             | AgentEvent::ToolExecutionUpdate { .. } => {}
         }
+        // The terminal view is best effort: a closed stdout does not stop the agent.
         let _ = self.out.flush();
     }
 
