@@ -223,6 +223,7 @@ async fn main() {
         }
     }
     let cli_median = report("OpenSSH CLI with ControlMaster `true`", cli);
+    // Stops the benchmark's ssh control master; one already gone is fine.
     let _ = ssh(&["-O", "exit"]).status();
 
     println!(
