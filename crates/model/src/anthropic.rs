@@ -3,7 +3,8 @@
 //! Owns the mapping of Cordon's conversation to `POST {base}/v1/messages` with
 //! `"stream": true`, and the decoding of its typed event stream (`message_start`,
 //! `content_block_start/delta/stop`, `message_delta`, `message_stop`, `ping`, `error`).
-//! Retrying, status errors and cancellation live in the transport.
+//! The client, headers and sending live in the endpoint; retrying, status errors and
+//! cancellation in the transport.
 //!
 //! Mapping choices:
 //! - consecutive tool results (and a user message after them) travel in ONE user message,
@@ -29,19 +30,19 @@ use cordon_core::protocol::{
     AssistantContent, AssistantMessage, Content, Message, StopReason, ToolResult, Usage,
 };
 use cordon_core::provider::{ModelProvider, ModelRequest, ProviderError, StreamCallback};
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::HeaderName;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::assemble::MessageBuilder;
-use crate::context::normalized;
+use crate::context::{normalized, sendable_arguments};
+use crate::endpoint::{Endpoint, EndpointSpec, Turn};
 use crate::error::ModelError;
-use crate::openai::{build_client, endpoint_url};
 use crate::retry::RetryPolicy;
 use crate::spec::ProviderKind;
 use crate::sse::SseEvent;
-use crate::transport::{self, Decoder, Exchange, Step, StreamFailure, shorten};
+use crate::transport::{Decoder, Step, StreamFailure, decode_event};
 
 /// The API version header Cordon speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -111,9 +112,7 @@ pub fn default_max_tokens(model: &str) -> u32 {
 /// A streaming Messages API client.
 pub struct AnthropicProvider {
     config: AnthropicConfig,
-    client: reqwest::Client,
-    url: reqwest::Url,
-    headers: HeaderMap,
+    endpoint: Endpoint,
 }
 
 impl std::fmt::Debug for AnthropicProvider {
@@ -121,7 +120,7 @@ impl std::fmt::Debug for AnthropicProvider {
         // Not derived: the key must not end up in logs.
         f.debug_struct("AnthropicProvider")
             .field("model", &self.config.model)
-            .field("url", &self.url.as_str())
+            .field("url", &self.url())
             .finish_non_exhaustive()
     }
 }
@@ -129,34 +128,19 @@ impl std::fmt::Debug for AnthropicProvider {
 impl AnthropicProvider {
     /// Validate the configuration and build the HTTP client.
     pub fn new(config: AnthropicConfig) -> Result<Self, ModelError> {
-        let kind = ProviderKind::Anthropic;
-        let url = endpoint_url(&config.base_url, "v1/messages")?;
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        headers.insert(
-            HeaderName::from_static("anthropic-version"),
-            HeaderValue::from_static(ANTHROPIC_VERSION),
-        );
-        let mut key =
-            HeaderValue::from_str(&config.api_key).map_err(|_| ModelError::InvalidApiKey {
-                provider: kind,
-                env_var: kind.api_key_env(),
-            })?;
-        key.set_sensitive(true);
-        headers.insert(HeaderName::from_static("x-api-key"), key);
-        let client = build_client(kind, &url)?;
-        Ok(AnthropicProvider {
-            config,
-            client,
-            url,
-            headers,
-        })
+        let endpoint = Endpoint::new(EndpointSpec {
+            provider: ProviderKind::Anthropic,
+            base_url: &config.base_url,
+            path: "v1/messages",
+            key: Some((HeaderName::from_static("x-api-key"), config.api_key.clone())),
+            fixed: &[("anthropic-version", ANTHROPIC_VERSION)],
+        })?;
+        Ok(AnthropicProvider { config, endpoint })
     }
 
     /// The endpoint requests go to.
     pub fn url(&self) -> &str {
-        self.url.as_str()
+        self.endpoint.url().as_str()
     }
 }
 
@@ -168,25 +152,14 @@ impl ModelProvider for AnthropicProvider {
         cancel: &CancellationToken,
         on_event: StreamCallback<'_>,
     ) -> Result<AssistantMessage, ProviderError> {
-        let kind = ProviderKind::Anthropic;
-        let body = serde_json::to_vec(&request_body(&self.config, request)).map_err(|source| {
-            ModelError::EncodeRequest {
-                provider: kind,
-                source,
-            }
-        })?;
-        let exchange = Exchange {
-            client: &self.client,
-            provider: kind,
+        let turn = Turn {
             model: &self.config.model,
-            url: &self.url,
-            headers: &self.headers,
-            body,
+            body: request_body(&self.config, request),
             retry: &self.config.retry,
             cancel,
             on_event,
         };
-        Ok(transport::stream_message(exchange, AnthropicDecoder::new).await?)
+        Ok(self.endpoint.stream(turn, AnthropicDecoder::new).await?)
     }
 }
 
@@ -306,14 +279,9 @@ fn assistant_blocks(message: &AssistantMessage) -> Vec<Value> {
                 })
             }
             AssistantContent::Thinking { .. } => None,
-            AssistantContent::ToolCall(call) => {
-                let input = match &call.arguments {
-                    Value::Object(_) => call.arguments.clone(),
-                    _ => json!({}),
-                };
-                Some(json!({"type": "tool_use", "id": tool_id(&call.id),
-                    "name": call.name, "input": input}))
-            }
+            AssistantContent::ToolCall(call) => Some(json!({"type": "tool_use",
+                "id": tool_id(&call.id), "name": call.name,
+                "input": sendable_arguments(&call.arguments)})),
         })
         .collect()
 }
@@ -601,17 +569,9 @@ impl Decoder for AnthropicDecoder {
         event: SseEvent,
         builder: &mut MessageBuilder<'_>,
     ) -> Result<Step, StreamFailure> {
-        let data = event.data.trim();
-        if data.is_empty() {
+        let Some(parsed) = decode_event::<Event>(ProviderKind::Anthropic, &event)? else {
             return Ok(Step::Continue);
-        }
-        let parsed: Event = serde_json::from_str(data).map_err(|source| {
-            StreamFailure::fatal(ModelError::InvalidEvent {
-                provider: ProviderKind::Anthropic,
-                data: shorten(data, 300),
-                source,
-            })
-        })?;
+        };
         match parsed {
             Event::MessageStart { message } => {
                 if let Some(usage) = message.usage {
@@ -661,18 +621,12 @@ impl Decoder for AnthropicDecoder {
                     error.kind.as_str(),
                     "overloaded_error" | "api_error" | "rate_limit_error" | "timeout_error"
                 );
-                return Err(StreamFailure {
-                    error: ModelError::StreamError {
-                        provider: ProviderKind::Anthropic,
-                        kind: if error.kind.is_empty() {
-                            "error".to_owned()
-                        } else {
-                            error.kind
-                        },
-                        message: error.message,
-                    },
+                return Err(StreamFailure::provider_error(
+                    ProviderKind::Anthropic,
+                    error.kind,
+                    error.message,
                     retryable,
-                });
+                ));
             }
         }
         Ok(Step::Continue)
@@ -687,30 +641,16 @@ impl Decoder for AnthropicDecoder {
             settle_tool(state, builder);
         }
         let Some(reason) = self.stop_reason.as_deref() else {
-            return Err(StreamFailure {
-                error: ModelError::IncompleteStream {
-                    provider: ProviderKind::Anthropic,
-                },
-                retryable: true,
-            });
+            return Err(StreamFailure::incomplete(ProviderKind::Anthropic));
         };
-        let has_calls = self
-            .blocks
-            .values()
-            .any(|state| matches!(state, BlockState::Tool { .. }));
-        Ok(match reason {
-            "max_tokens" | "model_context_window_exceeded" => StopReason::Length,
-            "tool_use" => StopReason::ToolUse,
-            "refusal" => {
-                return Err(StreamFailure::fatal(ModelError::Refused {
-                    provider: ProviderKind::Anthropic,
-                    reason: reason.to_owned(),
-                }));
-            }
-            // end_turn, stop_sequence, pause_turn and reasons added later.
-            _ if has_calls => StopReason::ToolUse,
-            _ => StopReason::Stop,
-        })
+        match reason {
+            "max_tokens" | "model_context_window_exceeded" => Ok(StopReason::Length),
+            "tool_use" => Ok(StopReason::ToolUse),
+            "refusal" => Err(StreamFailure::refused(ProviderKind::Anthropic, reason)),
+            // end_turn, stop_sequence, pause_turn and reasons added later; after tool calls
+            // the builder makes it `toolUse`.
+            _ => Ok(StopReason::Stop),
+        }
     }
 }
 

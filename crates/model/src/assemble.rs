@@ -43,16 +43,6 @@ impl<'a> MessageBuilder<'a> {
         self.emitted
     }
 
-    /// The number of content blocks so far.
-    pub(crate) fn len(&self) -> usize {
-        self.message.content.len()
-    }
-
-    /// The block at `index`.
-    pub(crate) fn block(&self, index: usize) -> Option<&AssistantContent> {
-        self.message.content.get(index)
-    }
-
     fn emit(&mut self, event: AssistantStreamEvent) {
         self.emitted = true;
         (self.on_event)(&self.message, &event);
@@ -190,14 +180,22 @@ impl<'a> MessageBuilder<'a> {
         self.message.usage = Some(usage);
     }
 
-    /// The finished message: tool-call arguments parsed (see the module docs).
+    /// The finished message: tool-call arguments parsed (see the module docs). A message with
+    /// tool calls that would stop with `stop` stops with `toolUse` instead: some servers say
+    /// `stop` after tool calls (as Anthropic says `end_turn` or `pause_turn`), and the loop
+    /// runs a message's calls only for `toolUse`.
     pub(crate) fn finish(mut self, stop_reason: StopReason) -> AssistantMessage {
+        let mut has_calls = false;
         for block in &mut self.message.content {
             if let AssistantContent::ToolCall(call) = block {
+                has_calls = true;
                 call.arguments = parse_arguments(std::mem::take(&mut call.arguments));
             }
         }
-        self.message.stop_reason = stop_reason;
+        self.message.stop_reason = match stop_reason {
+            StopReason::Stop if has_calls => StopReason::ToolUse,
+            other => other,
+        };
         self.message
     }
 
@@ -235,6 +233,27 @@ mod tests {
         assert_eq!(
             parse_arguments(json!("{\"path\":\"a.r")),
             json!("{\"path\":\"a.r")
+        );
+    }
+
+    #[test]
+    fn a_message_with_tool_calls_never_stops_with_stop() {
+        let callback = |_: &AssistantMessage, _: &AssistantStreamEvent| {};
+        let with_call = |stop_reason| {
+            let mut builder = MessageBuilder::new("openai", "m", &callback);
+            builder.text_delta_at_tail("Reading.");
+            builder.start_tool_call("c1".into(), "read".into());
+            builder.finish(stop_reason).stop_reason
+        };
+        assert_eq!(with_call(StopReason::Stop), StopReason::ToolUse);
+        assert_eq!(with_call(StopReason::ToolUse), StopReason::ToolUse);
+        assert_eq!(with_call(StopReason::Length), StopReason::Length);
+        assert_eq!(with_call(StopReason::Aborted), StopReason::Aborted);
+        let mut text_only = MessageBuilder::new("openai", "m", &callback);
+        text_only.text_delta_at_tail("Done.");
+        assert_eq!(
+            text_only.finish(StopReason::Stop).stop_reason,
+            StopReason::Stop
         );
     }
 

@@ -11,13 +11,27 @@
 //! - tool results answering no pending call are left out.
 //!
 //! Everything else passes through unchanged and in order.
+//!
+//! Also here, for both mappings: tool-call arguments that are not a JSON object go back as `{}`
+//! ([`sendable_arguments`]).
 
 use std::borrow::Cow;
 
 use cordon_core::protocol::{Content, Message, StopReason, ToolResult};
+use serde_json::{Map, Value};
 
 /// The text of the error result standing in for a missing one.
 pub(crate) const MISSING_RESULT: &str = "No result was recorded for this tool call; it may not have run. Re-issue it if it is still needed.";
+
+/// A tool call's arguments as they can be sent back: the object, or `{}` for raw text that did
+/// not parse. Both APIs take only objects (llama.cpp and others reject the whole request
+/// otherwise), and the error result the model received already quotes its text.
+pub(crate) fn sendable_arguments(arguments: &Value) -> Cow<'_, Value> {
+    match arguments {
+        Value::Object(_) => Cow::Borrowed(arguments),
+        _ => Cow::Owned(Value::Object(Map::new())),
+    }
+}
 
 /// The conversation with the repairs described in the module docs.
 pub(crate) fn normalized(messages: &[Message]) -> Vec<Cow<'_, Message>> {
@@ -79,6 +93,15 @@ mod tests {
     use super::*;
     use cordon_core::protocol::{AssistantContent, AssistantMessage, ToolCall, UserMessage};
     use serde_json::json;
+
+    #[test]
+    fn only_object_arguments_are_sent_back() {
+        let object = json!({"path": "a.rs"});
+        assert_eq!(*sendable_arguments(&object), object);
+        for raw in [json!("{\"path\": \"a"), json!(null), json!([1]), json!(3)] {
+            assert_eq!(*sendable_arguments(&raw), json!({}), "{raw}");
+        }
+    }
 
     fn assistant(stop_reason: StopReason, ids: &[&str]) -> Message {
         Message::Assistant(AssistantMessage {

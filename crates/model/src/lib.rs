@@ -46,6 +46,7 @@
 pub mod anthropic;
 mod assemble;
 mod context;
+mod endpoint;
 mod error;
 pub mod openai;
 pub mod retry;

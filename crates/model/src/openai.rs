@@ -3,8 +3,8 @@
 //!
 //! Owns the mapping of Cordon's conversation to `POST {base}/chat/completions` with
 //! `"stream": true` and `stream_options.include_usage`, and the decoding of its
-//! `chat.completion.chunk` stream. Retrying, status errors and cancellation live in the
-//! transport.
+//! `chat.completion.chunk` stream. The client, headers and sending live in the endpoint;
+//! retrying, status errors and cancellation in the transport.
 //!
 //! Mapping choices (the chat-completions format has no place for some of our fields):
 //! - thinking blocks are not sent back: the format has no field for them, and some servers
@@ -31,21 +31,19 @@ use cordon_core::protocol::{
     AssistantContent, AssistantMessage, Content, Message, StopReason, ToolResult, Usage,
 };
 use cordon_core::provider::{ModelProvider, ModelRequest, ProviderError, StreamCallback};
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use reqwest::header::AUTHORIZATION;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::assemble::MessageBuilder;
-use crate::context::normalized;
+use crate::context::{normalized, sendable_arguments};
+use crate::endpoint::{Endpoint, EndpointSpec, Turn};
 use crate::error::ModelError;
 use crate::retry::RetryPolicy;
 use crate::spec::ProviderKind;
 use crate::sse::SseEvent;
-use crate::transport::{
-    self, CONNECT_TIMEOUT, Decoder, Exchange, READ_IDLE_TIMEOUT, Step, StreamFailure,
-    json_error_message, shorten,
-};
+use crate::transport::{Decoder, Step, StreamFailure, decode_event, json_error_message};
 
 /// Settings of an OpenAI (or OpenAI-compatible) provider.
 #[derive(Clone, Debug)]
@@ -91,9 +89,7 @@ impl OpenAiConfig {
 /// A streaming chat-completions client.
 pub struct OpenAiProvider {
     config: OpenAiConfig,
-    client: reqwest::Client,
-    url: reqwest::Url,
-    headers: HeaderMap,
+    endpoint: Endpoint,
 }
 
 impl std::fmt::Debug for OpenAiProvider {
@@ -102,7 +98,7 @@ impl std::fmt::Debug for OpenAiProvider {
         f.debug_struct("OpenAiProvider")
             .field("kind", &self.config.kind)
             .field("model", &self.config.model)
-            .field("url", &self.url.as_str())
+            .field("url", &self.url())
             .finish_non_exhaustive()
     }
 }
@@ -110,33 +106,22 @@ impl std::fmt::Debug for OpenAiProvider {
 impl OpenAiProvider {
     /// Validate the configuration and build the HTTP client.
     pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
-        let kind = config.kind;
-        let url = endpoint_url(&config.base_url, "chat/completions")?;
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        if let Some(key) = &config.api_key {
-            let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                ModelError::InvalidApiKey {
-                    provider: kind,
-                    env_var: kind.api_key_env(),
-                }
-            })?;
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
-        }
-        let client = build_client(kind, &url)?;
-        Ok(OpenAiProvider {
-            config,
-            client,
-            url,
-            headers,
-        })
+        let endpoint = Endpoint::new(EndpointSpec {
+            provider: config.kind,
+            base_url: &config.base_url,
+            path: "chat/completions",
+            key: config
+                .api_key
+                .as_ref()
+                .map(|key| (AUTHORIZATION, format!("Bearer {key}"))),
+            fixed: &[],
+        })?;
+        Ok(OpenAiProvider { config, endpoint })
     }
 
     /// The endpoint requests go to.
     pub fn url(&self) -> &str {
-        self.url.as_str()
+        self.endpoint.url().as_str()
     }
 }
 
@@ -149,80 +134,17 @@ impl ModelProvider for OpenAiProvider {
         on_event: StreamCallback<'_>,
     ) -> Result<AssistantMessage, ProviderError> {
         let kind = self.config.kind;
-        let body = serde_json::to_vec(&request_body(&self.config, request)).map_err(|source| {
-            ModelError::EncodeRequest {
-                provider: kind,
-                source,
-            }
-        })?;
-        let exchange = Exchange {
-            client: &self.client,
-            provider: kind,
+        let turn = Turn {
             model: &self.config.model,
-            url: &self.url,
-            headers: &self.headers,
-            body,
+            body: request_body(&self.config, request),
             retry: &self.config.retry,
             cancel,
             on_event,
         };
-        Ok(transport::stream_message(exchange, || OpenAiDecoder::new(kind)).await?)
-    }
-}
-
-/// `base` + `/` + `path`, after checking `base` is an absolute http(s) URL.
-pub(crate) fn endpoint_url(base: &str, path: &str) -> Result<reqwest::Url, ModelError> {
-    let invalid = |reason: String| ModelError::InvalidBaseUrl {
-        url: base.to_owned(),
-        reason,
-    };
-    let parsed = reqwest::Url::parse(base.trim()).map_err(|e| invalid(e.to_string()))?;
-    match parsed.scheme() {
-        "http" | "https" => {}
-        other => {
-            return Err(invalid(format!(
-                "scheme {other:?} is not http or https (write it like http://127.0.0.1:8080/v1)"
-            )));
-        }
-    }
-    if parsed.query().is_some() || parsed.fragment().is_some() {
-        return Err(invalid("a base URL takes no query or fragment".to_owned()));
-    }
-    let joined = format!("{}/{path}", parsed.as_str().trim_end_matches('/'));
-    reqwest::Url::parse(&joined).map_err(|e| invalid(e.to_string()))
-}
-
-/// The HTTP client both providers use: rustls, bounded connect time, generous idle time.
-/// Proxies from the environment (`HTTPS_PROXY`, `NO_PROXY`, …) apply, except to a loopback
-/// server: a local model server is never reached through a proxy.
-pub(crate) fn build_client(
-    kind: ProviderKind,
-    url: &reqwest::Url,
-) -> Result<reqwest::Client, ModelError> {
-    let mut builder = reqwest::Client::builder()
-        .user_agent(concat!("cordon/", env!("CARGO_PKG_VERSION")))
-        .connect_timeout(CONNECT_TIMEOUT)
-        .read_timeout(READ_IDLE_TIMEOUT);
-    if is_loopback(url) {
-        builder = builder.no_proxy();
-    }
-    builder.build().map_err(|source| ModelError::BuildClient {
-        provider: kind,
-        source,
-    })
-}
-
-fn is_loopback(url: &reqwest::Url) -> bool {
-    let Some(host) = url.host_str() else {
-        return false;
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    match host.parse::<std::net::IpAddr>() {
-        Ok(ip) => ip.is_loopback(),
-        Err(_) => {
-            let host = host.to_ascii_lowercase();
-            host == "localhost" || host.ends_with(".localhost")
-        }
+        Ok(self
+            .endpoint
+            .stream(turn, || OpenAiDecoder::new(kind))
+            .await?)
     }
 }
 
@@ -338,11 +260,8 @@ fn assistant_message(message: &AssistantMessage) -> Option<Value> {
             AssistantContent::Text { text } if !text.is_empty() => texts.push(text.as_str()),
             AssistantContent::Text { .. } | AssistantContent::Thinking { .. } => {}
             AssistantContent::ToolCall(call) => {
-                let arguments = match &call.arguments {
-                    Value::Object(_) => call.arguments.to_string(),
-                    // Raw text that did not parse (module docs).
-                    _ => "{}".to_owned(),
-                };
+                // Raw text that did not parse goes back as `{}` (module docs).
+                let arguments = sendable_arguments(&call.arguments).to_string();
                 calls.push(json!({"id": call.id, "type": "function",
                     "function": {"name": call.name, "arguments": arguments}}));
             }
@@ -594,21 +513,13 @@ impl Decoder for OpenAiDecoder {
         event: SseEvent,
         builder: &mut MessageBuilder<'_>,
     ) -> Result<Step, StreamFailure> {
-        let data = event.data.trim();
-        if data == "[DONE]" {
+        if event.data.trim() == "[DONE]" {
             self.done = true;
             return Ok(Step::Done);
         }
-        if data.is_empty() {
+        let Some(chunk) = decode_event::<Chunk>(self.provider, &event)? else {
             return Ok(Step::Continue);
-        }
-        let chunk: Chunk = serde_json::from_str(data).map_err(|source| {
-            StreamFailure::fatal(ModelError::InvalidEvent {
-                provider: self.provider,
-                data: shorten(data, 300),
-                source,
-            })
-        })?;
+        };
         let Chunk {
             choices,
             usage,
@@ -666,32 +577,17 @@ impl Decoder for OpenAiDecoder {
         self.finish_reason.is_some()
     }
 
-    fn finish(&mut self, builder: &mut MessageBuilder<'_>) -> Result<StopReason, StreamFailure> {
+    /// A message with tool calls never ends with `stop`: the builder makes it `toolUse`.
+    fn finish(&mut self, _: &mut MessageBuilder<'_>) -> Result<StopReason, StreamFailure> {
         if !self.done && self.finish_reason.is_none() {
-            return Err(StreamFailure {
-                error: ModelError::IncompleteStream {
-                    provider: self.provider,
-                },
-                retryable: true,
-            });
+            return Err(StreamFailure::incomplete(self.provider));
         }
-        let stop = match self.finish_reason.as_deref() {
-            Some("length" | "max_tokens") => StopReason::Length,
-            Some("tool_calls" | "function_call") => StopReason::ToolUse,
-            Some(reason @ "content_filter") => {
-                return Err(StreamFailure::fatal(ModelError::Refused {
-                    provider: self.provider,
-                    reason: reason.to_owned(),
-                }));
-            }
-            Some(_) | None => StopReason::Stop,
-        };
-        let has_calls = (0..builder.len())
-            .any(|i| matches!(builder.block(i), Some(AssistantContent::ToolCall(_))));
-        Ok(match stop {
-            StopReason::Stop if has_calls => StopReason::ToolUse,
-            other => other,
-        })
+        match self.finish_reason.as_deref() {
+            Some("length" | "max_tokens") => Ok(StopReason::Length),
+            Some("tool_calls" | "function_call") => Ok(StopReason::ToolUse),
+            Some(reason @ "content_filter") => Err(StreamFailure::refused(self.provider, reason)),
+            Some(_) | None => Ok(StopReason::Stop),
+        }
     }
 }
 
@@ -706,7 +602,7 @@ fn stream_error(provider: ProviderKind, error: &Value) -> StreamFailure {
             Some(Value::Number(n)) => Some(n.to_string()),
             _ => None,
         })
-        .unwrap_or_else(|| "error".to_owned());
+        .unwrap_or_default();
     let lower = kind.to_ascii_lowercase();
     let retryable = [
         "server_error",
@@ -719,14 +615,7 @@ fn stream_error(provider: ProviderKind, error: &Value) -> StreamFailure {
     .any(|transient| lower.contains(transient))
         || lower.starts_with('5')
         || lower == "429";
-    StreamFailure {
-        error: ModelError::StreamError {
-            provider,
-            kind,
-            message,
-        },
-        retryable,
-    }
+    StreamFailure::provider_error(provider, kind, message, retryable)
 }
 
 #[cfg(test)]
@@ -736,43 +625,6 @@ mod tests {
 
     fn config(kind: ProviderKind) -> OpenAiConfig {
         OpenAiConfig::new(kind, "gpt-4.1", "https://api.openai.com/v1")
-    }
-
-    #[test]
-    fn loopback_hosts_are_recognised() {
-        for (url, expected) in [
-            ("http://127.0.0.1:8080/v1", true),
-            ("http://127.8.0.1/v1", true),
-            ("http://[::1]:8000/v1", true),
-            ("http://LocalHost:11434/v1", true),
-            ("https://api.openai.com/v1", false),
-            ("http://10.0.0.5:8000/v1", false),
-            ("http://localhost.example.com/v1", false),
-        ] {
-            assert_eq!(
-                is_loopback(&reqwest::Url::parse(url).unwrap()),
-                expected,
-                "{url}"
-            );
-        }
-    }
-
-    #[test]
-    fn endpoint_urls_join_and_validate() {
-        assert_eq!(
-            endpoint_url("http://127.0.0.1:8080/v1/", "chat/completions")
-                .unwrap()
-                .as_str(),
-            "http://127.0.0.1:8080/v1/chat/completions"
-        );
-        assert_eq!(
-            endpoint_url("https://api.anthropic.com", "v1/messages")
-                .unwrap()
-                .as_str(),
-            "https://api.anthropic.com/v1/messages"
-        );
-        assert!(endpoint_url("http://h/v1?x=1", "chat/completions").is_err());
-        assert!(endpoint_url("file:///tmp", "chat/completions").is_err());
     }
 
     #[test]

@@ -19,6 +19,7 @@ use cordon_core::protocol::{AssistantMessage, StopReason};
 use cordon_core::provider::StreamCallback;
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -54,6 +55,64 @@ impl StreamFailure {
             retryable: false,
         }
     }
+
+    /// The stream ended before the provider said why the message stopped: the connection was
+    /// probably cut, so a retry may help.
+    pub(crate) fn incomplete(provider: ProviderKind) -> Self {
+        StreamFailure {
+            error: ModelError::IncompleteStream { provider },
+            retryable: true,
+        }
+    }
+
+    /// The provider refused to answer (`content_filter`, `refusal`); asking again is no use.
+    pub(crate) fn refused(provider: ProviderKind, reason: &str) -> Self {
+        StreamFailure::fatal(ModelError::Refused {
+            provider,
+            reason: reason.to_owned(),
+        })
+    }
+
+    /// An error event in the stream, of the provider's `kind` (`error` when it gave none).
+    pub(crate) fn provider_error(
+        provider: ProviderKind,
+        kind: String,
+        message: String,
+        retryable: bool,
+    ) -> Self {
+        let kind = if kind.is_empty() {
+            "error".to_owned()
+        } else {
+            kind
+        };
+        StreamFailure {
+            error: ModelError::StreamError {
+                provider,
+                kind,
+                message,
+            },
+            retryable,
+        }
+    }
+}
+
+/// The JSON payload of an SSE event as `T`; `None` for an event without data (keep-alives).
+/// A payload that is not what the provider documents is fatal: retrying would read it again.
+pub(crate) fn decode_event<T: DeserializeOwned>(
+    provider: ProviderKind,
+    event: &SseEvent,
+) -> Result<Option<T>, StreamFailure> {
+    let data = event.data.trim();
+    if data.is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_str(data).map(Some).map_err(|source| {
+        StreamFailure::fatal(ModelError::InvalidEvent {
+            provider,
+            data: shorten(data, 300),
+            source,
+        })
+    })
 }
 
 /// Whether the stream goes on after an event.

@@ -294,6 +294,38 @@ async fn max_tokens_is_a_length_stop_with_raw_arguments() {
 }
 
 #[tokio::test]
+async fn end_turn_after_a_tool_call_is_a_tool_use_stop() {
+    let body = [
+        r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"read","input":{}}}"#,
+        r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"path\": \"a.rs\"}"}}"#,
+        r#"data: {"type":"content_block_stop","index":0}"#,
+        r#"data: {"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#,
+        r#"data: {"type":"message_stop"}"#,
+    ]
+    .map(|line| format!("{line}\n\n"))
+    .concat();
+    let server = TestServer::start(vec![Reply::stream(body.as_bytes())]).await;
+    let provider = anthropic(&server);
+    let message = run(
+        &provider,
+        &prompt("read a.rs"),
+        &CancellationToken::new(),
+        &Recorder::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(message.stop_reason, StopReason::ToolUse);
+    assert_eq!(
+        message.content,
+        vec![AssistantContent::ToolCall(ToolCall {
+            id: "toolu_1".into(),
+            name: "read".into(),
+            arguments: json!({"path": "a.rs"}),
+        })]
+    );
+}
+
+#[tokio::test]
 async fn one_byte_per_chunk_gives_the_same_message_and_events() {
     let body = fixture(FULL);
     let server = TestServer::start(vec![

@@ -409,6 +409,37 @@ async fn length_stop_keeps_truncated_arguments_as_raw_text() {
 }
 
 #[tokio::test]
+async fn stop_after_a_tool_call_is_a_tool_use_stop() {
+    // Some compatible servers finish with "stop" even when the message holds tool calls.
+    let body = [
+        r#"data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"read","arguments":"{\"path\": \"a.rs\"}"}}]}}]}"#,
+        r#"data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        "data: [DONE]",
+    ]
+    .map(|line| format!("{line}\n\n"))
+    .concat();
+    let server = TestServer::start(vec![Reply::stream(body.as_bytes())]).await;
+    let provider = openai(&server, ProviderKind::OpenAiCompatible);
+    let message = run(
+        &provider,
+        &prompt("read a.rs"),
+        &CancellationToken::new(),
+        &Recorder::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(message.stop_reason, StopReason::ToolUse);
+    assert_eq!(
+        message.content,
+        vec![AssistantContent::ToolCall(ToolCall {
+            id: "call_1".into(),
+            name: "read".into(),
+            arguments: json!({"path": "a.rs"}),
+        })]
+    );
+}
+
+#[tokio::test]
 async fn second_turn_sends_tool_calls_results_and_images_back() {
     let server = TestServer::start(vec![
         Reply::stream(&fixture(PARALLEL)),
