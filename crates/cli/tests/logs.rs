@@ -173,3 +173,49 @@ fn log_file_refuses_a_symlink_and_a_fifo_without_blocking() {
         "{run:#?}"
     );
 }
+
+#[test]
+fn vv_over_ssh_logs_the_connection_and_russh_s_own_records() {
+    if std::env::var("CORDON_SKIP_SSH").as_deref() == Ok("1") {
+        eprintln!("skipped: CORDON_SKIP_SSH=1");
+        return;
+    }
+    let sshd = cordon_tests::infra::sshd()
+        .unwrap_or_else(|reason| panic!("no test sshd for the ssh backend: {reason}"));
+    let ws = workspace();
+    let root = ws.path().to_str().expect("UTF-8 path");
+    let host = format!("root@127.0.0.1:{}", sshd.port);
+    let output = Command::new(BIN)
+        .args([
+            "exec",
+            "ls",
+            "{}",
+            "--json",
+            "--backend",
+            "ssh",
+            "--host",
+            &host,
+        ])
+        .args(["--identity", sshd.key.to_str().unwrap()])
+        .args(["--known-hosts", sshd.known_hosts.to_str().unwrap()])
+        .args(["--ssh-config", sshd.ssh_config.to_str().unwrap()])
+        .args(["--remote-root", root, "-vv"])
+        .env_remove("RUST_LOG")
+        .env_remove("CORDON_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cordon");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    let result: Value = serde_json::from_str(stdout.trim()).expect("stdout is one JSON result");
+    assert_eq!(result["content"][0]["text"], "a.txt", "{result}");
+    for needle in ["ssh: connected", "ssh: disconnecting", "session stopped"] {
+        assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+    }
+    // russh logs through `log`; its records are bridged into the same output.
+    assert!(
+        stderr.lines().any(|line| line.contains(" DEBUG russh")),
+        "no russh record in {stderr}"
+    );
+}
