@@ -29,11 +29,11 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::roots::PathRules;
+use crate::stamp::{Stamp, settled, stamp_of};
 
 /// Upper bound on directory entries one expansion may look at (fresh or cached).
 pub(crate) const MAX_ENTRIES: usize = 2_000_000;
@@ -80,9 +80,6 @@ struct Literal {
     denied: bool,
 }
 
-/// `(st_dev, st_ino, ctime seconds, ctime nanoseconds)` of a directory.
-type Stamp = (u64, u64, i64, i64);
-
 /// What a directory held when it was last read.
 #[derive(Debug)]
 struct CachedDir {
@@ -91,6 +88,8 @@ struct CachedDir {
     subdirs: Vec<(OsString, bool, bool)>,
     /// Non-directory entries matching a pattern: `(name, protected, denied)`.
     matches: Vec<(OsString, bool, bool)>,
+    /// Whether this listing may be reused while the stamp stays the same (`crate::stamp`).
+    settled: bool,
 }
 
 /// Turns the backend's patterns into concrete paths, caching the walk between commands.
@@ -110,6 +109,8 @@ pub(crate) struct Expander {
 
 /// One expansion's mutable state.
 struct Walk<'a> {
+    /// When this expansion began: listings are settled relative to it.
+    started: std::time::SystemTime,
     rules: &'a PathRules,
     reach: &'a [PathBuf],
     old: HashMap<PathBuf, CachedDir>,
@@ -205,6 +206,7 @@ impl Expander {
     /// [`ExpandError::TooLarge`] when the walk exceeds [`MAX_ENTRIES`].
     pub fn expand(&mut self) -> Result<Expansion, ExpandError> {
         let mut walk = Walk {
+            started: std::time::SystemTime::now(),
             rules: &self.rules,
             reach: &self.reach,
             old: std::mem::take(&mut self.cache),
@@ -293,10 +295,6 @@ fn within(path: &Path, tree: &Path) -> bool {
     crate::roots::strip_root(path, tree, true).is_some()
 }
 
-fn stamp_of(meta: &std::fs::Metadata) -> Stamp {
-    (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec())
-}
-
 impl Walk<'_> {
     /// Visit `dir` (canonical); `depth` levels of entries below it are examined.
     /// `check_reach`: descend only into directories within or towards the reach.
@@ -319,9 +317,12 @@ impl Walk<'_> {
         }
         let stamp = stamp_of(&meta);
         let cached = match self.old.remove(dir) {
-            Some(cached) if cached.stamp == stamp => cached,
+            Some(cached) if cached.stamp == stamp && cached.settled => cached,
             _ => match self.read(dir, stamp) {
-                Ok(fresh) => fresh,
+                Ok(mut fresh) => {
+                    fresh.settled = settled(&fresh.stamp, self.started);
+                    fresh
+                }
                 // Unreadable to Cordon: no less to the command, which runs with fewer rights.
                 Err(_) => return Ok(()),
             },
@@ -407,6 +408,7 @@ impl Walk<'_> {
             stamp,
             subdirs,
             matches,
+            settled: false,
         })
     }
 }
@@ -462,6 +464,45 @@ mod tests {
         let mut expander = expander(&root, &[], &["**/.env"]);
         let expansion = expander.expand().unwrap();
         assert_eq!(expansion.denied, vec![expected.unwrap()]);
+    }
+
+    /// A listing taken within the timestamp granularity of a change can miss it under an
+    /// unchanged stamp: it is reused only once settled.
+    #[test]
+    fn a_cached_listing_is_reused_on_its_stamp_only_once_settled() {
+        for settled in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            let ws = root.join("ws");
+            std::fs::create_dir_all(ws.join("sub")).unwrap();
+            std::fs::create_dir_all(root.join("home")).unwrap();
+            let mut expander = expander(&root, &[], &["**/.env"]);
+            expander.expand().unwrap();
+            touch(&ws.join("sub/.env"));
+            let meta = std::fs::symlink_metadata(ws.join("sub")).unwrap();
+            expander.cache.insert(
+                ws.join("sub"),
+                CachedDir {
+                    stamp: stamp_of(&meta),
+                    subdirs: Vec::new(),
+                    matches: Vec::new(),
+                    settled,
+                },
+            );
+            let denied = expander.expand().unwrap().denied;
+            if settled {
+                assert!(
+                    denied.is_empty(),
+                    "a settled listing is trusted: {denied:?}"
+                );
+            } else {
+                assert_eq!(
+                    denied,
+                    vec![ws.join("sub/.env")],
+                    "an unsettled listing is read again"
+                );
+            }
+        }
     }
 
     #[test]

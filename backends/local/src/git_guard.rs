@@ -47,6 +47,7 @@ use nix::fcntl::{OFlag, RenameFlags, ResolveFlag, renameat2};
 use nix::sys::stat::{SFlag, fstat};
 
 use crate::roots::{open_beneath, open_root_dir, strip_root};
+use crate::stamp::{Stamp, settled, stamp_of};
 
 /// Upper bound on directory entries one sweep may look at (fresh or cached).
 pub const MAX_ENTRIES: usize = 2_000_000;
@@ -170,8 +171,6 @@ fn id_of(meta: &std::fs::Metadata) -> Id {
         .map_or(0, |age| age.as_nanos());
     (meta.dev(), meta.ino(), born)
 }
-/// `(st_dev, st_ino, ctime seconds, ctime nanoseconds)` of a directory.
-type Stamp = (u64, u64, i64, i64);
 
 /// What a directory held when it was last read.
 #[derive(Debug)]
@@ -182,9 +181,11 @@ struct CachedDir {
     /// Whether it has an entry named `.git`.
     dot_git: bool,
     /// The stamp of the `.git` here when it was last found to be an empty sandbox
-    /// placeholder: an unchanged stamp (same inode, no entry added, no mode change since) is
-    /// the same empty placeholder, and it is not read again after every command.
+    /// placeholder, kept only when settled (see `crate::stamp`): an unchanged settled stamp
+    /// is the same empty placeholder, and it is not read again after every command.
     placeholder_git: Option<Stamp>,
+    /// Whether this listing may be reused while the stamp stays the same (`crate::stamp`).
+    settled: bool,
     /// Whether it has the signature of a git directory.
     git_dir: bool,
 }
@@ -416,6 +417,7 @@ impl GitGuard {
     /// Every piece of git metadata under the roots now, with its identity.
     fn scan(&mut self) -> Result<Vec<(Id, GitEntry)>, GitGuardError> {
         let mut walk = Walk {
+            started: std::time::SystemTime::now(),
             old: std::mem::take(&mut self.cache),
             new: HashMap::new(),
             found: Vec::new(),
@@ -624,14 +626,12 @@ fn rename_aside(dir: &OwnedFd, name: &OsStr) -> Result<OsString, Errno> {
 
 /// One scan's state.
 struct Walk {
+    /// When this scan began: listings and verdicts are settled relative to it.
+    started: std::time::SystemTime,
     old: HashMap<PathBuf, CachedDir>,
     new: HashMap<PathBuf, CachedDir>,
     found: Vec<(Id, GitEntry)>,
     entries: usize,
-}
-
-fn stamp_of(meta: &std::fs::Metadata) -> Stamp {
-    (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec())
 }
 
 impl Walk {
@@ -644,9 +644,12 @@ impl Walk {
         }
         let stamp = stamp_of(&meta);
         let cached = match self.old.remove(dir) {
-            Some(cached) if cached.stamp == stamp => cached,
+            Some(cached) if cached.stamp == stamp && cached.settled => cached,
             _ => match read_dir_restoring(dir, &meta, &mut self.entries)? {
-                Some(fresh) => fresh,
+                Some(mut fresh) => {
+                    fresh.settled = settled(&fresh.stamp, self.started);
+                    fresh
+                }
                 None => return Ok(()),
             },
         };
@@ -673,7 +676,9 @@ impl Walk {
             let path = dir.join(".git");
             match judge_dot_git(&path, known_placeholder) {
                 DotGit::Gone => {}
-                DotGit::Placeholder(stamp) => cached.placeholder_git = Some(stamp),
+                DotGit::Placeholder(stamp) => {
+                    cached.placeholder_git = settled(&stamp, self.started).then_some(stamp);
+                }
                 DotGit::Real(meta) => self.found.push((
                     id_of(&meta),
                     GitEntry {
@@ -852,6 +857,7 @@ fn read_dir(dir: &Path, stamp: Stamp, entries: &mut usize) -> io::Result<CachedD
         subdirs,
         dot_git,
         placeholder_git: None,
+        settled: false,
         git_dir: head && ((objects && refs) || commondir),
     })
 }

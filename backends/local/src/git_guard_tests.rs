@@ -171,6 +171,39 @@ fn a_known_placeholder_is_not_reread_but_a_changed_one_is_judged_again() {
     assert_eq!(quarantined[0].path, ws.join("sub/.git"));
 }
 
+/// A listing taken within the timestamp granularity of a change can miss it under an
+/// unchanged stamp (coarse ctime): it is trusted again only once settled.
+#[test]
+fn a_cached_listing_is_reused_on_its_stamp_only_once_settled() {
+    for settled in [false, true] {
+        let (_tmp, ws) = root();
+        mkdirs(&ws.join("sub"));
+        let (mut guard, _) = GitGuard::start(std::slice::from_ref(&ws), &[], None).unwrap();
+        git_dir_layout(&ws.join("sub/.git"));
+        // What a read of `sub` just before that change would have cached, under the stamp
+        // `sub` has now.
+        let meta = std::fs::symlink_metadata(ws.join("sub")).unwrap();
+        guard.cache.insert(
+            ws.join("sub"),
+            CachedDir {
+                stamp: stamp_of(&meta),
+                subdirs: Vec::new(),
+                dot_git: false,
+                git_dir: false,
+                placeholder_git: None,
+                settled,
+            },
+        );
+        let quarantined = guard.sweep().unwrap();
+        if settled {
+            assert!(quarantined.is_empty(), "a settled listing is trusted");
+        } else {
+            assert_eq!(quarantined.len(), 1, "an unsettled listing is read again");
+            assert_eq!(quarantined[0].path, ws.join("sub/.git"));
+        }
+    }
+}
+
 #[test]
 fn a_dead_session_s_leftovers_are_quarantined_at_the_next_start() {
     let (tmp, ws) = root();

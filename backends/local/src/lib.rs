@@ -95,6 +95,8 @@ mod roots;
 #[cfg(target_os = "linux")]
 mod search;
 #[cfg(target_os = "linux")]
+mod stamp;
+#[cfg(target_os = "linux")]
 mod state;
 #[cfg(target_os = "linux")]
 mod temp_sweep;
