@@ -551,7 +551,9 @@ fn build_result(
         content: vec![Content::text(text)],
         details: (!details.is_empty()).then_some(Value::Object(details)),
         structured_content: Some(json!({
-            "output": output.structured_output,
+            // The same truncated text the model reads: MCP clients that show the structured
+            // copy instead of `content` must not get more (or lose the tail and footer).
+            "output": snapshot.text,
             "exitCode": exit_code,
             "truncated": snapshot.truncation.truncated,
             "fullOutputPath": full_output_path,
@@ -1364,7 +1366,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn structured_output_is_capped_at_one_mib() {
+    async fn structured_output_is_the_truncated_text_with_the_full_output_path() {
         let line = format!("{}\n", "s".repeat(99));
         let h = Harness::new(ScriptedBash::exits(
             vec![Step::Repeat {
@@ -1376,10 +1378,25 @@ mod tests {
         let result = h.call(json!({"command": "x"})).await;
         let structured = result.structured_content.clone().unwrap();
         let output = structured["output"].as_str().unwrap();
-        assert!(output.len() <= crate::output::TAIL_KEEP_BYTES);
-        assert!(output.len() > crate::output::TAIL_KEEP_BYTES - 200);
-        assert!(output.starts_with('s') && output.ends_with("s\n"));
+        // Cut like the text: within the 50 KB tail, and exactly what the text shows above its
+        // footer.
+        assert!(
+            output.len() <= crate::truncate::DEFAULT_MAX_BYTES,
+            "{}",
+            output.len()
+        );
+        assert!(output.starts_with('s') && output.ends_with('s'));
+        let shown = text(&result);
+        assert!(
+            shown.starts_with(output),
+            "the text begins with the structured output"
+        );
+        assert!(
+            shown[output.len()..].starts_with("\n\n["),
+            "then the footer"
+        );
         assert_eq!(structured["truncated"], true);
+        // The full output stays reachable from the structured copy too.
         let path = full_output_path(&result);
         assert_eq!(std::fs::metadata(path).unwrap().len(), 100 * 640 * 50);
     }

@@ -221,11 +221,9 @@ impl Snapshot {
 /// The accumulator's final state.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FinalOutput {
-    /// What the model sees.
+    /// What the model sees (bash's structured `output` is this same truncated text, so a
+    /// client that shows the structured copy gives the model no more and no less).
     pub snapshot: Snapshot,
-    /// The sanitised tail of the output, at most [`TAIL_KEEP_BYTES`] (bash's structured
-    /// `output`).
-    pub structured_output: String,
     /// Whether any byte was received.
     pub had_output: bool,
 }
@@ -368,11 +366,11 @@ impl OutputAccumulator {
     /// What the model would see now (cheap: sanitises a bounded window of the tail).
     pub fn snapshot(&self) -> Snapshot {
         let view = self.view(UPDATE_WINDOW_BYTES);
-        self.snapshot_of(&view).0
+        self.snapshot_of(&view)
     }
 
     /// Finish: decode any incomplete trailing character as U+FFFD, flush and close the spill
-    /// file, and build the final snapshot and structured output.
+    /// file, and build the final snapshot.
     pub async fn finish(mut self) -> (FinalOutput, AccumulatorStats) {
         if !self.pending.is_empty() {
             self.pending.clear();
@@ -395,12 +393,11 @@ impl OutputAccumulator {
             Spill::Done(full) => full,
         });
         let view = self.view(self.keep);
-        let (snapshot, structured_output) = self.snapshot_of(&view);
+        let snapshot = self.snapshot_of(&view);
         let stats = self.stats();
         (
             FinalOutput {
                 snapshot,
-                structured_output,
                 had_output: self.raw_bytes > 0,
             },
             stats,
@@ -727,7 +724,7 @@ impl OutputAccumulator {
     }
 
     /// Sanitise and truncate a view. Returns the snapshot and the whole sanitised view.
-    fn snapshot_of(&self, view: &TailView) -> (Snapshot, String) {
+    fn snapshot_of(&self, view: &TailView) -> Snapshot {
         let text = view.text.as_str();
         // A view that starts mid-line drops that partial first line, unless the view is all
         // one line (then it is the end of the last line).
@@ -779,14 +776,13 @@ impl OutputAccumulator {
             Spill::Writing { path, .. } => FullOutput::Saved(path.clone()),
             Spill::Done(full) => full.clone(),
         };
-        let snapshot = Snapshot {
+        Snapshot {
             text: std::mem::take(&mut truncation.content),
             truncation,
             last_line_bytes,
             full_output,
             redactions,
-        };
-        (snapshot, clean)
+        }
     }
 }
 
@@ -842,7 +838,6 @@ pub(crate) mod tests {
         assert_eq!(out.snapshot.text, "hello\nworld\n");
         assert!(!out.snapshot.truncation.truncated);
         assert_eq!(out.snapshot.full_output, FullOutput::NotNeeded);
-        assert_eq!(out.structured_output, "hello\nworld\n");
         assert!(out.had_output);
     }
 
@@ -1067,7 +1062,7 @@ pub(crate) mod tests {
             acc.push(line.clone().into_bytes()).await;
             let snapshot = acc.snapshot();
             let (out, _) = acc.finish().await;
-            for text in [&snapshot.text, &out.snapshot.text, &out.structured_output] {
+            for text in [&snapshot.text, &out.snapshot.text] {
                 assert_eq!(
                     text.contains("AAAAAAAAAAAAAAAAAAAA"),
                     !with_redaction,
@@ -1096,10 +1091,7 @@ pub(crate) mod tests {
         let t = &out.snapshot.truncation;
         assert_eq!((t.total_lines, t.output_lines), (20_000, 2000));
         assert!(out.snapshot.text.starts_with("line-18001\n"));
-        assert!(out.structured_output.len() <= 64 * 1024);
-        assert!(out.structured_output.ends_with("line-20000\n"));
-        // Whole lines only.
-        assert!(out.structured_output.starts_with("line-"));
+        assert!(out.snapshot.text.ends_with("line-20000"));
     }
 
     #[tokio::test]
@@ -1294,7 +1286,6 @@ pub(crate) mod tests {
             "high-water {}",
             stats.tail_capacity_high_water
         );
-        assert!(out.structured_output.len() <= TAIL_KEEP_BYTES);
         assert!(out.snapshot.text.ends_with("15999"));
     }
 
