@@ -80,7 +80,12 @@ async fn main() {
     let mut config = SshConfig::new(format!("root@127.0.0.1:{port}"), &root);
     config.identity = Some(key.clone());
     config.known_hosts = Some(known.clone());
-    config.ssh_config = Some(PathBuf::from("/dev/null"));
+    // An empty ssh_config of our own (the backend reads only regular files, so not
+    // /dev/null): the operator's ~/.ssh/config must not change what is measured.
+    let empty_config =
+        std::env::temp_dir().join(format!("cordon-ssh-bench-{}.config", std::process::id()));
+    std::fs::write(&empty_config, "").expect("empty ssh_config");
+    config.ssh_config = Some(empty_config);
     config.agent = AgentSource::Disabled;
     // The benchmark runs commands on purpose.
     config.spec.allow_degraded = true;
