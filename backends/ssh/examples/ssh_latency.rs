@@ -82,10 +82,10 @@ async fn main() {
     config.known_hosts = Some(known.clone());
     // An empty ssh_config of our own (the backend reads only regular files, so not
     // /dev/null): the operator's ~/.ssh/config must not change what is measured.
-    let empty_config =
-        std::env::temp_dir().join(format!("cordon-ssh-bench-{}.config", std::process::id()));
-    std::fs::write(&empty_config, "").expect("empty ssh_config");
-    config.ssh_config = Some(empty_config);
+    // Created exclusively under a random name (no predictable /tmp path another user could
+    // have put a symlink at) and removed when the benchmark ends.
+    let empty_config = tempfile::NamedTempFile::new().expect("empty ssh_config");
+    config.ssh_config = Some(empty_config.path().to_path_buf());
     config.agent = AgentSource::Disabled;
     // The benchmark runs commands on purpose.
     config.spec.allow_degraded = true;
