@@ -10,17 +10,16 @@
 //! the file tools behave like the local ones.
 
 use std::path::{Component, Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use async_trait::async_trait;
 use cordon_ops::{BackendId, DirEntry, FileKind, FileMeta, FileOperations, FsError, SpillWriter};
+use cordon_remote::file_ops::PipedSpill;
 use cordon_remote::files::spill_file_name;
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use russh_sftp::client::error::Error as SftpError;
 use russh_sftp::protocol::{FileAttributes, FileType, OpenFlags, Packet, StatusCode};
-use tokio::io::{AsyncReadExt, AsyncWrite, DuplexStream};
+use tokio::io::{AsyncReadExt, DuplexStream};
 use tokio::sync::oneshot;
 
 use crate::Inner;
@@ -701,10 +700,19 @@ impl Inner {
         });
         Ok((
             path,
-            Box::new(SpillSink {
-                pipe: writer,
-                done: Some(done_rx),
-            }),
+            // Shutdown waits until everything is on the remote disk and the file is closed.
+            Box::new(PipedSpill::new(
+                writer,
+                done_rx.map(|result| match result {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(reason)) => Err(std::io::Error::other(format!(
+                        "failed to write the spill file: {reason}"
+                    ))),
+                    Err(_) => Err(std::io::Error::other(
+                        "failed to write the spill file: the writer task ended",
+                    )),
+                }),
+            )),
         ))
     }
 }
@@ -738,47 +746,6 @@ async fn pump_spill(live: &Live, handle: &str, mut reader: DuplexStream) -> Resu
         offset += n as u64;
     }
 }
-
-/// The spill writer: bytes go through a pipe to the SFTP writer task; shutdown waits until
-/// everything is on the remote disk and the file is closed.
-struct SpillSink {
-    pipe: DuplexStream,
-    done: Option<oneshot::Receiver<Result<(), String>>>,
-}
-
-impl AsyncWrite for SpillSink {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.pipe).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.pipe).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        futures::ready!(Pin::new(&mut self.pipe).poll_shutdown(cx))?;
-        let Some(done) = self.done.as_mut() else {
-            return Poll::Ready(Ok(()));
-        };
-        let result = futures::ready!(Pin::new(done).poll(cx));
-        self.done = None;
-        Poll::Ready(match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(reason)) => Err(std::io::Error::other(format!(
-                "failed to write the spill file: {reason}"
-            ))),
-            Err(_) => Err(std::io::Error::other(
-                "failed to write the spill file: the writer task ended",
-            )),
-        })
-    }
-}
-
-use std::future::Future;
 
 /// Collapse `.` and `..` lexically (the server already resolved symlinks).
 fn normalize(path: &Path) -> PathBuf {

@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 
 use async_trait::async_trait;
 use cordon_ops::{BackendId, DirEntry, FileMeta, FileOperations, FsError, SpillWriter};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt, DuplexStream};
 
 use crate::exec::TransportEvent;
@@ -395,15 +395,25 @@ impl<H: FileHost> RemoteFiles<H> {
     }
 }
 
-/// The spill writer: bytes go through a pipe to a task that writes them to the spill
-/// process's stdin and drains its output; shutdown closes that stdin and waits until the
-/// helper has written everything.
-struct ProcessSpill {
+/// A spill writer whose bytes go through an in-memory pipe to a task that stores them (on
+/// any transport); shutdown closes the pipe, then waits for `done`, the task's outcome.
+pub struct PipedSpill<F> {
     pipe: DuplexStream,
-    done: Option<tokio::task::JoinHandle<()>>,
+    done: Option<F>,
 }
 
-impl AsyncWrite for ProcessSpill {
+impl<F> PipedSpill<F> {
+    /// The writer end `pipe` of a duplex whose reader a task drains; `done` resolves when
+    /// that task has stored everything.
+    pub fn new(pipe: DuplexStream, done: F) -> Self {
+        PipedSpill {
+            pipe,
+            done: Some(done),
+        }
+    }
+}
+
+impl<F: Future<Output = std::io::Result<()>> + Unpin> AsyncWrite for PipedSpill<F> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -418,13 +428,12 @@ impl AsyncWrite for ProcessSpill {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         futures::ready!(Pin::new(&mut self.pipe).poll_shutdown(cx))?;
-        if let Some(done) = self.done.as_mut() {
-            match Pin::new(done).poll(cx) {
-                Poll::Ready(_) => self.done = None,
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-        Poll::Ready(Ok(()))
+        let Some(done) = self.done.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let result = futures::ready!(Pin::new(done).poll(cx));
+        self.done = None;
+        Poll::Ready(result)
     }
 }
 
@@ -589,10 +598,8 @@ impl<H: FileHost> FileOperations for RemoteFiles<H> {
         let done = tokio::spawn(pump_spill(exec.process, reader));
         Ok((
             created,
-            Box::new(ProcessSpill {
-                pipe,
-                done: Some(done),
-            }),
+            // The helper's own errors reach the caller on the event stream, not here.
+            Box::new(PipedSpill::new(pipe, done.map(|_joined| Ok(())))),
         ))
     }
 }
