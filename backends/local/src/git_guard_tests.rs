@@ -204,6 +204,23 @@ fn a_cached_listing_is_reused_on_its_stamp_only_once_settled() {
     }
 }
 
+/// A FIFO (even with the placeholder's mode) at `.git` is not a placeholder: it is judged
+/// without being opened, so the sweep neither blocks nor skips it.
+#[test]
+fn a_fifo_at_dot_git_is_quarantined_without_blocking() {
+    let (_tmp, ws) = root();
+    mkdirs(&ws.join("sub"));
+    let (mut guard, _) = GitGuard::start(std::slice::from_ref(&ws), &[], None).unwrap();
+    nix::unistd::mkfifo(
+        &ws.join("sub/.git"),
+        nix::sys::stat::Mode::from_bits_truncate(0o1500),
+    )
+    .unwrap();
+    let quarantined = guard.sweep().unwrap();
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    assert_eq!(quarantined[0].path, ws.join("sub/.git"));
+}
+
 #[test]
 fn a_dead_session_s_leftovers_are_quarantined_at_the_next_start() {
     let (tmp, ws) = root();
