@@ -83,6 +83,11 @@ pub struct SshConfig {
     pub passphrase: Option<PassphraseHook>,
     /// Search with the POSIX fallback even when the host has `rg` (tests, odd `rg` builds).
     pub force_search_fallback: bool,
+    /// The remote directory for Cordon's per-user state (the spill files of every root under
+    /// `spill/`); `None` is `/tmp/cordon-<uid>`. Absolute; each level Cordon creates is 0700,
+    /// and it, `spill/` and the root's directory must be real directories owned by the remote
+    /// user.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for SshConfig {
@@ -116,6 +121,7 @@ impl SshConfig {
             agent: AgentSource::Env,
             passphrase: None,
             force_search_fallback: false,
+            state_dir: None,
         }
     }
 }
@@ -166,18 +172,20 @@ impl std::fmt::Debug for SshBackend {
 }
 
 /// The probe run once at connect: account facts, `rg`, and the per-root spill directory
-/// (`/tmp/cordon-<uid>/spill/<hash of the root>`, each level 0700, owned by us, not a
-/// symlink). Prints NUL-separated `key value` pairs. The spill sweep follows over SFTP.
+/// (`<state>/spill/<hash of the root>`, `<state>` being `$2` or `/tmp/cordon-<uid>`, each level
+/// 0700, owned by us, not a symlink). Prints NUL-separated `key value` pairs. The spill sweep
+/// follows over SFTP.
 const PROBE_SCRIPT: &str = r#"
 hash=$1
 uid=$(id -u) || exit 1
+base=${2:-/tmp/cordon-$uid}
 printf 'uid\0%s\0' "$uid"
 printf 'gids\0%s\0' "$(id -G)"
 printf 'home\0%s\0' "$HOME"
 if command -v rg >/dev/null 2>&1; then r=1; else r=0; fi
 printf 'rg\0%s\0' "$r"
 umask 077
-for d in "/tmp/cordon-$uid" "/tmp/cordon-$uid/spill" "/tmp/cordon-$uid/spill/$hash"; do
+for d in "$base" "$base/spill" "$base/spill/$hash"; do
     mkdir -p "$d" 2>/dev/null
     if [ -L "$d" ] || [ ! -d "$d" ] || [ ! -O "$d" ]; then
         printf 'unsafe\0%s\0' "$d"
@@ -185,7 +193,7 @@ for d in "/tmp/cordon-$uid" "/tmp/cordon-$uid/spill" "/tmp/cordon-$uid/spill/$ha
     fi
     chmod 700 "$d"
 done
-d="/tmp/cordon-$uid/spill/$hash"
+d="$base/spill/$hash"
 printf 'spill\0%s\0' "$(cd "$d" && pwd -P)"
 printf 'now\0%s\0' "$(date +%s)"
 "#;
@@ -221,6 +229,7 @@ impl SshBackend {
             agent,
             passphrase,
             force_search_fallback,
+            state_dir,
         } = config;
         let target = Target::parse(&host)?;
         let options = ResolveOptions::new(ssh_config, identity, known_hosts);
@@ -263,7 +272,23 @@ impl SshBackend {
             host: label.clone(),
             reason,
         };
-        let argv = cordon_remote::sh_argv(PROBE_SCRIPT, "cordon-probe", [hash16(&root_text)]);
+        let state_arg = match &state_dir {
+            None => String::new(),
+            Some(dir) => match dir.to_str() {
+                Some(text) if dir.is_absolute() => text.to_owned(),
+                _ => {
+                    return Err(probe_error(format!(
+                        "the state directory {} is not an absolute UTF-8 path",
+                        dir.display()
+                    )));
+                }
+            },
+        };
+        let argv = cordon_remote::sh_argv(
+            PROBE_SCRIPT,
+            "cordon-probe",
+            [hash16(&root_text), state_arg],
+        );
         let out = remote::run_collect(
             &pool,
             &argv,
@@ -309,14 +334,16 @@ impl SshBackend {
                 .and_then(|n| n.parse::<u64>().ok())
                 .map(|secs| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
                 .unwrap_or_else(std::time::SystemTime::now);
-            sweep::spill(
-                &live,
-                parent,
-                own,
-                now,
-                cordon_ops::leftovers::SpillBounds::default(),
-            )
-            .await;
+            if sweep::spill_sweep_due(&live, parent, now).await {
+                sweep::spill(
+                    &live,
+                    parent,
+                    own,
+                    now,
+                    cordon_ops::leftovers::SpillBounds::default(),
+                )
+                .await;
+            }
         }
         let identity = RemoteIdentity {
             uid,

@@ -1,5 +1,6 @@
 //! Start-time cleanup of what earlier sessions left on the remote host: spill files past
-//! their lifetime (every root's, under `/tmp/cordon-<uid>/spill/`) and the root directories
+//! their lifetime (every root's, under `/tmp/cordon-<uid>/spill/` or the configured state directory;
+//! at most once per [`leftovers::SPILL_SWEEP_INTERVAL`] per host) and the root directories
 //! they emptied, and the temp files of writes a killed session left in the writable roots
 //! ([`stale_write_temps`]). Listing and removal go over SFTP (`readdir` reports `lstat` attributes,
 //! `remove` unlinks without following a symlink); only names of Cordon's exact naming are
@@ -11,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use cordon_ops::leftovers::{self, SpillBounds, SpillFile};
 use russh_sftp::client::error::Error as SftpError;
-use russh_sftp::protocol::{FileAttributes, FileType, StatusCode};
+use russh_sftp::protocol::{FileAttributes, FileType, OpenFlags, StatusCode};
 
 use crate::conn::{Live, Pool};
 use crate::remote;
@@ -45,6 +46,51 @@ async fn list(live: &Live, dir: &str) -> Option<Listed> {
 
 fn modified(attrs: &FileAttributes) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(u64::from(attrs.mtime.unwrap_or(0)))
+}
+
+/// Whether no session swept the spill directories under `spill_parent` within
+/// [`leftovers::SPILL_SWEEP_INTERVAL`] (by the stamp file [`leftovers::SPILL_SWEEP_STAMP`],
+/// the same one the local backend keeps); if so, the stamp is renewed: this session sweeps now.
+/// Any doubt means a sweep. SFTP cannot open without following a symlink, so the stamp is
+/// never opened in place: it is unlinked and created anew with `EXCLUDE` (`O_EXCL` refuses a
+/// symlink), and a new file carries the remote clock's time, the clock that judges it.
+pub(crate) async fn spill_sweep_due(live: &Live, spill_parent: &str, now: SystemTime) -> bool {
+    let stamp = format!("{spill_parent}/{}", leftovers::SPILL_SWEEP_STAMP);
+    if let Ok(attrs) = live.sftp.lstat(stamp.clone()).await {
+        let attrs = attrs.attrs;
+        let stamped = modified(&attrs);
+        if attrs.file_type() == FileType::File
+            && stamped <= now
+            && leftovers::age(now, stamped) < leftovers::SPILL_SWEEP_INTERVAL
+        {
+            return false;
+        }
+        if let Err(error) = live.sftp.remove(stamp.clone()).await {
+            tracing::debug!(%error, stamp, "ssh: failed to remove the old spill sweep stamp");
+        }
+    }
+    match live
+        .sftp
+        .open(
+            stamp.clone(),
+            OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::EXCLUDE,
+            FileAttributes {
+                permissions: Some(0o600),
+                ..FileAttributes::empty()
+            },
+        )
+        .await
+    {
+        Ok(handle) => {
+            if let Err(error) = live.sftp.close(handle.handle).await {
+                tracing::debug!(%error, "ssh: failed to close the new spill sweep stamp");
+            }
+        }
+        // Another session renewed it at the same moment, or the directory is unwritable: a
+        // missing stamp only means the next session sweeps too.
+        Err(error) => tracing::debug!(%error, stamp, "ssh: failed to renew the spill sweep stamp"),
+    }
+    true
 }
 
 /// What a sweep removed.

@@ -4,12 +4,13 @@
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::PathBuf;
 
-use cordon_backend_ssh::SshBackend;
+use cordon_backend_ssh::{SshBackend, SshConfig};
 use cordon_core::sandbox::SandboxSpec;
+use cordon_ops::leftovers::{SPILL_SWEEP_INTERVAL, SPILL_SWEEP_STAMP};
 use cordon_ops::{Backend, FileKind, FsError};
 use tokio::io::AsyncWriteExt;
 
-use super::support::server;
+use super::support::{Server, server};
 
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
@@ -283,7 +284,8 @@ fn aged(path: &std::path::Path, age: std::time::Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connecting_sweeps_expired_spill_files_of_every_root_and_only_cordon_names() {
     let Some(server) = server() else { return };
-    let backend = server.connect().await;
+    let config = private_state(&server);
+    let backend = connect(config.clone()).await;
     let parent = backend.spill_dir().parent().unwrap().to_path_buf();
     let day = std::time::Duration::from_secs(24 * 60 * 60);
     let hex = || format!("{:016x}", fastrand::u64(..));
@@ -310,8 +312,10 @@ async fn connecting_sweeps_expired_spill_files_of_every_root_and_only_cordon_nam
     std::fs::write(&idle_file, b"spill").unwrap();
     aged(&idle_file, day * 3);
     aged(&idle, day * 2);
+    // The first connect swept and stamped; the stamp is made older than the interval.
+    aged(&parent.join(SPILL_SWEEP_STAMP), SPILL_SWEEP_INTERVAL * 2);
 
-    let again = server.connect().await;
+    let again = connect(config).await;
     assert!(!expired.exists() && !idle_file.exists());
     assert!(!idle.exists(), "an idle emptied root directory goes");
     assert!(young.exists() && foreign.exists() && target.exists());
@@ -323,6 +327,95 @@ async fn connecting_sweeps_expired_spill_files_of_every_root_and_only_cordon_nam
     std::fs::remove_dir_all(&mixed).unwrap();
     backend.shutdown().await.expect("shut the session down");
     again.shutdown().await.expect("shut the session down");
+}
+
+/// The server's config with a state directory of this test's own, so that no other test's
+/// connect renews the sweep stamp this test relies on.
+fn private_state(server: &Server) -> SshConfig {
+    let mut config = server.config();
+    config.state_dir = Some(server.dir.path().join("state"));
+    config
+}
+
+async fn connect(config: SshConfig) -> SshBackend {
+    SshBackend::connect(config)
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"))
+}
+
+/// Connect and shut down again (the sweep runs within the connect).
+async fn connect_once(config: SshConfig) {
+    connect(config)
+        .await
+        .shutdown()
+        .await
+        .expect("shut the session down");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spill_sweep_runs_once_per_interval_and_never_follows_a_planted_stamp() {
+    let Some(server) = server() else { return };
+    let config = private_state(&server);
+    let first = connect(config.clone()).await;
+    let parent = first.spill_dir().parent().unwrap().to_path_buf();
+    assert!(parent.starts_with(server.dir.path().join("state")));
+    let stamp = parent.join(SPILL_SWEEP_STAMP);
+    assert!(
+        stamp.symlink_metadata().unwrap().is_file(),
+        "the sweep left its stamp"
+    );
+    let expired = first
+        .spill_dir()
+        .join(format!("cordon-bash-{:016x}.log", fastrand::u64(..)));
+    std::fs::write(&expired, b"spill").unwrap();
+    aged(&expired, std::time::Duration::from_secs(3 * 24 * 60 * 60));
+
+    // Within the interval another connect does not list the spill directories.
+    connect_once(config.clone()).await;
+    assert!(
+        expired.exists(),
+        "a connect within the interval does not sweep"
+    );
+
+    // A stamp replaced by a symlink is not followed: its target keeps its time, and the
+    // doubt means a sweep.
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("victim");
+    std::fs::write(&target, b"keep").unwrap();
+    aged(&target, std::time::Duration::from_secs(5 * 24 * 60 * 60));
+    let target_time = std::fs::metadata(&target).unwrap().modified().unwrap();
+    std::fs::remove_file(&stamp).unwrap();
+    symlink(&target, &stamp).unwrap();
+    connect_once(config.clone()).await;
+    assert!(!expired.exists(), "a planted stamp means a sweep");
+    assert_eq!(
+        std::fs::metadata(&target).unwrap().modified().unwrap(),
+        target_time
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+    assert!(
+        stamp.symlink_metadata().unwrap().is_file(),
+        "the symlink was replaced by a new stamp"
+    );
+
+    // Once the stamp is older than the interval, the next connect sweeps again.
+    let second = first
+        .spill_dir()
+        .join(format!("cordon-bash-{:016x}.log", fastrand::u64(..)));
+    std::fs::write(&second, b"spill").unwrap();
+    aged(&second, std::time::Duration::from_secs(3 * 24 * 60 * 60));
+    connect_once(config.clone()).await;
+    assert!(
+        second.exists(),
+        "the renewed stamp holds the next sweep back"
+    );
+    aged(
+        &stamp,
+        SPILL_SWEEP_INTERVAL + std::time::Duration::from_secs(1),
+    );
+    connect_once(config).await;
+    assert!(!second.exists(), "an old stamp lets the next connect sweep");
+    first.shutdown().await.expect("shut the session down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -362,4 +455,22 @@ async fn connecting_removes_stale_write_temp_files_and_keeps_live_ones() {
     std::fs::remove_file(&live).unwrap();
     std::fs::remove_file(&foreign).unwrap();
     backend.shutdown().await.expect("shut the session down");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_or_symlinked_state_directory_is_refused() {
+    let Some(server) = server() else { return };
+    let mut config = server.config();
+    config.state_dir = Some(PathBuf::from("relative/state"));
+    let error = SshBackend::connect(config).await.unwrap_err().to_string();
+    assert!(error.contains("not an absolute"), "{error}");
+
+    let outside = tempfile::tempdir().unwrap();
+    let link = server.dir.path().join("linked-state");
+    symlink(outside.path(), &link).unwrap();
+    let mut config = server.config();
+    config.state_dir = Some(link);
+    let error = SshBackend::connect(config).await.unwrap_err().to_string();
+    assert!(error.contains("is a symlink"), "{error}");
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
 }
