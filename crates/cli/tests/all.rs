@@ -2,6 +2,7 @@
 //! runs the built binary (`CARGO_BIN_EXE_cordon`) the way a user or a CI job would.
 
 mod cli;
+mod config;
 mod doctor;
 mod hostfiles;
 mod load;

@@ -21,6 +21,9 @@ pub enum PolicyError {
         #[source]
         source: cordon_core::hostfile::HostFileError,
     },
+    /// A `builtin:NAME` that names no shipped policy (the message lists the known ones).
+    #[error(transparent)]
+    UnknownBuiltin(#[from] crate::builtin::UnknownBuiltin),
     /// The text is not valid TOML.
     #[error("{file}:{line}:{column}: failed to parse TOML: {message}")]
     Syntax {
@@ -116,7 +119,7 @@ impl PolicyError {
     /// The `(line, column)` the error points at, if it has one.
     pub fn position(&self) -> Option<(usize, usize)> {
         match self {
-            PolicyError::Read { .. } => None,
+            PolicyError::Read { .. } | PolicyError::UnknownBuiltin(_) => None,
             PolicyError::Syntax { line, column, .. }
             | PolicyError::UnknownKey { line, column, .. }
             | PolicyError::MissingKey { line, column, .. }

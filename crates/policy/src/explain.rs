@@ -7,15 +7,17 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::PolicyError;
+use crate::builtin::PolicySource;
 use crate::decision::{Decision, DecisionRequest, PathAccess, PolicyDecision};
 use crate::paths::lexical_accesses;
 use crate::policy::{CompiledPolicy, EnvMap};
 use crate::shell::{ScriptAnalysis, analyse_script};
 
-/// Load and compile a policy file and summarise it, for `cordon policy check FILE`.
-/// The error displays as `FILE:LINE:COL: message`.
+/// Load and compile a policy (a file or `builtin:NAME`) and summarise it, for `cordon policy
+/// check FILE`. The error displays as `FILE:LINE:COL: message`.
 pub fn check_policy_file(path: &Path, env: &EnvMap) -> Result<String, PolicyError> {
-    let policy = CompiledPolicy::load(path, env)?;
+    let source = PolicySource::parse(path)?;
+    let policy = CompiledPolicy::load_source(&source, env)?;
     Ok(check_summary(&policy))
 }
 

@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub mod audit;
+pub mod builtin;
 mod decision;
 pub mod error;
 pub mod explain;
@@ -51,6 +52,7 @@ mod policy;
 pub mod redact;
 pub mod shell;
 
+pub use builtin::{BUILTIN_POLICIES, BuiltinPolicy, PolicySource, UnknownBuiltin};
 pub use decision::{Decision, DecisionRequest, PathAccess, PolicyDecision, RuleRef};
 pub use error::PolicyError;
 pub use paths::lexical_accesses;

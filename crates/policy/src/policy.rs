@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use cordon_core::sandbox::SandboxSpec;
 
+use crate::builtin::{BuiltinPolicy, PolicySource};
 use crate::decision::{Decision, RuleRef};
 use crate::error::{PolicyError, SourceMap};
 use crate::format::RawPolicy;
@@ -113,6 +114,19 @@ impl CompiledPolicy {
     /// The built-in default policy (the content of `policies/default.toml`).
     pub fn builtin_default(env: &EnvMap) -> Result<CompiledPolicy, PolicyError> {
         CompiledPolicy::from_toml(DEFAULT_POLICY_NAME, DEFAULT_POLICY_TOML, env)
+    }
+
+    /// A shipped policy; rule references cite it as `builtin:NAME.toml:LINE`.
+    pub fn builtin(policy: &BuiltinPolicy, env: &EnvMap) -> Result<CompiledPolicy, PolicyError> {
+        CompiledPolicy::from_toml(&policy.file_name(), policy.text, env)
+    }
+
+    /// Load a policy from where `source` says: a shipped one or a file ([`CompiledPolicy::load`]).
+    pub fn load_source(source: &PolicySource, env: &EnvMap) -> Result<CompiledPolicy, PolicyError> {
+        match source {
+            PolicySource::Builtin(policy) => CompiledPolicy::builtin(policy, env),
+            PolicySource::File(path) => CompiledPolicy::load(path, env),
+        }
     }
 
     /// Compile policy `text`; `file` names it in errors and rule references.

@@ -20,7 +20,7 @@ use cordon_core::sandbox::SandboxSpec;
 use cordon_core::tool::{AgentTool, ExecutionMode};
 use cordon_ops::{Backend, ShutdownError};
 use cordon_policy::audit::{AuditError, AuditHead};
-use cordon_policy::{CompiledPolicy, EnvMap, PolicyError};
+use cordon_policy::{CompiledPolicy, EnvMap, PolicyError, PolicySource};
 
 use crate::approval::Approver;
 use crate::audit::AuditLog;
@@ -88,7 +88,8 @@ pub struct SessionOptions {
     pub backend: BackendChoice,
     /// The workspace root (host directory for local).
     pub root: PathBuf,
-    /// Policy file; `None` = the built-in default (`policies/default.toml`).
+    /// Policy file, or `builtin:NAME` for a shipped policy; `None` = the built-in default
+    /// (`policies/default.toml`).
     pub policy: Option<PathBuf>,
     /// Audit log file to append to.
     pub audit: Option<PathBuf>,
@@ -192,10 +193,11 @@ impl Session {
             allow_degraded,
         } = options;
         let env: EnvMap = std::env::vars().collect();
-        let mut compiled = match &policy {
-            Some(path) => CompiledPolicy::load(path, &env)?,
-            None => CompiledPolicy::builtin_default(&env)?,
+        let source = match &policy {
+            Some(path) => PolicySource::parse(path).map_err(PolicyError::from)?,
+            None => PolicySource::default_builtin(),
         };
+        let mut compiled = CompiledPolicy::load_source(&source, &env)?;
         tracing::info!(
             file = compiled.file(),
             rules = compiled.rule_count(),
@@ -216,7 +218,7 @@ impl Session {
         } else {
             Vec::new()
         };
-        if let Some(path) = &policy
+        if let PolicySource::File(path) = &source
             && let Some(inside) = writable_root_of(&writable_roots, path)
         {
             let name = protected_name(&root, path).ok_or_else(|| RuntimeError::PolicyName {

@@ -16,8 +16,9 @@ pub struct CommonArgs {
     /// Workspace root.
     #[arg(long, default_value = ".")]
     pub root: PathBuf,
-    /// Policy file (default: the built-in policies/default.toml).
-    #[arg(long)]
+    /// Policy file, or a built-in policy: builtin:default, builtin:readonly,
+    /// builtin:ci-untrusted, builtin:build-host (default: builtin:default).
+    #[arg(long, value_name = "FILE|builtin:NAME")]
     pub policy: Option<PathBuf>,
     /// Append decisions and results to this audit log (JSON lines, hash-chained).
     #[arg(long)]

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Subcommand;
-use cordon_policy::EnvMap;
+use cordon_policy::{EnvMap, PolicyError, PolicySource};
 
 use crate::output::print_json_line;
 
@@ -14,12 +14,12 @@ use crate::output::print_json_line;
 pub enum PolicyCommand {
     /// Validate a policy file (errors name line and column).
     Check {
-        /// Policy file.
+        /// Policy file, or builtin:NAME.
         file: PathBuf,
     },
     /// Show the decision a policy makes for a call, and the rule that makes it (no execution).
     Explain {
-        /// Policy file.
+        /// Policy file, or builtin:NAME.
         file: PathBuf,
         /// Tool name.
         tool: String,
@@ -49,7 +49,8 @@ pub fn policy(command: PolicyCommand) -> anyhow::Result<ExitCode> {
             root,
             json,
         } => {
-            let policy = cordon_policy::CompiledPolicy::load(&file, &env)?;
+            let source = PolicySource::parse(&file).map_err(PolicyError::from)?;
+            let policy = cordon_policy::CompiledPolicy::load_source(&source, &env)?;
             let root = std::path::absolute(&root)
                 .with_context(|| format!("failed to resolve root {}", root.display()))?;
             let home = std::env::var_os("HOME").map(std::path::PathBuf::from);

@@ -15,6 +15,7 @@ fn check(text: &str, kind: &str, line: usize, column: usize, needle: &str) {
     let shown = error.to_string();
     let actual_kind = match &error {
         PolicyError::Read { .. } => "read",
+        PolicyError::UnknownBuiltin(_) => "unknown builtin",
         PolicyError::Syntax { .. } => "syntax",
         PolicyError::UnknownKey { .. } => "unknown key",
         PolicyError::MissingKey { .. } => "missing key",
