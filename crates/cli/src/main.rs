@@ -4,6 +4,7 @@
 
 mod args;
 mod cmd;
+mod config;
 mod logging;
 mod output;
 

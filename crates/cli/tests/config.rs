@@ -61,6 +61,42 @@ impl Env {
         self.base.path().join("home").canonicalize().unwrap()
     }
 
+    /// Write `rel` (relative to the base directory: `ws/…`, `home/…`), creating parents.
+    fn put(&self, rel: &str, text: &str) -> PathBuf {
+        let path = self.base.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path.canonicalize().unwrap()
+    }
+
+    fn set(&mut self, name: &str, value: impl AsRef<str>) {
+        self.vars.retain(|(existing, _)| existing != name);
+        self.vars.push((name.to_owned(), value.as_ref().to_owned()));
+    }
+
+    /// `cordon exec ls {} --root WS` plus `extra`.
+    fn exec_ls(&self, extra: &[&str]) -> Run {
+        let ws = self.ws();
+        let mut args = vec!["exec", "ls", "{}", "--root", ws.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
+
+    /// `cordon doctor --root WS` plus `extra`, lines starting `config: `.
+    fn doctor_config(&self, extra: &[&str]) -> (Run, Vec<String>) {
+        let ws = self.ws();
+        let mut args = vec!["doctor", "--root", ws.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let run = self.run(&args);
+        let lines = run
+            .stdout
+            .lines()
+            .filter(|line| line.starts_with("config: "))
+            .map(str::to_owned)
+            .collect();
+        (run, lines)
+    }
+
     /// `cordon ARGS` in the workspace.
     fn run(&self, args: &[&str]) -> Run {
         let mut command = Command::new(BIN);
@@ -188,5 +224,247 @@ fn exec_under_a_builtin_policy_cites_it_in_the_denial() {
     assert!(
         !allowed.stdout.starts_with("decision: deny"),
         "{allowed:#?}"
+    );
+}
+
+/// A policy whose only rule (at line 4) denies `ls`, with `who` as the reason.
+fn deny_ls(who: &str) -> String {
+    format!(
+        "version = 1\n\n# the rule\n[[rules]]\ntool = \"ls\"\ndecision = \"deny\"\nreason = \"{who}\"\n"
+    )
+}
+
+/// `exec ls` was refused by the `deny_ls` policy at `file`.
+#[track_caller]
+fn assert_denied_by(run: &Run, file: &Path) {
+    assert_eq!(run.code, 1, "{run:#?}");
+    let expected = format!("Blocked by policy ({}:4)", file.display());
+    assert!(
+        run.stdout.starts_with(&expected),
+        "{expected:?} in {run:#?}"
+    );
+}
+
+#[test]
+fn policy_discovery_order_is_flag_env_project_user_builtin() {
+    let mut env = Env::new();
+    env.put("ws/a.txt", "a");
+    // Nothing anywhere: the built-in default, which lets `ls` run.
+    let run = env.exec_ls(&[]);
+    run.assert_ok();
+    assert_eq!(run.stdout, "a.txt\n");
+    let home_user = env.put("home/.config/cordon/policy.toml", &deny_ls("home"));
+    assert_denied_by(&env.exec_ls(&[]), &home_user);
+    // XDG_CONFIG_HOME, when set, is where the user's file is.
+    let xdg_user = env.put("xdg/cordon/policy.toml", &deny_ls("xdg"));
+    env.set(
+        "XDG_CONFIG_HOME",
+        env.base.path().join("xdg").to_str().unwrap(),
+    );
+    assert_denied_by(&env.exec_ls(&[]), &xdg_user);
+    let project = env.put("ws/.cordon/policy.toml", &deny_ls("project"));
+    assert_denied_by(&env.exec_ls(&[]), &project);
+    let from_env = env.put("env.toml", &deny_ls("env"));
+    env.set("CORDON_POLICY", from_env.to_str().unwrap());
+    assert_denied_by(&env.exec_ls(&[]), &from_env);
+    let flag = env.put("flag.toml", &deny_ls("flag"));
+    assert_denied_by(&env.exec_ls(&["--policy", flag.to_str().unwrap()]), &flag);
+    // A built-in named by the flag or the variable beats every file.
+    let run = env.exec_ls(&["--policy", "builtin:default"]);
+    run.assert_ok();
+    env.set("CORDON_POLICY", "builtin:readonly.toml");
+    env.exec_ls(&[]).assert_ok();
+
+    let (run, lines) = env.doctor_config(&[]);
+    assert_eq!(run.code, 0, "{run:#?}");
+    let expected = [
+        "config: policy candidate --policy: info (not set)".to_owned(),
+        "config: policy candidate CORDON_POLICY: info (builtin:readonly.toml: chosen)".to_owned(),
+        format!(
+            "config: policy candidate project: info ({}: present, overridden by an earlier candidate)",
+            project.display()
+        ),
+        format!(
+            "config: policy candidate user: info ({}: present, overridden by an earlier candidate)",
+            xdg_user.display()
+        ),
+        "config: policy candidate builtin: info (builtin:default.toml: present, overridden by an \
+         earlier candidate)"
+            .to_owned(),
+    ];
+    assert_eq!(lines[..5], expected, "{run:#?}");
+    assert!(
+        lines[5].starts_with("config: policy: ok (builtin:readonly.toml, from CORDON_POLICY ("),
+        "{run:#?}"
+    );
+}
+
+#[test]
+fn doctor_names_each_absent_candidate_and_the_builtin_default() {
+    let env = Env::new();
+    let (run, lines) = env.doctor_config(&[]);
+    assert_eq!(run.code, 0, "{run:#?}");
+    let ws = env.ws();
+    let home = env.home();
+    let expected = [
+        "config: policy candidate --policy: info (not set)".to_owned(),
+        "config: policy candidate CORDON_POLICY: info (not set)".to_owned(),
+        format!(
+            "config: policy candidate project: info ({}/.cordon/policy.toml: absent)",
+            ws.display()
+        ),
+        format!(
+            "config: policy candidate user: info ({}/.config/cordon/policy.toml: absent)",
+            home.display()
+        ),
+        "config: policy candidate builtin: info (builtin:default.toml: chosen)".to_owned(),
+    ];
+    assert_eq!(lines[..5], expected, "{run:#?}");
+    assert!(
+        lines[5].starts_with("config: policy: ok (builtin:default.toml, from builtin ("),
+        "{run:#?}"
+    );
+    assert_eq!(
+        lines[6..],
+        [
+            format!(
+                "config: config file project: info ({}/.cordon/config.toml: absent)",
+                ws.display()
+            ),
+            format!(
+                "config: config file user: info ({}/.config/cordon/config.toml: absent)",
+                home.display()
+            ),
+            "config: backend: info (not set)".to_owned(),
+            "config: image: info (not set)".to_owned(),
+            "config: workspace_mode: info (not set)".to_owned(),
+            "config: host: info (not set)".to_owned(),
+            "config: remote_root: info (not set)".to_owned(),
+        ],
+        "{run:#?}"
+    );
+}
+
+#[test]
+fn a_broken_discovered_policy_fails_doctor_with_its_line() {
+    let env = Env::new();
+    let project = env.put("ws/.cordon/policy.toml", "version = 1\nbogus = 1\n");
+    let (run, lines) = env.doctor_config(&[]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    let line = lines
+        .iter()
+        .find(|line| line.starts_with("config: policy: "))
+        .unwrap();
+    assert!(
+        line.starts_with(&format!(
+            "config: policy: missing ({}:2:1: unknown key",
+            project.display()
+        )),
+        "{line}"
+    );
+    let run = env.exec_ls(&[]);
+    run.assert_usage_error(&format!("{}:2:1: unknown key", project.display()));
+}
+
+#[test]
+fn project_files_that_are_symlinks_or_fifos_are_refused_not_skipped() {
+    for name in ["policy.toml", "config.toml"] {
+        let env = Env::new();
+        let target = env.put("elsewhere.toml", "version = 1\n");
+        std::fs::create_dir_all(env.ws().join(".cordon")).unwrap();
+        let path = env.ws().join(".cordon").join(name);
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        env.exec_ls(&[]).assert_usage_error(&format!(
+            "failed to open {}: it is a symbolic link, which Cordon does not follow",
+            path.display()
+        ));
+        std::fs::remove_file(&path).unwrap();
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // Opening does not block on the FIFO (nobody writes it): the run ends with the error.
+        env.exec_ls(&[]).assert_usage_error(&format!(
+            "failed to open {}: it is a FIFO, not a regular file",
+            path.display()
+        ));
+    }
+}
+
+#[test]
+fn an_oversized_config_file_is_an_error() {
+    let env = Env::new();
+    let path = env.put("ws/.cordon/config.toml", &"# x\n".repeat(20_000));
+    env.exec_ls(&[]).assert_usage_error(&format!(
+        "failed to read {}: it is larger than 65536 bytes",
+        path.display()
+    ));
+}
+
+#[test]
+fn config_files_set_defaults_and_flags_env_and_the_project_beat_them() {
+    let mut env = Env::new();
+    let user = env.put(
+        "home/.config/cordon/config.toml",
+        "# mine\nbackend = \"ssh\"\nimage = \"user:1\"\n",
+    );
+    // The user's file selects ssh, which needs a host: the run says so.
+    env.exec_ls(&[])
+        .assert_usage_error("--backend ssh needs --host");
+    let (_, lines) = env.doctor_config(&["--backend", "local"]);
+    assert!(
+        lines.contains(&"config: backend: info (local, from --backend)".to_owned()),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.contains(&format!(
+            "config: image: info (user:1, from {}:3)",
+            user.display()
+        )),
+        "{lines:#?}"
+    );
+    // The flag beats the file.
+    env.exec_ls(&["--backend", "local"]).assert_ok();
+    // So does the environment.
+    env.set("CORDON_BACKEND", "local");
+    env.exec_ls(&[]).assert_ok();
+    env.vars.clear();
+    // The project's file beats the user's.
+    let project = env.put("ws/.cordon/config.toml", "\nbackend = \"local\"\n");
+    env.exec_ls(&[]).assert_ok();
+    let (run, lines) = env.doctor_config(&[]);
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert!(
+        lines.contains(&format!(
+            "config: backend: info (local, from {}:2)",
+            project.display()
+        )),
+        "{lines:#?}"
+    );
+    assert!(
+        run.stdout
+            .lines()
+            .any(|line| line == "docker: image: info (user:1)"),
+        "{run:#?}"
+    );
+}
+
+#[test]
+fn unknown_keys_and_bad_values_in_config_files_name_file_and_line() {
+    let mut env = Env::new();
+    let path = env.put(
+        "ws/.cordon/config.toml",
+        "image = \"x\"\nbakend = \"ssh\"\n",
+    );
+    env.exec_ls(&[]).assert_usage_error(&format!(
+        "{}:2: failed to parse the config file: unknown field `bakend`",
+        path.display()
+    ));
+    let path = env.put("ws/.cordon/config.toml", "\nbackend = \"dockr\"\n");
+    env.exec_ls(&[]).assert_usage_error(&format!(
+        "failed to use backend = \"dockr\" from {}:2: expected one of local, docker, ssh",
+        path.display()
+    ));
+    std::fs::remove_file(&path).unwrap();
+    env.set("CORDON_WORKSPACE_MODE", "mount");
+    env.exec_ls(&[]).assert_usage_error(
+        "failed to use workspace_mode = \"mount\" from CORDON_WORKSPACE_MODE: expected one of bind, copy",
     );
 }

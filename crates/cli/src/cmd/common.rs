@@ -3,21 +3,57 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::{Args, ValueEnum};
 use cordon_core::CancellationToken;
+use cordon_policy::PolicySource;
 use cordon_runtime::{BackendChoice, Session, SessionOptions};
 
-/// Options shared by every subcommand that runs tools.
+use crate::config::{Config, ConfigError, Environment, PolicyChoice, Setting, discover_policy};
+
+/// The docker image when nothing names one (built by `scripts/build-sandbox-image.sh`).
+pub const DEFAULT_IMAGE: &str = "cordon-sandbox:latest";
+
+/// A setting's value parsed as one of `T`'s names; an unknown one names where it came from.
+fn parse_value<T: ValueEnum>(
+    key: &'static str,
+    setting: &Setting,
+) -> Result<Option<T>, ConfigError> {
+    let Some(value) = &setting.value else {
+        return Ok(None);
+    };
+    T::from_str(value, false)
+        .map(Some)
+        .map_err(|_| ConfigError::BadValue {
+            key,
+            value: value.clone(),
+            origin: setting.origin.clone(),
+            expected: format!(
+                "one of {}",
+                T::value_variants()
+                    .iter()
+                    .filter_map(|v| v.to_possible_value())
+                    .map(|v| v.get_name().to_owned())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
+}
+
+/// Options shared by every subcommand that runs tools. `--policy`, `--backend`, `--image`,
+/// `--workspace-mode`, `--host` and `--remote-root` fall back to the environment and the
+/// config files ([`crate::config`]) when not given; [`CommonArgs::settings`] resolves them.
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
-    /// Where tools run.
-    #[arg(long, value_enum, default_value_t = BackendKind::Local)]
-    pub backend: BackendKind,
-    /// Workspace root.
+    /// Where tools run [default: local, or CORDON_BACKEND, or `backend` in config.toml].
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendKind>,
+    /// Workspace root (also where the project's .cordon/ is looked for).
     #[arg(long, default_value = ".")]
     pub root: PathBuf,
     /// Policy file, or a built-in policy: builtin:default, builtin:readonly,
-    /// builtin:ci-untrusted, builtin:build-host (default: builtin:default).
+    /// builtin:ci-untrusted, builtin:build-host [default: CORDON_POLICY, else
+    /// ROOT/.cordon/policy.toml, else ~/.config/cordon/policy.toml, else builtin:default].
     #[arg(long, value_name = "FILE|builtin:NAME")]
     pub policy: Option<PathBuf>,
     /// Append decisions and results to this audit log (JSON lines, hash-chained).
@@ -27,16 +63,14 @@ pub struct CommonArgs {
     /// says which layer is missing.
     #[arg(long)]
     pub allow_degraded: bool,
-    /// docker: image to run.
-    #[arg(
-        long,
-        default_value = "cordon-sandbox:latest",
-        help_heading = "Docker backend"
-    )]
-    pub image: String,
-    /// docker: bind-mount the workspace, or copy it in and out (for remote daemons).
-    #[arg(long, value_enum, default_value_t = WorkspaceModeArg::Bind, help_heading = "Docker backend")]
-    pub workspace_mode: WorkspaceModeArg,
+    /// docker: image to run [default: cordon-sandbox:latest, or CORDON_IMAGE, or `image` in
+    /// config.toml].
+    #[arg(long, help_heading = "Docker backend")]
+    pub image: Option<String>,
+    /// docker: bind-mount the workspace, or copy it in and out (for remote daemons)
+    /// [default: bind].
+    #[arg(long, value_enum, help_heading = "Docker backend")]
+    pub workspace_mode: Option<WorkspaceModeArg>,
     /// ssh: `[USER@]HOST[:PORT]` or an alias from ~/.ssh/config.
     #[arg(long, help_heading = "SSH backend")]
     pub host: Option<String>,
@@ -54,6 +88,27 @@ pub struct CommonArgs {
     pub remote_root: Option<PathBuf>,
 }
 
+/// The common options with every default resolved ([`CommonArgs::settings`]).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The backend.
+    pub backend: BackendKind,
+    /// docker: the image.
+    pub image: String,
+    /// docker: how the workspace reaches the container.
+    pub workspace_mode: WorkspaceModeArg,
+    /// ssh: the host.
+    pub host: Option<String>,
+    /// ssh: the remote workspace.
+    pub remote_root: Option<PathBuf>,
+    /// The policy discovery chose and why.
+    pub policy: PolicyChoice,
+    /// The config files looked at.
+    pub config: Config,
+    /// Each setting of [`crate::config::KEYS`] and where its value came from.
+    pub origins: Vec<(&'static str, Setting)>,
+}
+
 /// How the workspace reaches a Docker container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum WorkspaceModeArg {
@@ -61,6 +116,16 @@ pub enum WorkspaceModeArg {
     Bind,
     /// Tar copy in at start and back out at the end.
     Copy,
+}
+
+impl WorkspaceModeArg {
+    /// The mode's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkspaceModeArg::Bind => "bind",
+            WorkspaceModeArg::Copy => "copy",
+        }
+    }
 }
 
 /// Every backend Cordon has; `docker` and `ssh` are cargo features, and a binary built without
@@ -124,18 +189,75 @@ pub struct NotBuilt {
 }
 
 impl CommonArgs {
+    /// Resolve every default: flags > environment > the project's and the user's files >
+    /// built-in defaults ([`crate::config`]).
+    pub fn settings(&self) -> anyhow::Result<Settings> {
+        let env = Environment::from_process();
+        let root = std::path::absolute(&self.root)
+            .with_context(|| format!("failed to resolve the root {}", self.root.display()))?;
+        let policy = discover_policy(self.policy.as_deref(), &root, &env)?;
+        let config = Config::load(&root, &env)?;
+        let resolve = |key, flag: Option<String>| config.resolve(key, flag, &env);
+        let backend = resolve("backend", self.backend.map(|b| b.name().to_owned()));
+        let image = resolve("image", self.image.clone());
+        let mode = resolve(
+            "workspace_mode",
+            self.workspace_mode.map(|m| m.name().to_owned()),
+        );
+        let host = resolve("host", self.host.clone());
+        let remote_root = resolve(
+            "remote_root",
+            self.remote_root
+                .as_ref()
+                .map(|path| path.display().to_string()),
+        );
+        let settings = Settings {
+            backend: parse_value("backend", &backend)?.unwrap_or(BackendKind::Local),
+            image: image
+                .value
+                .clone()
+                .unwrap_or_else(|| DEFAULT_IMAGE.to_owned()),
+            workspace_mode: parse_value("workspace_mode", &mode)?.unwrap_or(WorkspaceModeArg::Bind),
+            host: host.value.clone(),
+            remote_root: match (&self.remote_root, &remote_root.value) {
+                (Some(flag), _) => Some(flag.clone()),
+                (None, value) => value.as_ref().map(PathBuf::from),
+            },
+            policy,
+            config: config.clone(),
+            origins: vec![
+                ("backend", backend),
+                ("image", image),
+                ("workspace_mode", mode),
+                ("host", host),
+                ("remote_root", remote_root),
+            ],
+        };
+        Ok(settings)
+    }
+
     /// Session options for these arguments (no approver: `Ask` becomes a denial).
     pub fn session_options(&self) -> anyhow::Result<SessionOptions> {
-        self.backend.require_built()?;
-        let backend = match self.backend {
+        let settings = self.settings()?;
+        self.session_options_with(&settings)
+    }
+
+    /// [`CommonArgs::session_options`] for settings already resolved.
+    pub fn session_options_with(&self, settings: &Settings) -> anyhow::Result<SessionOptions> {
+        settings.backend.require_built()?;
+        let backend = match settings.backend {
             BackendKind::Local => BackendChoice::Local,
-            BackendKind::Docker => self.docker_choice()?,
-            BackendKind::Ssh => self.ssh_choice()?,
+            BackendKind::Docker => self.docker_choice(settings)?,
+            BackendKind::Ssh => self.ssh_choice(settings)?,
+        };
+        let policy = match &settings.policy.source {
+            PolicySource::Builtin(policy) => PathBuf::from(policy.file_name()),
+            PolicySource::File(path) => path.clone(),
         };
         Ok(SessionOptions {
             backend,
             root: self.root.clone(),
-            policy: self.policy.clone(),
+            policy: Some(policy),
             audit: self.audit.clone(),
             approver: None,
             allow_degraded: self.allow_degraded,
@@ -143,11 +265,11 @@ impl CommonArgs {
     }
 
     #[cfg(feature = "docker")]
-    fn docker_choice(&self) -> anyhow::Result<BackendChoice> {
+    fn docker_choice(&self, settings: &Settings) -> anyhow::Result<BackendChoice> {
         use cordon_runtime::{DockerOptions, WorkspaceMode};
         Ok(BackendChoice::Docker(DockerOptions {
-            image: self.image.clone(),
-            mode: match self.workspace_mode {
+            image: settings.image.clone(),
+            mode: match settings.workspace_mode {
                 WorkspaceModeArg::Bind => WorkspaceMode::Bind,
                 WorkspaceModeArg::Copy => WorkspaceMode::Copy,
             },
@@ -156,7 +278,7 @@ impl CommonArgs {
     }
 
     #[cfg(not(feature = "docker"))]
-    fn docker_choice(&self) -> anyhow::Result<BackendChoice> {
+    fn docker_choice(&self, _settings: &Settings) -> anyhow::Result<BackendChoice> {
         Err(NotBuilt {
             backend: BackendKind::Docker,
         }
@@ -164,11 +286,11 @@ impl CommonArgs {
     }
 
     #[cfg(feature = "ssh")]
-    fn ssh_choice(&self) -> anyhow::Result<BackendChoice> {
-        let Some(host) = self.host.clone() else {
+    fn ssh_choice(&self, settings: &Settings) -> anyhow::Result<BackendChoice> {
+        let Some(host) = settings.host.clone() else {
             anyhow::bail!("--backend ssh needs --host [USER@]HOST[:PORT]")
         };
-        let Some(remote_root) = self.remote_root.clone() else {
+        let Some(remote_root) = settings.remote_root.clone() else {
             anyhow::bail!(
                 "--backend ssh needs --remote-root DIR (the workspace on the remote host)"
             )
@@ -183,7 +305,7 @@ impl CommonArgs {
     }
 
     #[cfg(not(feature = "ssh"))]
-    fn ssh_choice(&self) -> anyhow::Result<BackendChoice> {
+    fn ssh_choice(&self, _settings: &Settings) -> anyhow::Result<BackendChoice> {
         Err(NotBuilt {
             backend: BackendKind::Ssh,
         }
@@ -194,7 +316,9 @@ impl CommonArgs {
     /// Start, on another thread, the slow one-time work opening a session will need: the
     /// local backend's probe of the host's sandbox support (namespace children).
     pub fn warm_up(&self) {
-        if matches!(self.backend, BackendKind::Local) {
+        // Without the flag the backend comes from the environment or a config file; the
+        // local backend is by far the most common, so warm up for it unless told otherwise.
+        if matches!(self.backend, None | Some(BackendKind::Local)) {
             std::thread::spawn(cordon_backend_local::probe_host);
         }
     }

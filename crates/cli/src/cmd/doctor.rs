@@ -25,7 +25,8 @@ use cordon_runtime::{Session, SessionOptions};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::cmd::common::{BackendKind, CommonArgs};
+use crate::cmd::common::{BackendKind, CommonArgs, Settings};
+use crate::config::Candidate;
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -105,28 +106,20 @@ impl Report {
 /// Run `cordon doctor`.
 pub async fn doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let DoctorArgs { common } = args;
-    let backend = common.backend;
+    let settings = common.settings()?;
+    let backend = settings.backend;
     backend.require_built()?;
-    let mut selected_ready = false;
+    let (config, policy) = check_config(&settings);
+    print_lines("config", &config);
+    let mut selected_ready = config.blockers.is_empty();
     for &kind in BackendKind::value_variants() {
         let name = kind.name();
         if !kind.is_built() {
             println!("{name}: not built into this cordon (rebuild with `--features {name}`)");
             continue;
         }
-        let report = check(kind, kind == backend, &common).await;
-        for Line {
-            item,
-            status,
-            detail,
-        } in &report.lines
-        {
-            if detail.is_empty() {
-                println!("{name}: {item}: {status}");
-            } else {
-                println!("{name}: {item}: {status} ({detail})");
-            }
-        }
+        let report = check(kind, kind == backend, &common, &settings, policy.as_ref()).await;
+        print_lines(name, &report);
         let ready = report.blockers.is_empty();
         let probed = kind == backend || kind == BackendKind::Local;
         if !probed {
@@ -137,7 +130,7 @@ pub async fn doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             println!("{name}: cannot run ({})", report.blockers.join(", "));
         }
         if kind == backend {
-            selected_ready = ready;
+            selected_ready &= ready;
         }
     }
     Ok(if selected_ready {
@@ -147,22 +140,100 @@ pub async fn doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The checks of one backend. Only the selected remote backend is probed with a real session
-/// (it starts a container or opens a connection); the others get the cheap lines.
-async fn check(kind: BackendKind, selected: bool, common: &CommonArgs) -> Report {
-    match kind {
-        BackendKind::Local => check_local(&common.root).await,
-        BackendKind::Docker => check_docker(selected, common).await,
-        BackendKind::Ssh => check_ssh(selected, common).await,
+/// Print a report's lines as `SECTION: ITEM: STATUS (DETAIL)`.
+fn print_lines(section: &str, report: &Report) {
+    for Line {
+        item,
+        status,
+        detail,
+    } in &report.lines
+    {
+        if detail.is_empty() {
+            println!("{section}: {item}: {status}");
+        } else {
+            println!("{section}: {item}: {status} ({detail})");
+        }
     }
 }
 
-async fn check_docker(selected: bool, common: &CommonArgs) -> Report {
+/// Which policy and config files were chosen and why: one line per discovery candidate, the
+/// policy (compiled, so a broken one shows here), the config files and each setting's origin.
+/// Returns the compiled policy when it loads.
+fn check_config(settings: &Settings) -> (Report, Option<CompiledPolicy>) {
+    let mut report = Report::new();
+    for Candidate {
+        origin,
+        path,
+        state,
+    } in &settings.policy.candidates
+    {
+        let detail = match path {
+            Some(path) => format!("{path}: {}", state.describe()),
+            None => state.describe().to_owned(),
+        };
+        report.line(format!("policy candidate {origin}"), Status::Info, detail);
+    }
+    let env: EnvMap = std::env::vars().collect();
+    let name = settings.policy.source.display_name();
+    let policy = match CompiledPolicy::load_source(&settings.policy.source, &env) {
+        Ok(policy) => {
+            report.line(
+                "policy",
+                Status::Ok,
+                format!(
+                    "{name}, from {} ({} rules, default {})",
+                    settings.policy.origin,
+                    policy.rule_count(),
+                    policy.default_decision()
+                ),
+            );
+            Some(policy)
+        }
+        Err(error) => {
+            report.needed("policy", false, error.to_string());
+            None
+        }
+    };
+    for file in &settings.config.files {
+        let state = if file.present { "present" } else { "absent" };
+        report.line(
+            format!("config file {}", file.origin),
+            Status::Info,
+            format!("{}: {state}", file.path.display()),
+        );
+    }
+    for (key, setting) in &settings.origins {
+        let detail = match &setting.value {
+            Some(value) => format!("{value}, from {}", setting.origin),
+            None => "not set".to_owned(),
+        };
+        report.line(*key, Status::Info, detail);
+    }
+    (report, policy)
+}
+
+/// The checks of one backend. Only the selected remote backend is probed with a real session
+/// (it starts a container or opens a connection); the others get the cheap lines.
+async fn check(
+    kind: BackendKind,
+    selected: bool,
+    common: &CommonArgs,
+    settings: &Settings,
+    policy: Option<&CompiledPolicy>,
+) -> Report {
+    match kind {
+        BackendKind::Local => check_local(&common.root, policy).await,
+        BackendKind::Docker => check_docker(selected, common, settings).await,
+        BackendKind::Ssh => check_ssh(selected, common, settings).await,
+    }
+}
+
+async fn check_docker(selected: bool, common: &CommonArgs, settings: &Settings) -> Report {
     let mut report = Report::new();
     let host =
         std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_owned());
     report.line("engine", Status::Info, format!("DOCKER_HOST={host}"));
-    report.line("image", Status::Info, common.image.clone());
+    report.line("image", Status::Info, settings.image.clone());
     if !selected {
         report.line(
             "session",
@@ -182,7 +253,7 @@ async fn check_docker(selected: bool, common: &CommonArgs) -> Report {
             return report;
         }
     };
-    let mut options = match common.session_options() {
+    let mut options = match common.session_options_with(settings) {
         Ok(options) => options,
         Err(error) => {
             report.needed("options", false, error.to_string());
@@ -196,7 +267,7 @@ async fn check_docker(selected: bool, common: &CommonArgs) -> Report {
     report
 }
 
-async fn check_ssh(selected: bool, common: &CommonArgs) -> Report {
+async fn check_ssh(selected: bool, common: &CommonArgs, settings: &Settings) -> Report {
     let mut report = Report::new();
     match std::env::var_os("SSH_AUTH_SOCK") {
         Some(sock) if std::path::Path::new(&sock).exists() => {
@@ -257,7 +328,7 @@ async fn check_ssh(selected: bool, common: &CommonArgs) -> Report {
         );
         return report;
     }
-    let options = match common.session_options() {
+    let options = match common.session_options_with(settings) {
         Ok(options) => options,
         Err(error) => {
             report.needed("options", false, error.to_string());
@@ -273,7 +344,7 @@ async fn check_ssh(selected: bool, common: &CommonArgs) -> Report {
     report
 }
 
-async fn check_local(root: &Path) -> Report {
+async fn check_local(root: &Path, policy: Option<&CompiledPolicy>) -> Report {
     let mut report = Report::new();
     match outside_hard_links(root, HARD_LINK_SCAN_LIMIT) {
         Ok(scan) if scan.linked.is_empty() => report.line(
@@ -344,13 +415,17 @@ async fn check_local(root: &Path) -> Report {
         "read-only system, protected and masked paths",
     );
 
-    let env: EnvMap = std::env::vars().collect();
-    let spec = match CompiledPolicy::builtin_default(&env) {
-        Ok(policy) => policy.sandbox_spec(),
-        Err(error) => {
-            report.needed("default policy", false, error.to_string());
-            return report;
-        }
+    // The layers the policy in use needs; without one (it failed to load, which the config
+    // section reports), those of the default policy.
+    let spec = match policy {
+        Some(policy) => policy.sandbox_spec(),
+        None => match CompiledPolicy::builtin_default(&EnvMap::new()) {
+            Ok(policy) => policy.sandbox_spec(),
+            Err(error) => {
+                report.needed("default policy", false, error.to_string());
+                return report;
+            }
+        },
     };
     for LayerStatus {
         layer,
