@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use serde_json::{Value, json};
+
 const BIN: &str = env!("CARGO_BIN_EXE_cordon");
 
 /// What a finished `cordon` run printed.
@@ -31,6 +33,16 @@ impl Run {
         assert_eq!(self.stderr.lines().count(), 1, "{self:#?}");
         assert!(self.stderr.starts_with("cordon: "), "{self:#?}");
         assert!(self.stderr.contains(needle), "{needle:?} not in {self:#?}");
+    }
+}
+
+impl Run {
+    /// stdout as one JSON line (and nothing else).
+    #[track_caller]
+    fn json(&self) -> Value {
+        assert_eq!(self.stdout.lines().count(), 1, "one line: {self:#?}");
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|error| panic!("stdout is not JSON ({error}): {self:#?}"))
     }
 }
 
@@ -466,5 +478,171 @@ fn unknown_keys_and_bad_values_in_config_files_name_file_and_line() {
     env.set("CORDON_WORKSPACE_MODE", "mount");
     env.exec_ls(&[]).assert_usage_error(
         "failed to use workspace_mode = \"mount\" from CORDON_WORKSPACE_MODE: expected one of bind, copy",
+    );
+}
+
+#[test]
+fn policy_check_json_gives_the_summary_or_the_error_position() {
+    let env = Env::new();
+    let run = env.run(&["policy", "check", "builtin:ci-untrusted", "--json"]);
+    run.assert_ok();
+    let value = run.json();
+    assert_eq!(value["ok"], true);
+    assert_eq!(value["file"], "builtin:ci-untrusted.toml");
+    assert_eq!(value["default"], "deny");
+    assert_eq!(value["network"], "disabled");
+    assert_eq!(value["workspace"], "read-write");
+    assert!(value["rules"].as_u64().unwrap() > 0, "{value}");
+    assert_eq!(
+        value["tools"],
+        json!(["read", "edit", "write", "bash", "grep", "find", "ls"])
+    );
+    assert!(value["notes"].is_array());
+    let bad = env.put("bad.toml", "version = 1\n\n  bogus = 1\n");
+    let run = env.run(&["policy", "check", bad.to_str().unwrap(), "--json"]);
+    assert_eq!(run.code, 2, "{run:#?}");
+    assert_eq!(run.stderr.lines().count(), 1, "{run:#?}");
+    let value = run.json();
+    assert_eq!(value["ok"], false);
+    assert_eq!(value["file"], bad.to_str().unwrap());
+    assert_eq!(
+        (value["line"].clone(), value["column"].clone()),
+        (json!(3), json!(3))
+    );
+    let error = value["error"].as_str().unwrap();
+    assert!(error.contains(":3:3: unknown key"), "{error}");
+    let missing = env.base.path().join("missing.toml");
+    let run = env.run(&["policy", "check", missing.to_str().unwrap(), "--json"]);
+    assert_eq!(run.code, 2, "{run:#?}");
+    let value = run.json();
+    assert_eq!(
+        (value["ok"].clone(), value["line"].clone()),
+        (json!(false), Value::Null)
+    );
+}
+
+#[test]
+fn audit_verify_json_reports_the_chain_the_head_and_the_first_bad_line() {
+    let env = Env::new();
+    env.put("ws/a.txt", "a\n");
+    let audit = env.base.path().join("audit.jsonl");
+    let audit = audit.to_str().unwrap();
+    let ws = env.ws();
+    let ws = ws.to_str().unwrap();
+    for _ in 0..2 {
+        let args = [
+            "exec",
+            "read",
+            r#"{"path":"a.txt"}"#,
+            "--audit",
+            audit,
+            "--root",
+            ws,
+        ];
+        env.run(&args).assert_ok();
+    }
+    let run = env.run(&["audit", "verify", audit, "--json"]);
+    run.assert_ok();
+    let value = run.json();
+    assert_eq!(value["ok"], true);
+    assert_eq!(value["file"], audit);
+    assert_eq!(value["lines"], 4);
+    assert_eq!(value["recordedHead"], Value::Null);
+    let head = value["head"].as_str().unwrap().to_owned();
+    assert_eq!(head.len(), 64);
+    let head_file = format!("{audit}.head");
+    let run = env.run(&[
+        "audit",
+        "verify",
+        audit,
+        "--head-file",
+        &head_file,
+        "--json",
+    ]);
+    run.assert_ok();
+    assert_eq!(
+        run.json()["recordedHead"],
+        json!({"sha256": head, "line": 4, "linesAfter": 0})
+    );
+    // Flip line 2: the chain breaks at line 3; exit 1 as without --json.
+    let text = std::fs::read_to_string(audit).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines[1] = lines[1].replace("\"isError\":false", "\"isError\":true");
+    std::fs::write(audit, lines.join("\n") + "\n").unwrap();
+    let run = env.run(&["audit", "verify", audit, "--json"]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    let value = run.json();
+    assert_eq!(
+        (value["ok"].clone(), value["line"].clone()),
+        (json!(false), json!(3))
+    );
+    assert!(
+        value["error"].as_str().unwrap().starts_with("line 3: "),
+        "{value}"
+    );
+}
+
+#[test]
+fn doctor_json_is_one_object_with_the_config_and_every_backend() {
+    let env = Env::new();
+    let project = env.put("ws/.cordon/config.toml", "image = \"mine:2\"\n");
+    let ws = env.ws();
+    let run = env.run(&["doctor", "--json", "--root", ws.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{run:#?}");
+    let value = run.json();
+    assert_eq!(value["selected"], "local");
+    assert_eq!(value["ready"], true);
+    let config = &value["config"];
+    assert_eq!(config["policy"]["source"], "builtin:default.toml");
+    assert_eq!(config["policy"]["origin"], "builtin");
+    assert_eq!(
+        config["policy"]["candidates"][0],
+        json!({"origin": "--policy", "path": null, "state": "not_set"})
+    );
+    assert_eq!(
+        config["policy"]["candidates"][4],
+        json!({"origin": "builtin", "path": "builtin:default.toml", "state": "chosen"})
+    );
+    assert_eq!(
+        config["files"][0],
+        json!({"origin": "project", "path": project.to_str().unwrap(), "present": true})
+    );
+    assert_eq!(
+        config["settings"]["image"],
+        json!({"value": "mine:2", "origin": format!("{}:1", project.display())})
+    );
+    assert_eq!(
+        config["settings"]["backend"],
+        json!({"value": null, "origin": "default"})
+    );
+    assert_eq!(config["blockers"], json!([]));
+    let backends = value["backends"].as_array().unwrap();
+    let names: Vec<&str> = backends
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["local", "docker", "ssh"]);
+    let local = &backends[0];
+    assert_eq!(
+        (
+            local["selected"].clone(),
+            local["probed"].clone(),
+            local["ready"].clone()
+        ),
+        (json!(true), json!(true), json!(true))
+    );
+    let items = local["items"].as_array().unwrap();
+    assert!(
+        items.contains(&json!({"item": "pid namespaces", "status": "ok", "detail": "a PID namespace per command: nothing outlives it"})),
+        "{local}"
+    );
+    let docker = &backends[1];
+    assert_eq!(docker["ready"], false);
+    assert!(
+        docker["items"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"item": "image", "status": "info", "detail": "mine:2"})),
+        "{docker}"
     );
 }

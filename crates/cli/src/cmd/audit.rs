@@ -7,7 +7,10 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use cordon_core::hostfile::{self, Trust};
-use cordon_policy::audit::{AuditHead, verify_audit_log, verify_audit_log_from_head};
+use cordon_policy::audit::{AuditError, AuditHead, verify_audit_log, verify_audit_log_from_head};
+use serde_json::{Value, json};
+
+use crate::output::print_json_line;
 
 /// The largest head file read (one line).
 const MAX_HEAD_FILE_BYTES: u64 = 4096;
@@ -30,6 +33,10 @@ pub enum AuditCommand {
         /// its head at the line count it records.
         #[arg(long, value_name = "FILE")]
         head_file: Option<PathBuf>,
+        /// Print one JSON object (docs/contract.md#audit-verify) instead of text; the exit
+        /// code is the same.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -40,6 +47,7 @@ pub fn audit(command: AuditCommand) -> anyhow::Result<ExitCode> {
             file,
             expect_head,
             head_file,
+            json,
         } => {
             let expected = match (expect_head, head_file) {
                 (Some(sha), _) => {
@@ -65,21 +73,65 @@ pub fn audit(command: AuditCommand) -> anyhow::Result<ExitCode> {
             let text = hostfile::read_to_string(&file, Trust::Any, MAX_AUDIT_LOG_BYTES)
                 .with_context(|| format!("failed to read {}", file.display()))?;
             let verified = match &expected {
-                None => verify_audit_log(&text).map(|report| report.to_text()),
+                None => verify_audit_log(&text).map(|report| Verified {
+                    text: report.to_text(),
+                    json: json!({
+                        "ok": true,
+                        "file": file.display().to_string(),
+                        "lines": report.lines,
+                        "head": report.head,
+                        "recordedHead": null,
+                    }),
+                }),
                 Some((sha, lines)) => {
-                    verify_audit_log_from_head(&text, sha, *lines).map(|report| report.to_text())
+                    verify_audit_log_from_head(&text, sha, *lines).map(|head| Verified {
+                        text: head.to_text(),
+                        json: json!({
+                            "ok": true,
+                            "file": file.display().to_string(),
+                            "lines": head.report.lines,
+                            "head": head.report.head,
+                            "recordedHead": {
+                                "sha256": sha,
+                                "line": head.head_line,
+                                "linesAfter": head.report.lines - head.head_line,
+                            },
+                        }),
+                    })
                 }
             };
             match verified {
-                Ok(text) => {
-                    println!("{text}");
+                Ok(verified) if json => {
+                    print_json_line(&verified.json);
+                    Ok(ExitCode::SUCCESS)
+                }
+                Ok(verified) => {
+                    println!("{}", verified.text);
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(error) => {
+                    if json {
+                        let line = match &error {
+                            AuditError::Chain { line, .. } => json!(line),
+                            _ => Value::Null,
+                        };
+                        print_json_line(&json!({
+                            "ok": false,
+                            "file": file.display().to_string(),
+                            "line": line,
+                            "error": error.to_string(),
+                        }));
+                    }
                     eprintln!("cordon: {}: {error}", file.display());
                     Ok(ExitCode::FAILURE)
                 }
             }
         }
     }
+}
+
+/// A verified log, as text and as JSON.
+struct Verified {
+    text: String,
+    json: Value,
 }

@@ -22,11 +22,13 @@ use cordon_core::executor::RunControl;
 use cordon_core::protocol::ToolCall;
 use cordon_policy::{CompiledPolicy, EnvMap};
 use cordon_runtime::{Session, SessionOptions};
-use serde_json::json;
+use serde::Serialize;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::cmd::common::{BackendKind, CommonArgs, Settings};
 use crate::config::Candidate;
+use crate::output::print_json_line;
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -34,10 +36,15 @@ pub struct DoctorArgs {
     /// probed with a real session); the docker and ssh options say how to reach it.
     #[command(flatten)]
     pub common: CommonArgs,
+    /// Print one JSON object (docs/contract.md#doctor) instead of lines; the exit code is the
+    /// same.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// How one item stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 enum Status {
     /// Present and working.
     Ok,
@@ -61,7 +68,7 @@ impl fmt::Display for Status {
 }
 
 /// One line of the report.
-#[derive(Debug)]
+#[derive(Debug, Serialize)]
 struct Line {
     item: String,
     status: Status,
@@ -103,41 +110,133 @@ impl Report {
     }
 }
 
+/// One backend's part of the report.
+#[derive(Debug)]
+struct BackendSection {
+    kind: BackendKind,
+    /// `None` when this binary was built without the backend.
+    report: Option<Report>,
+    /// Whether its readiness was established (the local backend and the selected one).
+    probed: bool,
+}
+
+impl BackendSection {
+    fn ready(&self) -> bool {
+        self.report
+            .as_ref()
+            .is_some_and(|report| report.blockers.is_empty())
+    }
+}
+
 /// Run `cordon doctor`.
 pub async fn doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    let DoctorArgs { common } = args;
+    let DoctorArgs { common, json } = args;
     let settings = common.settings()?;
     let backend = settings.backend;
     backend.require_built()?;
     let (config, policy) = check_config(&settings);
-    print_lines("config", &config);
-    let mut selected_ready = config.blockers.is_empty();
+    let mut sections = Vec::new();
     for &kind in BackendKind::value_variants() {
-        let name = kind.name();
-        if !kind.is_built() {
-            println!("{name}: not built into this cordon (rebuild with `--features {name}`)");
-            continue;
-        }
-        let report = check(kind, kind == backend, &common, &settings, policy.as_ref()).await;
-        print_lines(name, &report);
-        let ready = report.blockers.is_empty();
-        let probed = kind == backend || kind == BackendKind::Local;
-        if !probed {
-            println!("{name}: not probed (select it with --backend {name})");
-        } else if ready {
-            println!("{name}: ready");
+        let report = if kind.is_built() {
+            Some(check(kind, kind == backend, &common, &settings, policy.as_ref()).await)
         } else {
-            println!("{name}: cannot run ({})", report.blockers.join(", "));
-        }
-        if kind == backend {
-            selected_ready &= ready;
-        }
+            None
+        };
+        sections.push(BackendSection {
+            kind,
+            report,
+            probed: kind == backend || kind == BackendKind::Local,
+        });
     }
-    Ok(if selected_ready {
+    let ready = config.blockers.is_empty()
+        && sections
+            .iter()
+            .any(|section| section.kind == backend && section.ready());
+    if json {
+        print_json(&settings, &config, &sections, ready);
+    } else {
+        print_text(&config, &sections);
+    }
+    Ok(if ready {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The lines: the config section, then each backend's lines and verdict.
+fn print_text(config: &Report, sections: &[BackendSection]) {
+    print_lines("config", config);
+    for section in sections {
+        let name = section.kind.name();
+        let Some(report) = &section.report else {
+            println!("{name}: not built into this cordon (rebuild with `--features {name}`)");
+            continue;
+        };
+        print_lines(name, report);
+        if !section.probed {
+            println!("{name}: not probed (select it with --backend {name})");
+        } else if section.ready() {
+            println!("{name}: ready");
+        } else {
+            println!("{name}: cannot run ({})", report.blockers.join(", "));
+        }
+    }
+}
+
+/// The report as one JSON object (docs/contract.md#doctor).
+fn print_json(settings: &Settings, config: &Report, sections: &[BackendSection], ready: bool) {
+    let backends: Vec<Value> = sections
+        .iter()
+        .map(|section| {
+            let (items, blockers) = match &section.report {
+                Some(report) => (json!(report.lines), json!(report.blockers)),
+                None => (json!([]), json!([])),
+            };
+            json!({
+                "name": section.kind.name(),
+                "built": section.report.is_some(),
+                "selected": section.kind == settings.backend,
+                "probed": section.report.is_some() && section.probed,
+                "ready": section.probed && section.ready(),
+                "blockers": blockers,
+                "items": items,
+            })
+        })
+        .collect();
+    let files: Vec<Value> = settings
+        .config
+        .files
+        .iter()
+        .map(|file| {
+            json!({
+                "origin": file.origin,
+                "path": file.path.display().to_string(),
+                "present": file.present,
+            })
+        })
+        .collect();
+    let values: serde_json::Map<String, Value> = settings
+        .origins
+        .iter()
+        .map(|(key, setting)| ((*key).to_owned(), json!(setting)))
+        .collect();
+    print_json_line(&json!({
+        "selected": settings.backend.name(),
+        "ready": ready,
+        "config": {
+            "policy": {
+                "source": settings.policy.source.display_name(),
+                "origin": settings.policy.origin,
+                "candidates": settings.policy.candidates,
+            },
+            "files": files,
+            "settings": values,
+            "blockers": config.blockers,
+            "items": config.lines,
+        },
+        "backends": backends,
+    }));
 }
 
 /// Print a report's lines as `SECTION: ITEM: STATUS (DETAIL)`.
