@@ -8,9 +8,17 @@ use clap::{Parser, Subcommand};
 
 use crate::cmd;
 
+/// `cordon --version`: the package version and the commit it was built from (see `build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("CORDON_BUILD_COMMIT"),
+    ")"
+);
+
 /// Run AI agents' tool calls inside a sandbox, under a declarative policy.
 #[derive(Debug, Parser)]
-#[command(name = "cordon", version, about, propagate_version = true)]
+#[command(name = "cordon", version = VERSION, about, propagate_version = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

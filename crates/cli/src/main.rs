@@ -3,6 +3,9 @@
 //! success, 1 error result, 2 usage or configuration error with a one-line reason on stderr.
 
 mod args;
+#[cfg(test)]
+#[path = "../build_commit.rs"]
+mod build_commit;
 mod cmd;
 mod config;
 mod logging;
