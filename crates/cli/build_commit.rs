@@ -104,7 +104,7 @@ mod tests {
     #[test]
     fn an_implausible_override_is_ignored() {
         let dir = tempfile::tempdir().expect("temp dir");
-        for label in ["", "  ", "abc def", "abc\n", "$(id)", &"a".repeat(81)] {
+        for label in ["", "  ", "abc def", "abc\ndef", "$(id)", &"a".repeat(81)] {
             assert_eq!(
                 commit_label(dir.path(), Some(label)),
                 UNKNOWN_COMMIT,
