@@ -46,6 +46,7 @@ pub async fn connect(host: Option<&str>) -> Result<(Docker, String), DockerError
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| DEFAULT_HOST.to_owned()),
     };
+    let next_step = || crate::error::Hints::for_current_dir().unreachable();
     let docker = Docker::connect_with_host(&host).map_err(|source| match source {
         bollard::errors::Error::UnsupportedURISchemeError { .. } => DockerError::Host {
             host: host.clone(),
@@ -54,6 +55,7 @@ pub async fn connect(host: Option<&str>) -> Result<(Docker, String), DockerError
         other => DockerError::Unreachable {
             host: host.clone(),
             reason: other.to_string(),
+            next_step: next_step(),
         },
     })?;
     let negotiated = tokio::time::timeout(Duration::from_secs(20), docker.negotiate_version())
@@ -61,10 +63,12 @@ pub async fn connect(host: Option<&str>) -> Result<(Docker, String), DockerError
         .map_err(|_| DockerError::Unreachable {
             host: host.clone(),
             reason: "no answer within 20 s".to_owned(),
+            next_step: next_step(),
         })?
         .map_err(|e| DockerError::Unreachable {
             host: host.clone(),
             reason: e.to_string(),
+            next_step: next_step(),
         })?;
     Ok((negotiated, host))
 }

@@ -1,7 +1,64 @@
 //! [`DockerError`]: why a Docker session could not be set up or torn down. Errors of individual
 //! operations use the backend traits' own types (`FsError`, `ExecError`, `SearchError`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// The next steps an error suggests. The repository's scripts exist only in a Cordon source
+/// checkout; an installed `cordon` run anywhere else names commands the operator has instead
+/// (`cordon doctor`, `docker build`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hints {
+    /// The current directory is inside a Cordon source checkout: name its scripts.
+    SourceCheckout,
+    /// Anywhere else: only commands an installed `cordon` and Docker provide.
+    Installed,
+}
+
+impl Hints {
+    /// [`Hints::SourceCheckout`] when the current directory or one of its parents holds
+    /// `Dockerfile.sandbox` and `scripts/build-sandbox-image.sh` (checked with `stat` only; a
+    /// wrong guess changes an error's wording, nothing else).
+    pub fn for_current_dir() -> Self {
+        let in_checkout = std::env::current_dir().is_ok_and(|cwd| {
+            cwd.ancestors().any(|dir: &Path| {
+                dir.join("Dockerfile.sandbox").is_file()
+                    && dir.join("scripts/build-sandbox-image.sh").is_file()
+            })
+        });
+        if in_checkout {
+            Self::SourceCheckout
+        } else {
+            Self::Installed
+        }
+    }
+
+    /// What to do when no Docker engine answers.
+    pub fn unreachable(self) -> String {
+        match self {
+            Self::SourceCheckout => "Start one (scripts/docker-start.sh prints the DOCKER_HOST to \
+                                     use) or set DOCKER_HOST"
+                .to_owned(),
+            Self::Installed => "Start the Docker engine or set DOCKER_HOST to the socket of one \
+                                that runs; `cordon doctor --backend docker` checks the connection"
+                .to_owned(),
+        }
+    }
+
+    /// What to do when `image` is not on the engine.
+    pub fn image_missing(self, image: &str) -> String {
+        match self {
+            Self::SourceCheckout => {
+                "build it with scripts/build-sandbox-image.sh (Cordon never pulls images)"
+                    .to_owned()
+            }
+            Self::Installed => format!(
+                "build it from Cordon's sources with `docker build -f Dockerfile.sandbox -t \
+                 {image} .` or choose an image you have with --image (Cordon never pulls images); \
+                 `cordon doctor --backend docker` checks the engine"
+            ),
+        }
+    }
+}
 
 /// Why the Docker backend failed at a lifecycle step.
 #[derive(Debug, thiserror::Error)]
@@ -16,22 +73,22 @@ pub enum DockerError {
         source: bollard::errors::Error,
     },
     /// The daemon does not answer.
-    #[error(
-        "failed to reach the Docker daemon at {host}: {reason}. Start one (scripts/docker-start.sh prints the DOCKER_HOST to use) or set DOCKER_HOST"
-    )]
+    #[error("failed to reach the Docker daemon at {host}: {reason}. {next_step}")]
     Unreachable {
         /// The host URI.
         host: String,
         /// What went wrong.
         reason: String,
+        /// What the operator can do, naming commands they have ([`Hints::unreachable`]).
+        next_step: String,
     },
     /// The sandbox image is not on the Docker host (Cordon never pulls).
-    #[error(
-        "failed to find image `{image}` on the Docker host: build it with scripts/build-sandbox-image.sh (Cordon never pulls images)"
-    )]
+    #[error("failed to find image `{image}` on the Docker host: {next_step}")]
     ImageMissing {
         /// The image reference.
         image: String,
+        /// How to build or choose an image ([`Hints::image_missing`]).
+        next_step: String,
     },
     /// The workspace root cannot be used.
     #[error("failed to open workspace root {path}: {source}")]
@@ -106,5 +163,37 @@ impl DockerError {
             step: step.into(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_installed_binary_names_commands_the_operator_has() {
+        assert_eq!(
+            Hints::Installed.unreachable(),
+            "Start the Docker engine or set DOCKER_HOST to the socket of one that runs; \
+             `cordon doctor --backend docker` checks the connection"
+        );
+        assert_eq!(
+            Hints::Installed.image_missing("cordon-sandbox:latest"),
+            "build it from Cordon's sources with `docker build -f Dockerfile.sandbox -t \
+             cordon-sandbox:latest .` or choose an image you have with --image (Cordon never \
+             pulls images); `cordon doctor --backend docker` checks the engine"
+        );
+    }
+
+    #[test]
+    fn a_source_checkout_names_its_scripts() {
+        assert_eq!(
+            Hints::SourceCheckout.unreachable(),
+            "Start one (scripts/docker-start.sh prints the DOCKER_HOST to use) or set DOCKER_HOST"
+        );
+        assert_eq!(
+            Hints::SourceCheckout.image_missing("x"),
+            "build it with scripts/build-sandbox-image.sh (Cordon never pulls images)"
+        );
     }
 }

@@ -47,7 +47,7 @@ use cordon_remote::transport::{Collected, StdinEnd, collect};
 
 use crate::client::DockerTransport;
 pub use crate::client::Owner;
-pub use crate::error::DockerError;
+pub use crate::error::{DockerError, Hints};
 use crate::plan::{ContainerPlan, HOME_DIR, SPILL_DIR, WorkspaceSource};
 
 /// The default image.

@@ -61,6 +61,7 @@ pub(crate) async fn check_image(docker: &Docker, image: &str) -> Result<(), Dock
             status_code: 404, ..
         }) => Err(DockerError::ImageMissing {
             image: image.to_owned(),
+            next_step: crate::error::Hints::for_current_dir().image_missing(image),
         }),
         Err(e) => Err(DockerError::api(format!("inspect image {image}"), e)),
     }

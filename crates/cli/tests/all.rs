@@ -5,6 +5,7 @@ mod cli;
 mod config;
 mod doctor;
 mod hostfiles;
+mod install;
 mod load;
 mod logs;
 mod mcp;
