@@ -74,3 +74,151 @@ fn outside_the_source_tree_errors_name_installed_commands() {
     let stderr = text(&output.stderr);
     assert!(stderr.contains("scripts/docker-start.sh"), "{stderr}");
 }
+
+/// A YAML file as JSON (PyYAML's safe loader: the CI examples are plain YAML).
+fn yaml(path: &Path) -> serde_json::Value {
+    let output = Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)",
+        ])
+        .arg(path)
+        .output()
+        .expect("python3 is needed to parse the CI examples");
+    assert!(
+        output.status.success(),
+        "failed to parse {} (python3 with PyYAML is needed): {}",
+        path.display(),
+        text(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("JSON from python3")
+}
+
+/// A checkout with the examples' transcript at `transcript` (relative), to replay in CI.
+fn checkout_with_transcript(transcript: &str) -> tempfile::TempDir {
+    let checkout = tempfile::tempdir().expect("checkout");
+    let path = checkout.path().join(transcript);
+    std::fs::create_dir_all(path.parent().expect("a directory")).expect("mkdir");
+    std::fs::copy(repo_root().join("examples/session.jsonl"), &path).expect("copy transcript");
+    std::fs::write(checkout.path().join("Cargo.toml"), "[package]\n").expect("write");
+    checkout
+}
+
+/// Run a CI script the way both CI systems run bash (`-e`, `-o pipefail`), with the built
+/// `cordon` first on PATH.
+fn run_ci_script(script: &str, cwd: &Path, env: &[(&str, &Path)], vars: &[(&str, &str)]) {
+    let bin_dir = Path::new(BIN).parent().expect("binary directory");
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = Command::new("bash");
+    command
+        .args(["--noprofile", "--norc", "-eo", "pipefail", "-c", script])
+        .current_dir(cwd)
+        .env("PATH", path);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    let output = command.output().expect("run bash");
+    assert!(
+        output.status.success(),
+        "the CI script failed:\n{script}\nstdout:\n{}\nstderr:\n{}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+}
+
+/// What a replay of `examples/session.jsonl` leaves: the transcript's edits in `workspace`,
+/// none in `checkout`, and a verified audit log plus the events in `audit_dir`.
+fn assert_replayed(checkout: &Path, audit_dir: &Path) {
+    assert!(
+        !checkout.join("greet.sh").exists(),
+        "the replay must not touch the checkout"
+    );
+    let events = std::fs::read_to_string(audit_dir.join("events.jsonl")).expect("events");
+    assert!(
+        events
+            .lines()
+            .any(|line| line.contains(r#""type":"agent_end""#)),
+        "{events}"
+    );
+    let audit = std::fs::read_to_string(audit_dir.join("audit.jsonl")).expect("audit log");
+    assert!(audit.lines().count() > 1, "{audit}");
+    // The transcript's write of .git/hooks/pre-commit is refused by the protect rule.
+    assert!(audit.contains("pre-commit"), "{audit}");
+    assert!(audit_dir.join("audit.jsonl.head").is_file());
+}
+
+#[test]
+fn github_actions_example_replays_under_ci_untrusted_and_keeps_the_audit_log() {
+    let workflow = yaml(&repo_root().join("examples/ci/github-actions.yml"));
+    let job = &workflow["jobs"]["replay"];
+    let steps = job["steps"].as_array().expect("steps");
+    let step = |name: &str| {
+        steps
+            .iter()
+            .find(|step| step["name"] == name)
+            .unwrap_or_else(|| panic!("no step {name:?} in {steps:#?}"))
+    };
+    let install = step("Install cordon")["run"].as_str().expect("run");
+    assert!(install.contains("sha256sum -c"), "{install}");
+    let replay = step("Replay the transcript")["run"].as_str().expect("run");
+    assert!(replay.contains("--policy builtin:ci-untrusted"), "{replay}");
+    let keep = step("Keep the audit log");
+    assert_eq!(keep["if"], "always()");
+    assert_eq!(keep["with"]["path"], "${{ runner.temp }}/cordon-audit/");
+    let transcript = job["env"]["TRANSCRIPT"].as_str().expect("TRANSCRIPT");
+
+    let checkout = checkout_with_transcript(transcript);
+    let runner_temp = tempfile::tempdir().expect("runner temp");
+    run_ci_script(
+        replay,
+        checkout.path(),
+        &[
+            ("RUNNER_TEMP", runner_temp.path()),
+            ("GITHUB_WORKSPACE", checkout.path()),
+        ],
+        &[("TRANSCRIPT", transcript)],
+    );
+    assert!(runner_temp.path().join("workspace/greet.sh").is_file());
+    assert_replayed(checkout.path(), &runner_temp.path().join("cordon-audit"));
+}
+
+#[test]
+fn gitlab_ci_example_replays_under_ci_untrusted_and_keeps_the_audit_log() {
+    let config = yaml(&repo_root().join("examples/ci/gitlab-ci.yml"));
+    let job = &config["cordon-replay"];
+    let script: Vec<&str> = job["script"]
+        .as_array()
+        .expect("script")
+        .iter()
+        .map(|line| line.as_str().expect("a script line"))
+        .collect();
+    assert!(
+        script
+            .iter()
+            .any(|line| line.contains("--policy builtin:ci-untrusted")),
+        "{script:#?}"
+    );
+    assert_eq!(job["artifacts"]["when"], "always");
+    assert_eq!(
+        job["artifacts"]["paths"],
+        serde_json::json!(["cordon-audit/"])
+    );
+    let transcript = job["variables"]["TRANSCRIPT"].as_str().expect("TRANSCRIPT");
+
+    let checkout = checkout_with_transcript(transcript);
+    // GitLab runs the lines in one shell, stopping at the first failure.
+    run_ci_script(
+        &script.join("\n"),
+        checkout.path(),
+        &[("CI_PROJECT_DIR", checkout.path())],
+        &[("TRANSCRIPT", transcript)],
+    );
+    assert_replayed(checkout.path(), &checkout.path().join("cordon-audit"));
+}
