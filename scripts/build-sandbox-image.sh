@@ -3,15 +3,23 @@
 #
 #   scripts/build-sandbox-image.sh              # cordon-sandbox:latest from Dockerfile.sandbox
 #   scripts/build-sandbox-image.sh --busybox    # cordon-sandbox-busybox:latest, a ~2 MB test image
+#   scripts/build-sandbox-image.sh --cordon     # both images: cordon-sandbox:latest and
+#                                               # cordon:latest (Cordon itself, for CI steps)
 #   options: --tag NAME  --build-essentials  --force
+#            --cordon-binary PATH (default dist/cordon-x86_64-linux, built by scripts/release.sh
+#            when missing)  --cordon-tag NAME (default cordon:latest)
 #
 # The Debian image starts from a local base `cordon-base:bookworm`, made once with
 # `debootstrap --variant=minbase bookworm` from the Debian mirror apt already uses (override with
 # DEBIAN_MIRROR) and `docker import`; Dockerfile.sandbox is then built on top with
 # `--network host` so apt can reach the mirror. The busybox image is `FROM scratch` with the
 # host's busybox-static (no network at all). Idempotent and fast: an image whose recipe hash
-# label matches is kept as is. Needs a reachable engine (see scripts/docker-start.sh); installs
-# debootstrap / busybox-static with apt-get when missing and running as root.
+# label matches is kept as is. Cordon's own image is the sandbox image plus the static `cordon`
+# binary at /usr/local/bin/cordon (same user, same userland for the commands it runs); running
+# its sandbox inside a container needs `--security-opt seccomp=unconfined --security-opt
+# systempaths=unconfined` (README, "Install"). Needs a reachable engine (see
+# scripts/docker-start.sh); installs debootstrap / busybox-static with apt-get when missing and
+# running as root.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,19 +27,30 @@ mode=debian
 tag=""
 essentials=0
 force=0
+cordon=0
+cordon_binary=""
+cordon_tag="cordon:latest"
 while [ $# -gt 0 ]; do
     case "$1" in
         --busybox) mode=busybox ;;
         --tag) tag="$2"; shift ;;
         --build-essentials) essentials=1 ;;
         --force) force=1 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        --cordon) cordon=1 ;;
+        --cordon-binary) cordon=1; cordon_binary="$2"; shift ;;
+        --cordon-tag) cordon=1; cordon_tag="$2"; shift ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) echo "build-sandbox-image: unknown option $1" >&2; exit 2 ;;
     esac
     shift
 done
 
 log() { printf 'build-sandbox-image: %s\n' "$*" >&2; }
+
+if [ "$cordon" = 1 ] && [ "$mode" = busybox ]; then
+    log "--cordon builds on the Debian sandbox image, not --busybox"
+    exit 2
+fi
 
 if ! docker version >/dev/null 2>&1; then
     log "no Docker engine reachable (DOCKER_HOST=${DOCKER_HOST:-unset}); run: export DOCKER_HOST=\"\$(scripts/docker-start.sh)\""
@@ -127,7 +146,49 @@ build_debian() {
     printf '%s\n' "$name"
 }
 
+# $1 = the sandbox image to build on. Prints the image name.
+build_cordon() {
+    local sandbox="$1" bin="$cordon_binary"
+    if [ -z "$bin" ]; then
+        bin="$here/dist/cordon-x86_64-linux"
+        if [ ! -x "$bin" ]; then
+            log "$bin is missing; building it with scripts/release.sh --arch x86_64"
+            "$here/scripts/release.sh" --arch x86_64 >&2
+        fi
+    fi
+    [ -x "$bin" ] || { log "no executable cordon binary at $bin"; exit 1; }
+    local sandbox_id recipe
+    sandbox_id="$(docker image inspect --format '{{.Id}}' "$sandbox")"
+    recipe="$( (sha256sum <"$bin"; echo "$sandbox_id"; sed -n '/^build_cordon()/,/^}/p' "$0") | sha256sum | cut -c1-16)"
+    if [ "$force" = 0 ] && [ "$(image_label "$cordon_tag" org.cordon.recipe)" = "$recipe" ]; then
+        log "$cordon_tag is up to date"
+        printf '%s\n' "$cordon_tag"
+        return
+    fi
+    local ctx
+    ctx="$(mktemp -d)"
+    trap 'rm -rf "$ctx"; trap - RETURN' RETURN
+    cp "$bin" "$ctx/cordon"
+    chmod 0755 "$ctx/cordon"
+    # No ENTRYPOINT: CI systems (GitLab's `image:`, GitHub's `container:`) start their own shell.
+    cat >"$ctx/Dockerfile" <<DOCKERFILE
+FROM $sandbox
+COPY cordon /usr/local/bin/cordon
+LABEL org.cordon.recipe="$recipe"
+CMD ["cordon", "--help"]
+DOCKERFILE
+    DOCKER_BUILDKIT=0 docker build -q -t "$cordon_tag" "$ctx" >&2
+    log "built $cordon_tag"
+    printf '%s\n' "$cordon_tag"
+}
+
 case "$mode" in
     busybox) build_busybox ;;
-    debian) build_debian ;;
+    debian)
+        sandbox="$(build_debian)"
+        printf '%s\n' "$sandbox"
+        if [ "$cordon" = 1 ]; then
+            build_cordon "$sandbox"
+        fi
+        ;;
 esac

@@ -222,3 +222,103 @@ fn gitlab_ci_example_replays_under_ci_untrusted_and_keeps_the_audit_log() {
     );
     assert_replayed(checkout.path(), &checkout.path().join("cordon-audit"));
 }
+
+/// Removes a test image when the test ends, passed or not.
+struct RemoveImage<'a> {
+    host: &'a str,
+    tag: String,
+}
+
+impl Drop for RemoveImage<'_> {
+    fn drop(&mut self) {
+        let removed = Command::new("docker")
+            .args(["image", "rm", "--force", &self.tag])
+            .env("DOCKER_HOST", self.host)
+            .output();
+        if !removed.is_ok_and(|output| output.status.success()) {
+            eprintln!("failed to remove test image {}", self.tag);
+        }
+    }
+}
+
+/// `scripts/build-sandbox-image.sh --cordon` puts this `cordon` (stripped, so the layer stays
+/// small) on the sandbox image; the image runs `cordon --version` and replays the example
+/// session with its full sandbox (the options the README gives for running it).
+#[test]
+fn cordon_image_runs_version_and_a_replay() {
+    if std::env::var("CORDON_SKIP_DOCKER").as_deref() == Ok("1") {
+        eprintln!("CORDON_SKIP_DOCKER=1: not testing Cordon's image");
+        return;
+    }
+    let host = cordon_tests::infra::docker_host().unwrap_or_else(|error| panic!("{error}"));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let binary = dir.path().join("cordon");
+    let stripped = Command::new("strip")
+        .arg("-o")
+        .arg(&binary)
+        .arg(BIN)
+        .status()
+        .expect("run strip");
+    assert!(stripped.success());
+    let tag = format!("cordon-image-test:{}", std::process::id());
+    let _remove = RemoveImage {
+        host: &host,
+        tag: tag.clone(),
+    };
+    let built = Command::new(repo_root().join("scripts/build-sandbox-image.sh"))
+        .arg("--cordon-binary")
+        .arg(&binary)
+        .args(["--cordon-tag", &tag])
+        .env("DOCKER_HOST", &host)
+        .output()
+        .expect("run build-sandbox-image.sh");
+    assert!(built.status.success(), "{}", text(&built.stderr));
+    assert_eq!(
+        text(&built.stdout),
+        format!("cordon-sandbox:latest\n{tag}\n")
+    );
+
+    let docker_run = |args: &[&str], stdin: Option<&Path>| {
+        let mut command = Command::new("docker");
+        command
+            .env("DOCKER_HOST", &host)
+            .args(["run", "--rm", "-i", "--network", "none"])
+            .args(["--security-opt", "seccomp=unconfined"])
+            .args(["--security-opt", "systempaths=unconfined"])
+            .arg(&tag)
+            .args(args);
+        if let Some(path) = stdin {
+            command.stdin(std::fs::File::open(path).expect("open stdin file"));
+        }
+        command.output().expect("run docker")
+    };
+    let version = docker_run(&["cordon", "--version"], None);
+    let host_version = Command::new(BIN)
+        .arg("--version")
+        .output()
+        .expect("run cordon");
+    assert!(version.status.success(), "{}", text(&version.stderr));
+    assert_eq!(text(&version.stdout), text(&host_version.stdout));
+
+    let replay = docker_run(
+        &[
+            "sh",
+            "-c",
+            "root=$(mktemp -d) && cordon replay - --root \"$root\"",
+        ],
+        Some(&repo_root().join("examples/session.jsonl")),
+    );
+    let events = text(&replay.stdout);
+    assert!(replay.status.success(), "{}", text(&replay.stderr));
+    assert!(
+        events
+            .lines()
+            .any(|line| line.contains(r#""type":"agent_end""#)),
+        "{events}"
+    );
+    // The script ran inside Cordon's sandbox in the container (not refused for want of a layer).
+    assert!(
+        events.contains(r"Hello, Ada!\nHello, Linus!\nHello, world!"),
+        "{events}"
+    );
+}
