@@ -5,8 +5,11 @@
 //! and `Match host/originalhost PATTERNS` (other `Match` criteria never match), `Include`
 //! (globs in the file name), and the keywords `HostName` (with `%h`), `User`, `Port`,
 //! `IdentityFile` (several; `~`, `%d`, `%u`, `%h`, `%r`, `%p`, `%%`), `IdentitiesOnly`,
-//! `ProxyJump` (a comma-separated chain, `none`), `UserKnownHostsFile`, `HostKeyAlias`. As in
-//! OpenSSH the first value obtained for a keyword wins; other keywords are ignored.
+//! `ProxyJump` (a comma-separated chain, `none`), `ProxyCommand` (run with `/bin/sh -c`, its
+//! standard input and output are the connection; `%h`, `%p`, `%r`, `%n`, `%%`; `none`),
+//! `UserKnownHostsFile`, `HostKeyAlias`. As in OpenSSH the first value obtained for a keyword
+//! wins, and `ProxyJump` and `ProxyCommand` are one setting (whichever comes first wins); other
+//! keywords are ignored.
 
 use std::path::{Path, PathBuf};
 
@@ -98,6 +101,9 @@ pub struct HostSettings {
     pub identities_only: Option<bool>,
     /// `ProxyJump` chain (`None`: not set; empty: `none`).
     pub proxy_jump: Option<Vec<Target>>,
+    /// `ProxyCommand` as written (tokens not expanded; `none` is kept as `none`). Set only when
+    /// no `ProxyJump` came first.
+    pub proxy_command: Option<String>,
     /// `UserKnownHostsFile`s (raw).
     pub user_known_hosts: Option<Vec<String>>,
     /// `HostKeyAlias`.
@@ -205,11 +211,20 @@ struct Eval<'a> {
     original: &'a str,
     settings: HostSettings,
     home: Option<PathBuf>,
+    /// Where relative `Include`s of the file being read are taken from.
+    include_base: PathBuf,
     depth: usize,
 }
 
 /// The largest ssh config or known_hosts file read.
 const MAX_SSH_FILE_BYTES: u64 = 16 << 20;
+
+/// The value of a `Keyword value` or `Keyword=value` line, unsplit.
+fn rest_of_line(line: &str) -> &str {
+    let after = line.trim_start_matches(|c: char| !c.is_whitespace() && c != '=');
+    let after = after.trim_start();
+    after.strip_prefix('=').unwrap_or(after).trim()
+}
 
 /// Read an OpenSSH file (config, an `Include`d file, known_hosts) the way OpenSSH accepts it:
 /// a symlink is followed (dotfile managers link these), but a FIFO or anything else that is
@@ -229,22 +244,48 @@ pub(crate) fn read_ssh_file(path: &Path) -> std::io::Result<Option<String>> {
     }
 }
 
-/// Resolve `alias` through the config file at `path` (a missing file gives no settings).
+/// Resolve `alias` through the user's config file at `path` (a missing file gives no
+/// settings).
 pub fn resolve(path: &Path, alias: &str, home: Option<&Path>) -> Result<HostSettings, SshError> {
+    resolve_all(Some(path), None, alias, home)
+}
+
+/// Resolve `alias` through the user's config file at `user`, then the system-wide one at
+/// `system` (OpenSSH's order: a value the user's file gave wins). Relative `Include`s are taken
+/// from `~/.ssh` in the user's file and from the system file's directory in the system one. A
+/// missing file gives no settings.
+pub fn resolve_all(
+    user: Option<&Path>,
+    system: Option<&Path>,
+    alias: &str,
+    home: Option<&Path>,
+) -> Result<HostSettings, SshError> {
     let mut eval = Eval {
         original: alias,
         settings: HostSettings::default(),
         home: home.map(Path::to_path_buf),
+        include_base: PathBuf::new(),
         depth: 0,
     };
-    match read_ssh_file(path) {
-        Ok(Some(text)) => eval.file(path, &text)?,
-        Ok(None) => {}
-        Err(source) => {
-            return Err(SshError::ReadConfig {
-                path: path.to_path_buf(),
-                source,
-            });
+    let base_of = |path: &Path| path.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let user = user.map(|path| match home {
+        Some(home) => (path, home.join(".ssh")),
+        None => (path, base_of(path)),
+    });
+    let files = user
+        .into_iter()
+        .chain(system.map(|path| (path, base_of(path))));
+    for (path, base) in files {
+        eval.include_base = base;
+        match read_ssh_file(path) {
+            Ok(Some(text)) => eval.file(path, &text)?,
+            Ok(None) => {}
+            Err(source) => {
+                return Err(SshError::ReadConfig {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
         }
     }
     let mut settings = eval.settings;
@@ -263,6 +304,8 @@ impl Eval<'_> {
         };
         // Lines before the first Host/Match apply to every host.
         let mut active = true;
+        // The criterion of the current `Match` block when it cannot be evaluated here.
+        let mut undecided: Option<String> = None;
         for (index, raw) in text.lines().enumerate() {
             let number = index + 1;
             let trimmed = raw.trim();
@@ -281,13 +324,39 @@ impl Eval<'_> {
                         return Err(err(number, "`Host` needs at least one pattern".into()));
                     }
                     active = pattern_list_match(args.iter().map(String::as_str), self.original);
+                    undecided = None;
                     continue;
                 }
                 "match" => {
-                    active = self.match_line(args).map_err(|r| err(number, r))?;
+                    undecided = None;
+                    active = match self.match_line(args).map_err(|r| err(number, r))? {
+                        Ok(decided) => decided,
+                        Err(criterion) => {
+                            undecided = Some(criterion);
+                            false
+                        }
+                    };
                     continue;
                 }
                 _ => {}
+            }
+            // A block whose `Match` cannot be evaluated here is not applied; if it would change
+            // where or as whom the connection goes, guessing either way could connect somewhere
+            // OpenSSH would not, so that is an error.
+            if let Some(criterion) = &undecided
+                && matches!(
+                    keyword.as_str(),
+                    "hostname" | "port" | "user" | "proxyjump" | "proxycommand"
+                )
+            {
+                return Err(err(
+                    number,
+                    format!(
+                        "this line is in a `Match {criterion}` block, which Cordon cannot \
+                         evaluate, and it changes where the connection goes; move it into a \
+                         `Host` block or name a config file for Cordon with --ssh-config"
+                    ),
+                ));
             }
             if !active {
                 continue;
@@ -338,7 +407,7 @@ impl Eval<'_> {
                 }
                 "proxyjump" => {
                     let v = first()?;
-                    if s.proxy_jump.is_none() {
+                    if s.proxy_jump.is_none() && s.proxy_command.is_none() {
                         let chain = if v.eq_ignore_ascii_case("none") {
                             Vec::new()
                         } else {
@@ -348,6 +417,16 @@ impl Eval<'_> {
                                 .map_err(|e| err(number, e.to_string()))?
                         };
                         s.proxy_jump = Some(chain);
+                    }
+                }
+                "proxycommand" => {
+                    // The rest of the line, verbatim (a shell command line).
+                    let command = rest_of_line(trimmed);
+                    if command.is_empty() {
+                        return Err(err(number, "`ProxyCommand` needs a value".into()));
+                    }
+                    if s.proxy_jump.is_none() && s.proxy_command.is_none() {
+                        s.proxy_command = Some(command.to_owned());
                     }
                 }
                 "userknownhostsfile" => {
@@ -366,9 +445,13 @@ impl Eval<'_> {
         Ok(())
     }
 
-    fn match_line(&self, args: &[String]) -> Result<bool, String> {
+    /// Evaluate a `Match` line: `Ok(decided)`, or `Err(criterion)` when it depends on a
+    /// criterion this parser does not evaluate (exec, user, localuser, …) and the others do
+    /// not already rule the block out.
+    fn match_line(&self, args: &[String]) -> Result<Result<bool, String>, String> {
         let mut i = 0;
-        let mut result = true;
+        let mut known = true;
+        let mut unknown: Option<String> = None;
         if args.is_empty() {
             return Err("`Match` needs criteria".into());
         }
@@ -377,8 +460,8 @@ impl Eval<'_> {
                 Some(rest) => (true, rest.to_ascii_lowercase()),
                 None => (false, args[i].to_ascii_lowercase()),
             };
-            let hit = match criterion.as_str() {
-                "all" => true,
+            match criterion.as_str() {
+                "all" => known &= !negate,
                 "host" | "originalhost" => {
                     let list = args
                         .get(i + 1)
@@ -388,21 +471,21 @@ impl Eval<'_> {
                         "host" => self.settings.hostname.as_deref().unwrap_or(self.original),
                         _ => self.original,
                     };
-                    pattern_list_match(list.split(','), subject)
+                    known &= pattern_list_match(list.split(','), subject) != negate;
                 }
-                // Criteria this parser does not evaluate (exec, user, localuser, …) never
-                // match, so their settings are not applied.
                 _ => {
                     if args.get(i + 1).is_some() && !criterion.starts_with("canonical") {
                         i += 1;
                     }
-                    false
+                    unknown.get_or_insert(criterion);
                 }
-            };
-            result &= hit != negate;
+            }
             i += 1;
         }
-        Ok(result)
+        Ok(match unknown {
+            Some(criterion) if known => Err(criterion),
+            _ => Ok(known),
+        })
     }
 
     fn include(&mut self, from: &Path, pattern: &str) -> Result<(), SshError> {
@@ -417,11 +500,8 @@ impl Eval<'_> {
         let full = if expanded.is_absolute() {
             expanded
         } else {
-            // Relative includes are relative to ~/.ssh (user config), as OpenSSH does.
-            match &self.home {
-                Some(home) => home.join(".ssh").join(expanded),
-                None => from.parent().unwrap_or(Path::new("/")).join(expanded),
-            }
+            // As OpenSSH: relative to ~/.ssh in the user's config, /etc/ssh in the system's.
+            self.include_base.join(expanded)
         };
         let mut files = Vec::new();
         let name = full
@@ -513,6 +593,32 @@ pub fn expand_tokens(text: &str, tokens: &Tokens<'_>) -> PathBuf {
     expand_tilde(&out, tokens.home)
 }
 
+/// `ProxyCommand` with its tokens expanded: `%h` host name, `%p` port, `%r` remote user, `%n`
+/// the alias as given, `%%`. Other `%` sequences are kept as written.
+pub fn expand_proxy_command(text: &str, host: &str, port: u16, user: &str, alias: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('%') => out.push('%'),
+            Some('h') => out.push_str(host),
+            Some('p') => out.push_str(&port.to_string()),
+            Some('r') => out.push_str(user),
+            Some('n') => out.push_str(alias),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -596,6 +702,7 @@ Host *
                     target(Some("jump"), "bastion", Some(2022)),
                     target(None, "other", None)
                 ]),
+                proxy_command: None,
                 user_known_hosts: Some(vec!["~/.ssh/kh1".into(), "~/.ssh/kh2".into()]),
                 host_key_alias: None,
             }
@@ -614,6 +721,8 @@ Host * !secret
 Match originalhost secret
   User special
 Match exec \"true\"
+  IdentityFile ~/.ssh/only-if-exec
+Match originalhost elsewhere exec \"true\"
   Port 99
 Match all
   Port 2222
@@ -621,9 +730,41 @@ Match all
         let s = resolve_text(text, "secret");
         assert_eq!(s.user.as_deref(), Some("special"));
         assert_eq!(s.port, Some(2222));
+        assert!(
+            s.identity_files.is_empty(),
+            "an unevaluated block is not applied"
+        );
         assert_eq!(resolve_text(text, "x").user.as_deref(), Some("everyone"));
         let none = resolve_text("Host a\n ProxyJump none\n", "a");
         assert_eq!(none.proxy_jump, Some(vec![]));
+    }
+
+    #[test]
+    fn an_unevaluable_match_block_that_would_redirect_the_connection_is_an_error() {
+        for (text, line) in [
+            ("Match exec \"corp-vpn-up\"\n  ProxyCommand nc corp %p\n", 2),
+            (
+                "Host a\n  User me\nMatch !exec \"x\" host a\n  HostName 10.9.9.9\n",
+                4,
+            ),
+            ("Match user root\n  Port 2022\n", 2),
+        ] {
+            match resolve_text_err(text, "a") {
+                SshError::ParseConfig {
+                    line: got, reason, ..
+                } => {
+                    assert_eq!(got, line, "{text}");
+                    assert!(reason.contains("cannot evaluate"), "{reason}");
+                }
+                other => panic!("{text}: {other}"),
+            }
+        }
+        // Ruled out by a criterion that is evaluated: no doubt, no error.
+        let s = resolve_text(
+            "Match host other exec \"x\"\n  ProxyCommand nc %h %p\n",
+            "a",
+        );
+        assert_eq!(s.proxy_command, None);
     }
 
     #[test]
@@ -646,6 +787,101 @@ Match all
         .unwrap();
         let s = resolve(&main, "inc", None).unwrap();
         assert_eq!(s.hostname.as_deref(), Some("10.0.0.1"));
+    }
+
+    #[test]
+    fn proxy_command_is_kept_verbatim_and_shares_first_wins_with_proxy_jump() {
+        let text = "\
+Host cmd
+  ProxyCommand ssh -W \"%h:%p\" bastion  # not a comment to OpenSSH either
+Host eq
+  ProxyCommand=nc %h %p
+Host jump-first
+  ProxyJump bastion
+  ProxyCommand nc %h %p
+Host cmd-first
+  ProxyCommand nc %h %p
+  ProxyJump bastion
+Host off
+  ProxyCommand none
+Host *
+  ProxyCommand late %n
+";
+        assert_eq!(
+            resolve_text(text, "cmd").proxy_command.as_deref(),
+            Some("ssh -W \"%h:%p\" bastion  # not a comment to OpenSSH either")
+        );
+        assert_eq!(
+            resolve_text(text, "eq").proxy_command.as_deref(),
+            Some("nc %h %p")
+        );
+        let jump = resolve_text(text, "jump-first");
+        assert_eq!(jump.proxy_command, None);
+        assert_eq!(jump.proxy_jump.map(|c| c.len()), Some(1));
+        let cmd = resolve_text(text, "cmd-first");
+        assert_eq!(cmd.proxy_command.as_deref(), Some("nc %h %p"));
+        assert_eq!(cmd.proxy_jump, None);
+        assert_eq!(
+            resolve_text(text, "off").proxy_command.as_deref(),
+            Some("none")
+        );
+        assert_eq!(
+            resolve_text(text, "other").proxy_command.as_deref(),
+            Some("late %n")
+        );
+        assert!(matches!(
+            resolve_text_err("Host a\n ProxyCommand\n", "a"),
+            SshError::ParseConfig { line: 2, .. }
+        ));
+        assert_eq!(
+            expand_proxy_command("x %h:%p %r %n %% %z", "10.0.0.1", 2222, "me", "box"),
+            "x 10.0.0.1:2222 me box % %z"
+        );
+    }
+
+    fn resolve_text_err(text: &str, alias: &str) -> SshError {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        std::fs::write(&path, text).unwrap();
+        resolve(&path, alias, None).unwrap_err()
+    }
+
+    #[test]
+    fn the_system_config_is_read_after_the_user_config_with_its_own_include_base() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let etc = dir.path().join("etc/ssh");
+        std::fs::create_dir_all(home.join(".ssh/conf.d")).unwrap();
+        std::fs::create_dir_all(etc.join("ssh_config.d")).unwrap();
+        let user = home.join(".ssh/config");
+        std::fs::write(&user, "Include conf.d/*\nHost box\n  User mine\n").unwrap();
+        std::fs::write(home.join(".ssh/conf.d/a"), "Host box\n  Port 2200\n").unwrap();
+        let system = etc.join("ssh_config");
+        std::fs::write(
+            &system,
+            "Include ssh_config.d/*.conf\nHost *\n  User system\n  Port 22\n",
+        )
+        .unwrap();
+        std::fs::write(
+            etc.join("ssh_config.d/corp.conf"),
+            "Host box\n  ProxyCommand corp-proxy %h\n",
+        )
+        .unwrap();
+        let s = resolve_all(Some(&user), Some(&system), "box", Some(&home)).unwrap();
+        assert_eq!(s.user.as_deref(), Some("mine"), "the user's file wins");
+        assert_eq!(
+            s.port,
+            Some(2200),
+            "the user's include is relative to ~/.ssh"
+        );
+        assert_eq!(
+            s.proxy_command.as_deref(),
+            Some("corp-proxy %h"),
+            "the system include is relative to the system file's directory"
+        );
+        // No user file: the system file alone.
+        let only = resolve_all(None, Some(&system), "box", Some(&home)).unwrap();
+        assert_eq!(only.user.as_deref(), Some("system"));
     }
 
     #[test]

@@ -64,6 +64,8 @@ pub(crate) struct Endpoint {
     pub identities_only: bool,
     pub known_hosts: KnownHosts,
     pub jump: Option<Box<Endpoint>>,
+    /// `ProxyCommand`, tokens expanded: the connection is its standard input and output.
+    pub proxy_command: Option<String>,
 }
 
 impl Endpoint {
@@ -77,6 +79,9 @@ impl Endpoint {
 #[derive(Clone, Debug)]
 pub(crate) struct ResolveOptions {
     pub ssh_config: Option<PathBuf>,
+    /// The system-wide config read after the user's; only when no config file was named
+    /// explicitly (as `ssh -F` does).
+    pub system_config: Option<PathBuf>,
     pub identity: Option<PathBuf>,
     pub known_hosts: Option<PathBuf>,
     pub home: Option<PathBuf>,
@@ -96,6 +101,9 @@ impl ResolveOptions {
         known_hosts: Option<PathBuf>,
     ) -> Self {
         ResolveOptions {
+            system_config: ssh_config
+                .is_none()
+                .then(|| PathBuf::from(SYSTEM_SSH_CONFIG)),
             ssh_config,
             identity,
             known_hosts,
@@ -104,6 +112,9 @@ impl ResolveOptions {
         }
     }
 }
+
+/// OpenSSH's system-wide client config.
+pub(crate) const SYSTEM_SSH_CONFIG: &str = "/etc/ssh/ssh_config";
 
 /// Resolve `target` (and its ProxyJump chain) through the ssh config.
 pub(crate) fn resolve_endpoint(
@@ -116,10 +127,12 @@ pub(crate) fn resolve_endpoint(
         .ssh_config
         .clone()
         .or_else(|| home.map(|h| h.join(".ssh/config")));
-    let settings = match &config_path {
-        Some(path) => config::resolve(path, &target.host, home)?,
-        None => config::HostSettings::default(),
-    };
+    let settings = config::resolve_all(
+        config_path.as_deref(),
+        options.system_config.as_deref(),
+        &target.host,
+        home,
+    )?;
     let host = settings
         .hostname
         .clone()
@@ -178,7 +191,13 @@ pub(crate) fn resolve_endpoint(
             jump = Some(Box::new(endpoint));
         }
     }
+    let proxy_command = settings
+        .proxy_command
+        .as_deref()
+        .filter(|command| !command.eq_ignore_ascii_case("none"))
+        .map(|command| config::expand_proxy_command(command, &host, port, &user, &target.host));
     Ok(Endpoint {
+        proxy_command,
         key_host: settings
             .host_key_alias
             .clone()
@@ -250,6 +269,8 @@ pub(crate) struct AuthOptions {
 pub(crate) struct Session {
     pub handle: Handle<ClientHandler>,
     _via: Option<Box<Session>>,
+    /// The `ProxyCommand` process carrying the connection (killed when the session goes).
+    _proxy: Option<tokio::process::Child>,
 }
 
 fn client_config() -> Arc<client::Config> {
@@ -287,7 +308,49 @@ pub(crate) fn connect_endpoint<'a>(
                 reason: e.to_string(),
             })
         };
+        let mut proxy = None;
         let (handle, via) = match &endpoint.jump {
+            None if endpoint.proxy_command.is_some() => {
+                let command = endpoint.proxy_command.as_deref().unwrap_or_default();
+                let (child, stream) = spawn_proxy_command(command)?;
+                let child = proxy.insert(child);
+                let handshake = tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    client::connect_stream(config, stream, handler),
+                )
+                .await;
+                // A failed handshake is usually the command's exit (its output closed): its
+                // status is waited for briefly so the error can name it.
+                let exited = if matches!(handshake, Ok(Ok(_))) {
+                    String::new()
+                } else {
+                    match tokio::time::timeout(PROXY_EXIT_WAIT, child.wait()).await {
+                        Ok(Ok(status)) => format!(", which exited with {status}"),
+                        _ => ", which is still running".to_owned(),
+                    }
+                };
+                let handle = match handshake {
+                    Err(_) => {
+                        return Err(SshError::Handshake {
+                            host: endpoint.label(),
+                            reason: format!("timed out through ProxyCommand `{command}`{exited}"),
+                        });
+                    }
+                    Ok(Err(e)) => {
+                        return Err(match handshake_error(e) {
+                            SshError::Handshake { host, reason } => SshError::Handshake {
+                                host,
+                                reason: format!(
+                                    "{reason} (through ProxyCommand `{command}`{exited})"
+                                ),
+                            },
+                            other => other,
+                        });
+                    }
+                    Ok(Ok(handle)) => handle,
+                };
+                (handle, None)
+            }
             Some(jump) => {
                 let via = connect_endpoint(jump, auth).await?;
                 let channel = via
@@ -349,10 +412,71 @@ pub(crate) fn connect_endpoint<'a>(
                 (handle, None)
             }
         };
-        let mut session = Session { handle, _via: via };
+        let mut session = Session {
+            handle,
+            _via: via,
+            _proxy: proxy,
+        };
         authenticate(&mut session.handle, endpoint, auth).await?;
         Ok(session)
     })
+}
+
+/// How long a failed handshake waits for the `ProxyCommand` to exit before the error is made.
+const PROXY_EXIT_WAIT: Duration = Duration::from_secs(5);
+
+/// Start `command` with `/bin/sh -c` (as OpenSSH runs a `ProxyCommand`): its standard input
+/// and output are the connection, its standard error lines go to the log (bounded).
+fn spawn_proxy_command(
+    command: &str,
+) -> Result<
+    (
+        tokio::process::Child,
+        tokio::io::Join<tokio::process::ChildStdout, tokio::process::ChildStdin>,
+    ),
+    SshError,
+> {
+    let failed = |reason: String| SshError::ProxyCommand {
+        command: command.to_owned(),
+        reason,
+    };
+    let mut child = tokio::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(command)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| failed(e.to_string()))?;
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(failed("its standard streams could not be opened".into()));
+    };
+    tracing::debug!(command, "ssh: connecting through a ProxyCommand");
+    tokio::spawn(async move {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+        // At most 64 lines of at most 4 KiB are logged; the rest is read and dropped so the
+        // command never blocks on a full pipe.
+        let mut lines = tokio::io::BufReader::new(stderr);
+        let mut line = Vec::new();
+        let mut logged = 0;
+        loop {
+            line.clear();
+            match (&mut lines).take(4096).read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if logged < 64 {
+                        logged += 1;
+                        let text = String::from_utf8_lossy(&line);
+                        tracing::warn!(stderr = %text.trim_end(), "ssh: ProxyCommand");
+                    }
+                }
+            }
+        }
+    });
+    Ok((child, tokio::io::join(stdout, stdin)))
 }
 
 fn public_key_of(path: &Path) -> Option<PublicKey> {

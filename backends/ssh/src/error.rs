@@ -168,6 +168,14 @@ pub enum SshError {
         /// What was tried.
         tried: String,
     },
+    /// The `ProxyCommand` of the ssh config could not be started.
+    #[error("failed to start the ProxyCommand `{command}`: {reason}")]
+    ProxyCommand {
+        /// The command line (tokens expanded).
+        command: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// Opening a jump-host tunnel (ProxyJump) failed.
     #[error("failed to open a tunnel through jump host {jump} to {target}: {reason}")]
     Jump {

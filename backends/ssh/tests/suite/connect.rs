@@ -1,5 +1,5 @@
 //! Connection-level behaviour: host key verification (unknown, changed, hashed), agent and
-//! key-file authentication, encrypted keys, ssh_config aliases and ProxyJump, and recovery
+//! key-file authentication, encrypted keys, ssh_config aliases, ProxyJump and ProxyCommand, and recovery
 //! from a killed session and a restarted server.
 
 use std::process::{Command, Stdio};
@@ -227,6 +227,76 @@ async fn ssh_config_alias_and_proxy_jump() {
             backend.id()
         );
         echo_ok(&backend, &server.workspace).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_command_carries_the_connection_and_never_falls_back_to_a_direct_one() {
+    let Some(server) = server() else { return };
+    let dir = server.dir.path();
+    let marker = dir.join("proxy-ran");
+    // The config's port is closed: only the ProxyCommand's relay (to the real port) can reach
+    // the server, so a session proves the command carried it. The key is recorded for the
+    // port the config names, as OpenSSH looks it up.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let key_line = std::fs::read_to_string(&server.host_pub).unwrap();
+    let mut parts = key_line.split_whitespace();
+    let known = dir.join("proxy_known_hosts");
+    std::fs::write(
+        &known,
+        format!(
+            "[127.0.0.1]:{closed} {} {}\n",
+            parts.next().unwrap(),
+            parts.next().unwrap()
+        ),
+    )
+    .unwrap();
+    let config_file = dir.join("proxy_ssh_config");
+    std::fs::write(
+        &config_file,
+        format!(
+            "Host relayed\n  HostName 127.0.0.1\n  Port {closed}\n  User root\n  \
+             ProxyCommand echo \"%h %p %r %n %%\" > {marker} && exec bash -c \
+             'exec 3<>/dev/tcp/$0/$1; cat <&3 & exec cat >&3' 127.0.0.1 {port}\n\
+             Host broken\n  HostName 127.0.0.1\n  Port {port}\n  User root\n  \
+             ProxyCommand echo proxy refused >&2; exit 3\n\
+             Host missing\n  HostName 127.0.0.1\n  Port {port}\n  User root\n  \
+             ProxyCommand /nonexistent/relay %h %p\n",
+            marker = marker.display(),
+            port = server.port,
+        ),
+    )
+    .unwrap();
+    let config_for = |alias: &str| {
+        let mut config = server.config();
+        config.host = alias.to_owned();
+        config.known_hosts = Some(known.clone());
+        config.ssh_config = Some(config_file.clone());
+        config
+    };
+    let backend = SshBackend::connect(config_for("relayed"))
+        .await
+        .unwrap_or_else(|e| panic!("relayed: {e}"));
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        format!("127.0.0.1 {closed} root relayed %\n")
+    );
+    echo_ok(&backend, &server.workspace).await;
+    backend.shutdown().await.expect("shut the session down");
+
+    // A ProxyCommand that fails is the error: the real port is open, but no direct connection
+    // is tried.
+    for alias in ["broken", "missing"] {
+        let mut config = config_for(alias);
+        config.known_hosts = Some(server.known_hosts.clone());
+        let err = SshBackend::connect(config).await.unwrap_err().to_string();
+        assert!(err.contains("ProxyCommand"), "{alias}: {err}");
+        if alias == "broken" {
+            assert!(err.contains("exit status: 3"), "{alias}: {err}");
+        }
     }
 }
 

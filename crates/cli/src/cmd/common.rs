@@ -80,7 +80,7 @@ pub struct CommonArgs {
     /// ssh: known_hosts file (default: ~/.ssh/known_hosts).
     #[arg(long, help_heading = "SSH backend")]
     pub known_hosts: Option<PathBuf>,
-    /// ssh: ssh config file (default: ~/.ssh/config).
+    /// ssh: ssh config file (default: ~/.ssh/config, then /etc/ssh/ssh_config).
     #[arg(long, help_heading = "SSH backend")]
     pub ssh_config: Option<PathBuf>,
     /// ssh: workspace root on the remote host.
