@@ -636,6 +636,18 @@ fn doctor_json_is_one_object_with_the_config_and_every_backend() {
         items.contains(&json!({"item": "pid namespaces", "status": "ok", "detail": "a PID namespace per command: nothing outlives it"})),
         "{local}"
     );
+    // The user-namespace restriction check is an item of its own (this host has none).
+    assert!(
+        items
+            .iter()
+            .any(|item| item["item"] == "user namespace restriction"
+                && item["status"] == "ok"
+                && item["detail"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("not restricted")),
+        "{local}"
+    );
     let docker = &backends[1];
     assert_eq!(docker["ready"], false);
     assert!(

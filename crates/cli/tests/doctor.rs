@@ -35,6 +35,7 @@ fn doctor_reports_every_item_and_exits_zero_on_a_capable_host() {
         "local: landlock: ok (ABI ",
         "local: seccomp: ok",
         "local: user namespaces: ",
+        "local: user namespace restriction: ok (not restricted ",
         "local: pid namespaces: ok",
         "local: mount namespaces: ok",
         "local: layer landlock-fs: ok (required: ",

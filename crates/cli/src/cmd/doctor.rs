@@ -503,6 +503,14 @@ async fn check_local(root: &Path, policy: Option<&CompiledPolicy>) -> Report {
         ok_or_missing(support.user_namespaces),
         user_detail,
     );
+    let restriction = userns_restriction(Path::new("/proc"));
+    tracing::debug!(?restriction, "user namespace restriction read");
+    let (status, detail) = describe_userns_restriction(
+        &restriction,
+        support.user_namespaces,
+        std::env::current_exe().ok().as_deref(),
+    );
+    report.line("user namespace restriction", status, detail);
     report.line(
         "pid namespaces",
         ok_or_missing(support.pid_namespaces),
@@ -562,6 +570,93 @@ async fn check_local(root: &Path, policy: Option<&CompiledPolicy>) -> Report {
     let (ok, detail) = run_probe_session(SessionOptions::local(workspace.path())).await;
     report.needed("sandboxed tools", ok, detail);
     report
+}
+
+/// A host setting that keeps unprivileged processes from creating user namespaces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum UsernsRestriction {
+    /// Nothing restricts them (the settings are absent or permissive).
+    None,
+    /// Ubuntu 23.10+: `kernel.apparmor_restrict_unprivileged_userns = 1`; only processes
+    /// whose AppArmor profile grants `userns` may create one.
+    AppArmor,
+    /// Debian-patched kernels: `kernel.unprivileged_userns_clone = 0`.
+    CloneDisabled,
+    /// `user.max_user_namespaces = 0`.
+    NoneAllowed,
+}
+
+/// Read the settings under `proc_root` (`/proc` on a real host; a directory of the same
+/// layout in tests). The first restriction found wins; an unreadable setting counts as absent.
+fn userns_restriction(proc_root: &Path) -> UsernsRestriction {
+    let read = |relative: &str| {
+        std::fs::read_to_string(proc_root.join(relative))
+            .ok()
+            .map(|text| text.trim().to_owned())
+    };
+    if read("sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+        UsernsRestriction::AppArmor
+    } else if read("sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        UsernsRestriction::CloneDisabled
+    } else if read("sys/user/max_user_namespaces").as_deref() == Some("0") {
+        UsernsRestriction::NoneAllowed
+    } else {
+        UsernsRestriction::None
+    }
+}
+
+/// The doctor line for a restriction: what it is and what to do. `works` says whether user
+/// namespaces could be created anyway (root, or a profile already allows the binary).
+fn describe_userns_restriction(
+    restriction: &UsernsRestriction,
+    works: bool,
+    binary: Option<&Path>,
+) -> (Status, String) {
+    let fix = match restriction {
+        UsernsRestriction::None => {
+            return (
+                Status::Ok,
+                "not restricted (no AppArmor userns restriction, unprivileged_userns_clone \
+                 and max_user_namespaces allow them)"
+                    .to_owned(),
+            );
+        }
+        UsernsRestriction::AppArmor => {
+            let binary = binary.map_or_else(
+                || "/usr/local/bin/cordon".to_owned(),
+                |path| path.display().to_string(),
+            );
+            format!(
+                "kernel.apparmor_restrict_unprivileged_userns = 1 (Ubuntu 23.10 and later): \
+                 only programs whose AppArmor profile allows `userns` may create user \
+                 namespaces. Either give cordon a profile that allows it: `printf \
+                 'abi <abi/4.0>,\\ninclude <tunables/global>\\nprofile cordon {binary} \
+                 flags=(unconfined) {{\\n  userns,\\n}}\\n' | sudo tee \
+                 /etc/apparmor.d/cordon && sudo apparmor_parser -r \
+                 /etc/apparmor.d/cordon`; or lift the restriction for every program: `sudo \
+                 sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` (persist it in \
+                 /etc/sysctl.d/)"
+            )
+        }
+        UsernsRestriction::CloneDisabled => "kernel.unprivileged_userns_clone = 0 (a \
+            Debian-patched kernel): unprivileged user namespaces are off; `sudo sysctl -w \
+            kernel.unprivileged_userns_clone=1` (persist it in /etc/sysctl.d/)"
+            .to_owned(),
+        UsernsRestriction::NoneAllowed => "user.max_user_namespaces = 0: no user namespace \
+            may be created; `sudo sysctl -w user.max_user_namespaces=15000` (persist it in \
+            /etc/sysctl.d/)"
+            .to_owned(),
+    };
+    if works {
+        (
+            Status::Info,
+            format!(
+                "{fix}; user namespaces work for cordon here all the same (root, or a profile allows it)"
+            ),
+        )
+    } else {
+        (Status::Warning, fix)
+    }
 }
 
 /// Entries [`outside_hard_links`] looks at before it stops (a doctor run stays quick).
@@ -678,6 +773,96 @@ async fn run_probe_session(options: SessionOptions) -> (bool, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory laid out like `/proc` with the given `(relative path, content)` settings.
+    fn fake_proc(settings: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (relative, content) in settings {
+            let path = dir.path().join(relative);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, content).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn userns_restrictions_are_read_from_the_proc_root() {
+        let apparmor = "sys/kernel/apparmor_restrict_unprivileged_userns";
+        let clone = "sys/kernel/unprivileged_userns_clone";
+        let max = "sys/user/max_user_namespaces";
+        let cases: &[(&[(&str, &str)], UsernsRestriction)] = &[
+            (&[], UsernsRestriction::None),
+            (
+                &[(apparmor, "0\n"), (clone, "1\n"), (max, "63000\n")],
+                UsernsRestriction::None,
+            ),
+            (&[(apparmor, "1\n")], UsernsRestriction::AppArmor),
+            (
+                &[(apparmor, "1\n"), (clone, "0\n")],
+                UsernsRestriction::AppArmor,
+            ),
+            (&[(clone, "0\n")], UsernsRestriction::CloneDisabled),
+            (&[(max, "0\n")], UsernsRestriction::NoneAllowed),
+        ];
+        for (settings, expected) in cases {
+            let proc_root = fake_proc(settings);
+            assert_eq!(
+                &userns_restriction(proc_root.path()),
+                expected,
+                "{settings:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_userns_restriction_says_what_to_do() {
+        let binary = Path::new("/opt/bin/cordon");
+        let (status, detail) =
+            describe_userns_restriction(&UsernsRestriction::AppArmor, false, Some(binary));
+        assert_eq!(status, Status::Warning);
+        assert!(
+            detail.starts_with("kernel.apparmor_restrict_unprivileged_userns = 1"),
+            "{detail}"
+        );
+        assert!(
+            detail.contains(
+                "`printf 'abi <abi/4.0>,\\ninclude <tunables/global>\\nprofile cordon \
+                 /opt/bin/cordon flags=(unconfined) {\\n  userns,\\n}\\n' | sudo tee \
+                 /etc/apparmor.d/cordon && sudo apparmor_parser -r /etc/apparmor.d/cordon`"
+            ),
+            "{detail}"
+        );
+        assert!(
+            detail.contains("sudo apparmor_parser -r /etc/apparmor.d/cordon"),
+            "{detail}"
+        );
+        assert!(
+            detail.contains("sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"),
+            "{detail}"
+        );
+        let (status, detail) =
+            describe_userns_restriction(&UsernsRestriction::AppArmor, true, Some(binary));
+        assert_eq!(status, Status::Info);
+        assert!(
+            detail.ends_with("work for cordon here all the same (root, or a profile allows it)")
+        );
+        let (status, detail) =
+            describe_userns_restriction(&UsernsRestriction::CloneDisabled, false, None);
+        assert_eq!(status, Status::Warning);
+        assert!(
+            detail.contains("sudo sysctl -w kernel.unprivileged_userns_clone=1"),
+            "{detail}"
+        );
+        let (status, detail) =
+            describe_userns_restriction(&UsernsRestriction::NoneAllowed, false, None);
+        assert_eq!(status, Status::Warning);
+        assert!(
+            detail.contains("sudo sysctl -w user.max_user_namespaces=15000"),
+            "{detail}"
+        );
+        let (status, _) = describe_userns_restriction(&UsernsRestriction::None, true, None);
+        assert_eq!(status, Status::Ok);
+    }
 
     #[test]
     fn hard_links_to_outside_files_are_found_and_inside_pairs_are_not() {
