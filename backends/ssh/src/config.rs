@@ -4,7 +4,8 @@
 //! Supported: `Host` blocks (patterns with `*`/`?`, `!negation`, several per line), `Match all`
 //! and `Match host/originalhost PATTERNS` (other `Match` criteria never match), `Include`
 //! (globs in the file name), and the keywords `HostName` (with `%h`), `User`, `Port`,
-//! `IdentityFile` (several; `~`, `%d`, `%u`, `%h`, `%r`, `%p`, `%%`), `IdentitiesOnly`,
+//! `IdentityFile` and `CertificateFile` (several; `~`, `%d`, `%u`, `%h`, `%r`, `%p`, `%%`),
+//! `IdentitiesOnly`,
 //! `ProxyJump` (a comma-separated chain, `none`), `ProxyCommand` (run with `/bin/sh -c`, its
 //! standard input and output are the connection; `%h`, `%p`, `%r`, `%n`, `%%`; `none`),
 //! `UserKnownHostsFile`, `HostKeyAlias`. As in OpenSSH the first value obtained for a keyword
@@ -99,6 +100,8 @@ pub struct HostSettings {
     pub identity_files: Vec<String>,
     /// `IdentitiesOnly`.
     pub identities_only: Option<bool>,
+    /// `CertificateFile`s, in order (raw, expanded later with [`expand_tokens`]).
+    pub certificate_files: Vec<String>,
     /// `ProxyJump` chain (`None`: not set; empty: `none`).
     pub proxy_jump: Option<Vec<Target>>,
     /// `ProxyCommand` as written (tokens not expanded; `none` is kept as `none`). Set only when
@@ -394,6 +397,12 @@ impl Eval<'_> {
                     let v = first()?;
                     if !s.identity_files.contains(&v) {
                         s.identity_files.push(v);
+                    }
+                }
+                "certificatefile" => {
+                    let v = first()?;
+                    if !s.certificate_files.contains(&v) {
+                        s.certificate_files.push(v);
                     }
                 }
                 "identitiesonly" => {
@@ -698,6 +707,7 @@ Host *
                 port: Some(2200),
                 identity_files: vec!["~/.ssh/build_key".into(), "~/.ssh/id with space".into()],
                 identities_only: Some(true),
+                certificate_files: Vec::new(),
                 proxy_jump: Some(vec![
                     target(Some("jump"), "bastion", Some(2022)),
                     target(None, "other", None)

@@ -62,6 +62,8 @@ pub(crate) struct Endpoint {
     /// Whether `identities` were named explicitly (a missing file is then an error).
     pub explicit_identity: Option<PathBuf>,
     pub identities_only: bool,
+    /// `CertificateFile`s (expanded); each is offered with the identity whose key it certifies.
+    pub certificates: Vec<PathBuf>,
     pub known_hosts: KnownHosts,
     pub jump: Option<Box<Endpoint>>,
     /// `ProxyCommand`, tokens expanded: the connection is its standard input and output.
@@ -167,6 +169,11 @@ pub(crate) fn resolve_endpoint(
             identities.push(home.join(".ssh").join(name));
         }
     }
+    let certificates = settings
+        .certificate_files
+        .iter()
+        .map(|raw| config::expand_tokens(raw, &tokens))
+        .collect();
     let known_files = match (&options.known_hosts, &settings.user_known_hosts) {
         (Some(explicit), _) => vec![explicit.clone()],
         (None, Some(files)) => files
@@ -208,6 +215,7 @@ pub(crate) fn resolve_endpoint(
         identities,
         explicit_identity: options.identity.clone(),
         identities_only: settings.identities_only.unwrap_or(false),
+        certificates,
         known_hosts: KnownHosts { files: known_files },
         jump,
     })
@@ -479,6 +487,42 @@ fn spawn_proxy_command(
     Ok((child, tokio::io::join(stdout, stdin)))
 }
 
+/// The certificates that may go with the identity at `path`: every `CertificateFile`, then
+/// `<path>-cert.pub` as OpenSSH looks for it. Unreadable or malformed ones are logged and left
+/// out; which key each certifies is checked against the loaded key.
+fn certificates_for(endpoint: &Endpoint, path: &Path) -> Vec<(PathBuf, russh::keys::Certificate)> {
+    let mut beside = path.as_os_str().to_owned();
+    beside.push("-cert.pub");
+    let beside = PathBuf::from(beside);
+    let named = endpoint.certificates.iter().cloned();
+    let implicit = (!endpoint.certificates.contains(&beside) && beside.exists()).then_some(beside);
+    named
+        .chain(implicit)
+        .filter_map(|cert_path| {
+            match config::read_ssh_file(&cert_path) {
+                Ok(Some(text)) => match russh::keys::Certificate::from_openssh(text.trim()) {
+                    Ok(cert) => return Some((cert_path, cert)),
+                    Err(error) => tracing::warn!(
+                        path = %cert_path.display(),
+                        %error,
+                        "ssh: a certificate file could not be parsed; it is not offered"
+                    ),
+                },
+                Ok(None) => tracing::warn!(
+                    path = %cert_path.display(),
+                    "ssh: a CertificateFile does not exist; it is not offered"
+                ),
+                Err(error) => tracing::warn!(
+                    path = %cert_path.display(),
+                    %error,
+                    "ssh: a certificate file could not be read; it is not offered"
+                ),
+            }
+            None
+        })
+        .collect()
+}
+
 fn public_key_of(path: &Path) -> Option<PublicKey> {
     let mut pub_path = path.as_os_str().to_owned();
     pub_path.push(".pub");
@@ -571,8 +615,10 @@ async fn authenticate(
             }
             continue;
         }
-        // The agent already offered this key.
-        if let Some(public) = public_key_of(path)
+        let certificates = certificates_for(endpoint, path);
+        // The agent already offered this key (a certificate for it still needs the key file).
+        if certificates.is_empty()
+            && let Some(public) = public_key_of(path)
             && agent_keys.iter().any(|k| k.key_data() == public.key_data())
         {
             continue;
@@ -616,12 +662,31 @@ async fn authenticate(
         } else {
             None
         };
+        let key = Arc::new(key);
+        // OpenSSH offers a key's certificate first, then the key itself.
+        for (cert_path, cert) in certificates {
+            if cert.public_key() != key.public_key().key_data() {
+                continue;
+            }
+            tried.push(format!(
+                "{} with certificate {}",
+                path.display(),
+                cert_path.display()
+            ));
+            let result = handle
+                .authenticate_openssh_cert(user.clone(), key.clone(), cert)
+                .await
+                .map_err(|e| SshError::Handshake {
+                    host: endpoint.label(),
+                    reason: e.to_string(),
+                })?;
+            if result.success() {
+                return Ok(());
+            }
+        }
         tried.push(path.display().to_string());
         let result = handle
-            .authenticate_publickey(
-                user.clone(),
-                PrivateKeyWithHashAlg::new(Arc::new(key), hash),
-            )
+            .authenticate_publickey(user.clone(), PrivateKeyWithHashAlg::new(key, hash))
             .await
             .map_err(|e| SshError::Handshake {
                 host: endpoint.label(),

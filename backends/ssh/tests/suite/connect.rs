@@ -1,5 +1,5 @@
 //! Connection-level behaviour: host key verification (unknown, changed, hashed), agent and
-//! key-file authentication, encrypted keys, ssh_config aliases, ProxyJump and ProxyCommand, and recovery
+//! key-file authentication, encrypted keys, user certificates, ssh_config aliases, ProxyJump and ProxyCommand, and recovery
 //! from a killed session and a restarted server.
 
 use std::process::{Command, Stdio};
@@ -298,6 +298,81 @@ async fn proxy_command_carries_the_connection_and_never_falls_back_to_a_direct_o
             assert!(err.contains("exit status: 3"), "{alias}: {err}");
         }
     }
+}
+
+/// `ssh-keygen` with `args`, which must succeed.
+fn ssh_keygen(args: &[&std::ffi::OsStr]) {
+    let out = Command::new("ssh-keygen")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("ssh-keygen");
+    assert!(
+        out.status.success(),
+        "ssh-keygen failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_certificate_logs_in_where_the_bare_key_is_not_authorized() {
+    let Some(server) = server() else { return };
+    let dir = server.dir.path();
+    // A key the server does not list in authorized_keys, certified by the CA it trusts.
+    let key = dir.join("certified_ed25519");
+    let os = |s: &str| std::ffi::OsString::from(s);
+    ssh_keygen(&[
+        &os("-q"),
+        &os("-t"),
+        &os("ed25519"),
+        &os("-N"),
+        &os(""),
+        &os("-f"),
+        key.as_os_str(),
+    ]);
+    let public = dir.join("certified_ed25519.pub");
+    ssh_keygen(&[
+        &os("-q"),
+        &os("-s"),
+        server.user_ca.as_os_str(),
+        &os("-I"),
+        &os("cordon-test"),
+        &os("-n"),
+        &os("root"),
+        public.as_os_str(),
+    ]);
+    let beside = dir.join("certified_ed25519-cert.pub");
+    assert!(beside.exists());
+
+    // `<key>-cert.pub` next to the identity is found as OpenSSH finds it.
+    let mut config = server.config();
+    config.identity = Some(key.clone());
+    let backend = SshBackend::connect(config.clone())
+        .await
+        .unwrap_or_else(|e| panic!("certificate beside the key: {e}"));
+    echo_ok(&backend, &server.workspace).await;
+    backend.shutdown().await.expect("shut the session down");
+
+    // A CertificateFile elsewhere, named in the ssh config.
+    let moved = dir.join("elsewhere-cert.pub");
+    std::fs::rename(&beside, &moved).unwrap();
+    let config_file = dir.join("cert_ssh_config");
+    std::fs::write(
+        &config_file,
+        format!("Host *\n  CertificateFile {}\n", moved.display()),
+    )
+    .unwrap();
+    let mut named = config.clone();
+    named.ssh_config = Some(config_file);
+    let backend = SshBackend::connect(named)
+        .await
+        .unwrap_or_else(|e| panic!("CertificateFile: {e}"));
+    echo_ok(&backend, &server.workspace).await;
+    backend.shutdown().await.expect("shut the session down");
+
+    // Without the certificate the bare key is refused: the certificate did the work above.
+    let err = SshBackend::connect(config).await.unwrap_err();
+    assert!(matches!(err, SshError::AuthFailed { .. }), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,8 @@ pub struct Server {
     pub client_key: PathBuf,
     pub known_hosts: PathBuf,
     pub host_pub: PathBuf,
+    /// A user CA the server trusts (`TrustedUserCAKeys`): keys it signs log in as root.
+    pub user_ca: PathBuf,
     pub workspace: PathBuf,
     config: PathBuf,
     child: Option<Child>,
@@ -88,6 +90,8 @@ impl Server {
         let client_key = d.join("client_ed25519");
         keygen(&host_key, "");
         keygen(&client_key, "");
+        let user_ca = d.join("user_ca");
+        keygen(&user_ca, "");
         std::fs::copy(d.join("client_ed25519.pub"), d.join("authorized_keys"))
             .expect("authorized_keys");
         let rc = d.join("noisy_rc");
@@ -108,7 +112,9 @@ impl Server {
                  KbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
                  PermitRootLogin yes\nMaxSessions 1000\nMaxStartups 100:30:200\n\
                  AllowTcpForwarding yes\nSubsystem sftp internal-sftp\n\
-                 SetEnv SHLVL=1 BASH_ENV={rc} CORDON_LEAK=from-sshd\n",
+                 SetEnv SHLVL=1 BASH_ENV={rc} CORDON_LEAK=from-sshd\n\
+                 TrustedUserCAKeys {ca}.pub\n",
+                ca = user_ca.display(),
                 hk = host_key.display(),
                 ak = d.join("authorized_keys").display(),
                 pid = d.join("sshd.pid").display(),
@@ -137,6 +143,7 @@ impl Server {
             client_key,
             known_hosts,
             host_pub,
+            user_ca,
             workspace,
             config,
             child: None,
