@@ -7,6 +7,7 @@
 //! - Protocol robustness with raw JSON-RPC lines written to the binary's stdin: malformed
 //!   JSON, batches, unknown methods, bad params, oversized messages, stray notifications, and
 //!   the ends of a session (stdin EOF, SIGTERM) with and without a call in flight.
+//! - Approvals of `ask` decisions through MCP elicitation ([`approvals`]).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -16,6 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+mod approvals;
 
 /// Upper bound for anything the server must do; generous for a loaded 2-core machine.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -918,8 +921,15 @@ struct HttpServer {
 
 impl HttpServer {
     fn start(root: &Path) -> HttpServer {
+        HttpServer::start_with(root, &[])
+    }
+
+    /// `cordon mcp --http 127.0.0.1:0 EXTRA…` on `root`.
+    fn start_with(root: &Path, extra: &[&str]) -> HttpServer {
+        let mut args = vec!["--http", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
         let mut child = Command::new(cordon())
-            .args(mcp_args(root, &["--http", "127.0.0.1:0"]))
+            .args(mcp_args(root, &args))
             .env("CORDON_MCP_TOKEN", HTTP_TOKEN)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

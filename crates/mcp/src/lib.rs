@@ -14,18 +14,24 @@
 //!   the session goes on; closing stdin ends the session cleanly: in-flight calls get a short
 //!   grace to answer, are then cancelled and awaited, and the backend is shut down.
 //!
+//! A policy `ask` becomes a question to the person behind the client (MCP elicitation) when
+//! the client declared that capability and the session's approver is an
+//! [`ElicitationApprover`]; otherwise it is a denial.
+//!
 //! With `--http`, the same server speaks MCP's streamable HTTP transport on a loopback
 //! address, behind a bearer token ([`McpServer::serve_http`]).
 //!
 //! It owns no tool, policy or backend logic.
 #![warn(missing_docs)]
 
+mod approval;
 mod convert;
 mod framing;
 mod http;
 mod server;
 mod transport;
 
+pub use approval::{DEFAULT_APPROVAL_TIMEOUT, ElicitationApprover};
 pub use convert::{DETAILS_META_KEY, PROGRESS_MESSAGE_MAX_BYTES};
 pub use framing::DEFAULT_MAX_MESSAGE_BYTES;
 pub use http::{AccessToken, HTTP_PATH};

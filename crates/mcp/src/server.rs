@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::McpError;
+use crate::approval::ElicitationApprover;
 use crate::convert::{call_tool_result, mcp_tool, progress_message};
 use crate::framing::{DEFAULT_MAX_MESSAGE_BYTES, Frame, async_frames, stdin_frames};
 use crate::transport::LineTransport;
@@ -44,12 +45,17 @@ pub struct ServeOptions {
     /// Largest incoming message (one line), in bytes; longer ones are discarded with an
     /// `Invalid Request` error.
     pub max_message_bytes: usize,
+    /// The session's approver, when it is an [`ElicitationApprover`]: each call's `Ask`
+    /// decisions are then questions to the client that made the call, if it declared the
+    /// elicitation capability. `None`: `Ask` is a denial.
+    pub approvals: Option<Arc<ElicitationApprover>>,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            approvals: None,
         }
     }
 }
@@ -141,12 +147,17 @@ impl McpServer {
     pub(crate) fn into_shared(self, shutdown: &CancellationToken) -> Arc<Shared> {
         let McpServer {
             session,
-            options: _,
+            options,
             tools,
             info,
         } = self;
+        let ServeOptions {
+            max_message_bytes: _,
+            approvals,
+        } = options;
         Arc::new(Shared {
             session,
+            approvals,
             tools,
             info,
             next_call: AtomicU64::new(1),
@@ -160,6 +171,8 @@ impl McpServer {
 /// the in-flight calls.
 pub(crate) struct Shared {
     session: Arc<Session>,
+    /// Where each call's client is registered for the session's approver to ask it.
+    approvals: Option<Arc<ElicitationApprover>>,
     tools: Arc<[Tool]>,
     info: ServerConfig,
     /// Call ids key the runtime's in-flight bookkeeping, so they are unique per server.
@@ -245,12 +258,18 @@ impl Handler {
             name, arguments, ..
         } = params;
         let id = format!("mcp-{}", self.0.next_call.fetch_add(1, Ordering::Relaxed));
+        let cancel = self.0.shutdown.child_token();
+        // Questions about this call go to its client while it runs.
+        let _asks = self
+            .0
+            .approvals
+            .as_ref()
+            .map(|approvals| approvals.register(&id, &context, &cancel));
         let call = ToolCall {
             id,
             name: name.into_owned(),
             arguments: Value::Object(arguments.unwrap_or_default()),
         };
-        let cancel = self.0.shutdown.child_token();
         let done = CancellationToken::new();
         let (events, progress) = match context.meta.get_progress_token() {
             Some(token) => {

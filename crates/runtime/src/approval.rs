@@ -7,6 +7,9 @@ use serde_json::Value;
 /// What a front end is asked to approve.
 #[derive(Clone, Debug)]
 pub struct ApprovalRequest {
+    /// The call's id: front ends serving several clients at once (MCP) route the question to
+    /// the client that made the call by it.
+    pub call_id: String,
     /// Tool name.
     pub tool: String,
     /// Arguments the tool would run with.
@@ -17,8 +20,8 @@ pub struct ApprovalRequest {
     pub reason: String,
 }
 
-/// A person's answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A person's answer, or why there is none. Everything but `Yes` and `Always` is a denial.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Approval {
     /// Run this call.
     Yes,
@@ -26,11 +29,17 @@ pub enum Approval {
     No,
     /// Run it, and every later call the same rule asks about in this session.
     Always,
+    /// Nobody can be asked about this call (e.g. an MCP client that cannot show questions):
+    /// the same denial as in a session without an approver.
+    Unavailable,
+    /// A person was asked but no usable answer came back; the text says what happened (no
+    /// answer in time, the question was dismissed, a malformed reply, a broken connection).
+    Unanswered(String),
 }
 
 /// Something that can ask a person (a terminal prompt, an MCP elicitation, …).
 #[async_trait]
 pub trait Approver: Send + Sync {
-    /// Ask; an error or a closed prompt counts as `No`.
+    /// Ask; an error or a closed prompt is a denial (`No`, `Unanswered`).
     async fn approve(&self, request: ApprovalRequest) -> Approval;
 }

@@ -85,6 +85,49 @@ fn spill_read_decision() -> PolicyDecision {
     }
 }
 
+/// The decision after a person's `answer` to an `Ask` decision; `Always` adds the rule to
+/// `approved_rules` (the session's approvals: every later call this rule asks about runs).
+fn approved(
+    answer: Approval,
+    decision: PolicyDecision,
+    approved_rules: &Mutex<HashSet<RuleRef>>,
+) -> PolicyDecision {
+    match answer {
+        Approval::Yes => PolicyDecision {
+            decision: Decision::Allow,
+            reason: format!("approved by the user: {}", decision.reason),
+            ..decision
+        },
+        Approval::Always => {
+            lock(approved_rules).insert(decision.rule.clone());
+            PolicyDecision {
+                decision: Decision::Allow,
+                reason: format!("approved by the user for this session: {}", decision.reason),
+                ..decision
+            }
+        }
+        Approval::No => PolicyDecision {
+            decision: Decision::Deny,
+            reason: format!(
+                "the user declined this call ({}). Do not retry it; ask the user what to do \
+                 instead.",
+                decision.reason
+            ),
+            ..decision
+        },
+        Approval::Unavailable => decision.non_interactive(),
+        Approval::Unanswered(why) => PolicyDecision {
+            decision: Decision::Deny,
+            reason: format!(
+                "approval required, but no answer was obtained ({why}), so the call was denied \
+                 ({}). Do not retry it unchanged; tell the user it needs their approval.",
+                decision.reason
+            ),
+            ..decision
+        },
+    }
+}
+
 pub(crate) struct InFlight {
     started: Instant,
     decision: PolicyDecision,
@@ -146,6 +189,7 @@ impl RuntimeHooks {
 
     async fn resolve_ask(
         &self,
+        call_id: &str,
         tool: &str,
         args: &Value,
         decision: PolicyDecision,
@@ -165,38 +209,21 @@ impl RuntimeHooks {
                 };
                 let answer = approver
                     .approve(ApprovalRequest {
+                        call_id: call_id.to_owned(),
                         tool: tool.to_owned(),
                         args: args.clone(),
                         rule: decision.rule.to_string(),
                         reason: decision.reason.clone(),
                     })
                     .await;
-                match answer {
-                    Approval::Yes => PolicyDecision {
-                        decision: Decision::Allow,
-                        reason: format!("approved by the user: {}", decision.reason),
-                        ..decision
-                    },
-                    Approval::Always => {
-                        lock(&self.approved_rules).insert(decision.rule.clone());
-                        PolicyDecision {
-                            decision: Decision::Allow,
-                            reason: format!(
-                                "approved by the user for this session: {}",
-                                decision.reason
-                            ),
-                            ..decision
-                        }
-                    }
-                    Approval::No => PolicyDecision {
-                        decision: Decision::Deny,
-                        reason: format!(
-                            "the user declined this call ({}). Do not retry it; ask the user what to do instead.",
-                            decision.reason
-                        ),
-                        ..decision
-                    },
-                }
+                tracing::info!(
+                    call = call_id,
+                    tool,
+                    rule = %decision.rule,
+                    answer = ?answer,
+                    "approval answered"
+                );
+                approved(answer, decision, &self.approved_rules)
             }
         }
     }
@@ -258,7 +285,11 @@ impl ToolHooks for RuntimeHooks {
                     home: self.files.home(),
                 };
                 let decision = self.policy.decide(&request);
-                (self.resolve_ask(tool, args, decision).await, false)
+                (
+                    self.resolve_ask(&call.tool_call.id, tool, args, decision)
+                        .await,
+                    false,
+                )
             }
             Err(reason) => (self.refusal(reason), true),
         };

@@ -175,3 +175,123 @@ async fn explain_the_policy_hook_and_the_tool_resolve_the_same_path() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// An approver that gives scripted answers and records the questions it was asked.
+struct ScriptedApprover {
+    answers: Mutex<Vec<crate::approval::Approval>>,
+    asked: Mutex<Vec<crate::approval::ApprovalRequest>>,
+}
+
+#[async_trait]
+impl crate::approval::Approver for ScriptedApprover {
+    async fn approve(
+        &self,
+        request: crate::approval::ApprovalRequest,
+    ) -> crate::approval::Approval {
+        self.asked.lock().unwrap().push(request);
+        self.answers.lock().unwrap().remove(0)
+    }
+}
+
+fn hooks_with_approver(approver: Arc<ScriptedApprover>) -> RuntimeHooks {
+    let files = Arc::new(RecordingFiles {
+        id: BackendId::new("test:approval"),
+        root: PathBuf::from(ROOT),
+        home: PathBuf::from(HOME),
+        written: Mutex::new(Vec::new()),
+    });
+    RuntimeHooks {
+        policy: Arc::new(CompiledPolicy::builtin_default(&EnvMap::new()).unwrap()),
+        files: files.clone(),
+        backend: files.id.clone(),
+        missing_layers: Vec::new(),
+        audit: None,
+        approver: Some(approver),
+        approved_rules: Mutex::new(HashSet::new()),
+        in_flight: Mutex::new(HashMap::new()),
+    }
+}
+
+fn ask(line: usize) -> cordon_policy::PolicyDecision {
+    cordon_policy::PolicyDecision {
+        decision: cordon_policy::Decision::Ask,
+        rule: cordon_policy::RuleRef {
+            file: Arc::from("policy.toml"),
+            line,
+        },
+        reason: "changes need review".to_owned(),
+        unanalysable: None,
+    }
+}
+
+#[tokio::test]
+async fn answers_to_ask_decide_the_call_and_always_covers_only_its_rule() {
+    use crate::approval::Approval;
+    use cordon_policy::Decision;
+
+    let approver = Arc::new(ScriptedApprover {
+        answers: Mutex::new(vec![
+            Approval::Yes,
+            Approval::Yes,
+            Approval::Always,
+            Approval::No,
+            Approval::Unanswered("no answer within 1 s".to_owned()),
+            Approval::Unavailable,
+        ]),
+        asked: Mutex::new(Vec::new()),
+    });
+    let hooks = hooks_with_approver(approver.clone());
+    let args = json!({"path": "a.txt", "content": "x"});
+    let resolve = |id: &'static str, line| hooks.resolve_ask(id, "write", &args, ask(line));
+
+    // Once: the same call asks again.
+    for id in ["c1", "c2"] {
+        let decision = resolve(id, 3).await;
+        assert_eq!(decision.decision, Decision::Allow);
+        assert_eq!(decision.reason, "approved by the user: changes need review");
+    }
+    // Always: the rule's later calls run without asking; another rule still asks.
+    let decision = resolve("c3", 3).await;
+    assert_eq!(decision.decision, Decision::Allow);
+    assert_eq!(
+        decision.reason,
+        "approved by the user for this session: changes need review"
+    );
+    let decision = resolve("c4", 3).await;
+    assert_eq!(decision.decision, Decision::Allow);
+    assert_eq!(
+        decision.reason,
+        "approved for this session: changes need review"
+    );
+    let declined = resolve("c5", 4).await;
+    assert_eq!(declined.decision, Decision::Deny);
+    assert_eq!(
+        declined.reason,
+        "the user declined this call (changes need review). Do not retry it; ask the user \
+         what to do instead."
+    );
+    let unanswered = resolve("c6", 4).await;
+    assert_eq!(unanswered.decision, Decision::Deny);
+    assert_eq!(
+        unanswered.reason,
+        "approval required, but no answer was obtained (no answer within 1 s), so the call \
+         was denied (changes need review). Do not retry it unchanged; tell the user it needs \
+         their approval."
+    );
+    let unavailable = resolve("c7", 4).await;
+    assert_eq!(unavailable, ask(4).non_interactive());
+
+    let asked = approver.asked.lock().unwrap();
+    let ids: Vec<&str> = asked
+        .iter()
+        .map(|request| request.call_id.as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        ["c1", "c2", "c3", "c5", "c6", "c7"],
+        "c4 was not asked"
+    );
+    assert_eq!(asked[0].rule, "policy.toml:3");
+    assert_eq!(asked[0].tool, "write");
+    assert_eq!(asked[0].args, args);
+}

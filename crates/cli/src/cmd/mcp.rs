@@ -1,23 +1,32 @@
 //! `cordon mcp`: the enabled tools as a Model Context Protocol server, on stdio (the default)
 //! or, with `--http ADDR`, on MCP's streamable HTTP transport at a loopback address behind a
-//! bearer token. Policy and backend apply exactly as for `exec`. On stdio, standard output
+//! bearer token. Policy and backend apply exactly as for `exec`, except that a policy `ask` is
+//! a question to the user (MCP elicitation) when the client can show one. On stdio, standard output
 //! carries only JSON-RPC; diagnostics go to standard error. Closing stdin (stdio), SIGINT or
 //! SIGTERM end the session cleanly (exit 0).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use cordon_core::CancellationToken;
-use cordon_mcp::{AccessToken, HTTP_PATH, McpError, McpServer, ServeOptions};
+use cordon_mcp::{
+    AccessToken, DEFAULT_APPROVAL_TIMEOUT, ElicitationApprover, HTTP_PATH, McpError, McpServer,
+    ServeOptions,
+};
+use cordon_runtime::{Approver, Session};
 
 use crate::cmd::common::{CommonArgs, report_audit_head, shutdown_reporting};
 
 /// Environment variable holding the bearer token for `--http` (otherwise one is generated
 /// and printed on stderr).
 const TOKEN_ENV: &str = "CORDON_MCP_TOKEN";
+
+/// Longest `--approval-timeout` (a day: a question nobody answers must end).
+const MAX_APPROVAL_TIMEOUT_SECS: u64 = 86_400;
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
@@ -26,20 +35,43 @@ pub struct McpArgs {
     /// `Authorization: Bearer TOKEN`, TOKEN from $CORDON_MCP_TOKEN or printed on stderr.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<SocketAddr>,
+    /// How long a policy `ask` waits for the user's answer (MCP elicitation, for clients
+    /// that support it) before the call is denied.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = DEFAULT_APPROVAL_TIMEOUT.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..=MAX_APPROVAL_TIMEOUT_SECS)
+    )]
+    pub approval_timeout: u64,
     #[command(flatten)]
     pub common: CommonArgs,
 }
 
 /// Run `cordon mcp`.
 pub async fn mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
-    let McpArgs { http, common } = args;
+    let McpArgs {
+        http,
+        approval_timeout,
+        common,
+    } = args;
     // Refuse a bad --http before starting anything.
     let http = match http {
         Some(address) => Some(http_setup(address)?),
         None => None,
     };
-    let session = Arc::new(common.open_session().await?);
-    let server = match McpServer::new(session.clone(), ServeOptions::default()) {
+    // `ask` is a question to the client of the call, when that client can answer one.
+    let approvals = Arc::new(ElicitationApprover::new(Duration::from_secs(
+        approval_timeout,
+    )));
+    let mut options = common.session_options()?;
+    options.approver = Some(approvals.clone() as Arc<dyn Approver>);
+    let session = Arc::new(Session::open(options).await?);
+    let serve_options = ServeOptions {
+        approvals: Some(approvals),
+        ..ServeOptions::default()
+    };
+    let server = match McpServer::new(session.clone(), serve_options) {
         Ok(server) => server,
         Err(error) => {
             shutdown_reporting(&session).await;

@@ -315,6 +315,87 @@ async def scenario_parallel(session, workspace, init):
     return {"ok": True}
 
 
+class Asker:
+    """The person behind the client: answers elicitation requests from a script.
+
+    Each answer is an `ElicitResult`, or "hang" (never answer: the request stays pending until
+    the server withdraws it)."""
+
+    def __init__(self):
+        self.answers = []
+        self.asked = []
+        self.arrived = anyio.Event()
+
+    async def __call__(self, context, params):
+        self.asked.append(
+            {
+                "message": params.message,
+                "mode": params.mode,
+                "schema": params.requested_schema.model_dump(by_alias=True, exclude_none=True, mode="json")
+                if hasattr(params.requested_schema, "model_dump")
+                else params.requested_schema,
+            }
+        )
+        self.arrived.set()
+        check(self.answers, f"an unexpected question: {params.message!r}")
+        answer = self.answers.pop(0)
+        if answer == "hang":
+            await anyio.sleep_forever()
+        return answer
+
+
+ASKER = Asker()
+
+
+def choose(decision):
+    return types.ElicitResult(action="accept", content={"decision": decision})
+
+
+async def asked_call(session, path, answer, expect_question=True):
+    """Write `path`, answering the question it raises (if one is expected) with `answer`."""
+    before = len(ASKER.asked)
+    if answer is not None:
+        ASKER.answers.append(answer)
+    result = await call(session, "write", {"path": path, "content": f"{path}\n"})
+    questions = len(ASKER.asked) - before
+    check(questions == (1 if expect_question else 0), f"{path}: {questions} question(s)")
+    check(not ASKER.answers, f"{path}: unused answers {ASKER.answers}")
+    return {"error": result.is_error, "text": text_of(result)}
+
+
+async def scenario_approvals(session, workspace, init):
+    results = {}
+    results["once"] = await asked_call(session, "once/a.txt", choose("allow_once"))
+    # Allowed once: the same call asks again.
+    results["onceAgain"] = await asked_call(session, "once/a.txt", choose("allow_once"))
+    results["deny"] = await asked_call(session, "once/b.txt", choose("deny"))
+    results["decline"] = await asked_call(session, "once/c.txt", types.ElicitResult(action="decline"))
+    results["cancel"] = await asked_call(session, "once/d.txt", types.ElicitResult(action="cancel"))
+    results["malformed"] = await asked_call(session, "once/e.txt", choose("perhaps"))
+    results["session"] = await asked_call(session, "session/x.txt", choose("allow_session"))
+    # Allowed for the session: later calls this rule asks about do not ask.
+    results["sessionAgain"] = await asked_call(session, "session/y.txt", None, expect_question=False)
+    # Another rule still asks.
+    results["otherRule"] = await asked_call(session, "once/f.txt", choose("deny"))
+    return {"results": results, "asked": ASKER.asked}
+
+
+async def scenario_approval_timeout(session, workspace, init):
+    ASKER.answers.append("hang")
+    result = await call(session, "write", {"path": "once/late.txt", "content": "late\n"})
+    # The question reached the client before the call ended without an answer.
+    with anyio.fail_after(SCENARIO_TIMEOUT):
+        await ASKER.arrived.wait()
+    check(len(ASKER.asked) == 1, f"{len(ASKER.asked)} questions")
+    after = await call_ok(session, "ls", {})
+    return {"error": result.is_error, "text": text_of(result), "after": text_of(after)}
+
+
+async def scenario_approval_unsupported(session, workspace, init):
+    result = await call(session, "write", {"path": "once/a.txt", "content": "a\n"})
+    return {"error": result.is_error, "text": text_of(result)}
+
+
 SCENARIOS = {
     "list": scenario_list,
     "calls": scenario_calls,
@@ -323,11 +404,18 @@ SCENARIOS = {
     "progress": scenario_progress,
     "cancel": scenario_cancel,
     "parallel": scenario_parallel,
+    "approvals": scenario_approvals,
+    "approval-timeout": scenario_approval_timeout,
+    "approval-unsupported": scenario_approval_unsupported,
 }
+
+# Scenarios whose client answers elicitation requests (and so declares the capability).
+ANSWERING = {"approvals", "approval-timeout"}
 
 
 async def run_session(name, workspace, read, write):
-    async with ClientSession(read, write) as session:
+    answering = {"elicitation_callback": ASKER} if name in ANSWERING else {}
+    async with ClientSession(read, write, **answering) as session:
         init = await session.initialize()
         return await SCENARIOS[name](session, workspace, init)
 

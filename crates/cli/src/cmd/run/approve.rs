@@ -103,6 +103,7 @@ pub fn parse_answer(line: &str) -> Option<Approval> {
 /// The question for `request`.
 pub fn question(request: &ApprovalRequest) -> String {
     let ApprovalRequest {
+        call_id: _,
         tool,
         args,
         rule,
@@ -158,6 +159,7 @@ mod tests {
 
     fn request() -> ApprovalRequest {
         ApprovalRequest {
+            call_id: "c1".into(),
             tool: "write".into(),
             args: json!({"path": "Cargo.lock", "content": "x"}),
             rule: "policy.toml:12".into(),

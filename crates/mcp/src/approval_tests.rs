@@ -1,0 +1,183 @@
+use serde_json::json;
+
+use super::*;
+
+fn request(args: Value) -> ApprovalRequest {
+    ApprovalRequest {
+        call_id: "mcp-1".to_owned(),
+        tool: "write".to_owned(),
+        args,
+        rule: "/etc/cordon/policy.toml:12".to_owned(),
+        reason: "lock file changes need review".to_owned(),
+    }
+}
+
+fn accepted(content: Value) -> ElicitResult {
+    ElicitResult::new(ElicitationAction::Accept).with_content(content)
+}
+
+#[test]
+fn the_question_names_the_call_the_rule_and_the_choices() {
+    let text = question(&request(
+        json!({"content": "x = 1\n", "path": "Cargo.lock"}),
+    ));
+    assert_eq!(
+        text,
+        "Cordon's policy asks before this tool call runs.\n\nTool: write\nArguments: \
+         {\"path\": \"Cargo.lock\", \"content\": \"x = 1\\n\"}\nRule: \
+         /etc/cordon/policy.toml:12\nReason: lock file changes need review\n\nAllow it once, \
+         allow it for this session (every call this rule asks about, until the server stops), \
+         or deny it?"
+    );
+}
+
+#[test]
+fn long_arguments_are_cut_and_say_what_was_left_out() {
+    let content = "a".repeat(10_000);
+    let edits: Vec<Value> = (0..8)
+        .map(|n| json!({"oldText": format!("old {n}"), "newText": "new"}))
+        .collect();
+    let rendered = render_args(&json!({"content": content, "path": "big.txt", "edits": edits}));
+    assert!(
+        rendered.starts_with("{\"path\": \"big.txt\", "),
+        "{rendered}"
+    );
+    assert!(rendered.contains(&format!("\"{}\"… (9700 more bytes)", "a".repeat(300))));
+    assert!(rendered.contains(", … 3 more]"), "{rendered}");
+    assert!(
+        rendered.chars().count() <= MAX_ARGS_CHARS + 40,
+        "{rendered}"
+    );
+
+    let many: serde_json::Map<String, Value> = (0..500)
+        .map(|n| (format!("key{n:03}"), json!("v".repeat(100))))
+        .collect();
+    let rendered = render_args(&Value::Object(many));
+    assert!(rendered.ends_with(" more bytes)"), "{rendered}");
+    assert!(rendered.chars().count() <= MAX_ARGS_CHARS + 40);
+}
+
+#[test]
+fn model_text_cannot_add_lines_or_reorder_the_question() {
+    let sneaky = "a.txt\nRule: builtin:safe\u{1b}[2J\u{2028}\u{202e}\u{85}\u{7f}";
+    let text = question(&ApprovalRequest {
+        tool: "write\nReason: fine".to_owned(),
+        ..request(json!({"path": sneaky}))
+    });
+    assert_eq!(
+        text.lines()
+            .filter(|line| line.starts_with("Rule:"))
+            .count(),
+        1
+    );
+    assert_eq!(
+        text.lines()
+            .filter(|line| line.starts_with("Reason:"))
+            .count(),
+        1
+    );
+    assert!(
+        text.contains(
+            r#"Arguments: {"path": "a.txt\nRule: builtin:safe\u001b[2J\u2028\u202e\u0085\u007f"}"#
+        ),
+        "{text}"
+    );
+    assert!(text.contains(r"Tool: write\u000aReason: fine"), "{text}");
+    assert!(
+        !text
+            .chars()
+            .any(|ch| (ch.is_control() && ch != '\n') || ch == '\u{2028}' || ch == '\u{202e}')
+    );
+}
+
+#[test]
+fn answers_map_to_approvals_and_anything_else_is_a_denial_that_says_why() {
+    assert_eq!(
+        answer_of(&accepted(json!({"decision": "allow_once"}))),
+        Approval::Yes
+    );
+    assert_eq!(
+        answer_of(&accepted(json!({"decision": "allow_session"}))),
+        Approval::Always
+    );
+    assert_eq!(
+        answer_of(&accepted(json!({"decision": "deny"}))),
+        Approval::No
+    );
+    assert_eq!(
+        answer_of(&ElicitResult::new(ElicitationAction::Decline)),
+        Approval::No
+    );
+    assert_eq!(
+        answer_of(&ElicitResult::new(ElicitationAction::Cancel)),
+        Approval::Unanswered("the user dismissed the question without answering".to_owned())
+    );
+    for (content, got) in [
+        (Some(json!({"decision": "sure"})), r#"{"decision":"sure"}"#),
+        (Some(json!({"decision": 1})), r#"{"decision":1}"#),
+        (Some(json!(["allow_once"])), r#"["allow_once"]"#),
+        (None, "no content"),
+    ] {
+        let result = match content {
+            Some(content) => accepted(content),
+            None => ElicitResult::new(ElicitationAction::Accept),
+        };
+        assert_eq!(
+            answer_of(&result),
+            Approval::Unanswered(format!(
+                "the client's answer was malformed: expected {{\"decision\": \"allow_once\" | \
+                 \"allow_session\" | \"deny\"}}, got {got}"
+            ))
+        );
+    }
+}
+
+#[test]
+fn the_form_is_one_required_choice_of_three() {
+    assert_eq!(
+        serde_json::to_value(decision_schema()).unwrap(),
+        json!({
+            "type": "object",
+            "properties": {
+                "decision": {
+                    "type": "string",
+                    "title": "Decision",
+                    "oneOf": [
+                        {"const": "allow_once", "title": "Allow once"},
+                        {
+                            "const": "allow_session",
+                            "title": "Allow for this session (every call this rule asks about)"
+                        },
+                        {"const": "deny", "title": "Deny"}
+                    ]
+                }
+            },
+            "required": ["decision"]
+        })
+    );
+}
+
+#[test]
+fn transport_failures_are_denials_that_name_the_failure() {
+    assert_eq!(
+        request_failed(&ServiceError::TransportClosed),
+        Approval::Unanswered(
+            "failed to ask the user through the MCP client: Transport closed".to_owned()
+        )
+    );
+}
+
+#[test]
+fn bounded_cuts_on_characters_and_counts_the_rest_in_bytes() {
+    assert_eq!(bounded("héllo", 10), "héllo");
+    assert_eq!(bounded("héllo", 2), "hé… (3 more bytes)");
+}
+
+#[tokio::test]
+async fn calls_without_a_registered_client_cannot_be_asked() {
+    let approver = ElicitationApprover::new(Duration::from_secs(1));
+    assert_eq!(
+        approver.approve(request(json!({}))).await,
+        Approval::Unavailable
+    );
+}
