@@ -179,6 +179,41 @@ macro_rules! host_workspace_tests {
     };
 }
 
+/// `sandboxed_tests!(backend, harness)`: failed commands explained against the sandbox, for
+/// the backends that run commands in one. (The SSH backend runs commands only with
+/// `allow_degraded` and no sandbox: nothing there is explained, see `without_sandbox`.)
+macro_rules! sandboxed_tests {
+    ($backend:ident, $harness:expr) => {
+        mod $backend {
+            conformance_tests!(@groups $harness;
+                denials: [
+                    protected_path,
+                    read_only_path,
+                    denied_path,
+                    network_off,
+                    timeout,
+                    file_size,
+                    memory,
+                    pids,
+                ],
+            );
+        }
+    };
+}
+
+mod sandboxed {
+    sandboxed_tests!(local, cordon_tests::Local);
+    sandboxed_tests!(docker, cordon_tests::Docker);
+}
+
+mod without_sandbox {
+    mod ssh {
+        conformance_tests!(@groups cordon_tests::Ssh;
+            denials: [nothing_is_explained_without_a_sandbox],
+        );
+    }
+}
+
 mod host_workspace {
     host_workspace_tests!(local, cordon_tests::Local);
     host_workspace_tests!(docker, cordon_tests::Docker);

@@ -5,6 +5,10 @@
 //! survivors. An OOM kill (the container's memory limit) is reported with a clear line in the
 //! output.
 
+use std::path::Path;
+
+use cordon_core::sandbox::SandboxSpec;
+use cordon_ops::denial::{self, DenialLayout, PathEntry};
 use cordon_ops::{BackendId, ExecError, ExecOutcome, ExitStatus};
 use cordon_remote::exec::{DriveOutcome, DriveRequest, shell_status};
 use cordon_remote::runner::{Attempt, Command, CommandHost, Lease};
@@ -174,6 +178,13 @@ impl CommandHost for Inner {
             );
             // The receiver is gone only when the caller stopped reading the output.
             let _ = output.send(notice.into_bytes()).await;
+            // The worker read it from the container's cgroup: the kernel's word, explained.
+            notes.extend(
+                self.spec
+                    .limits
+                    .memory_bytes
+                    .and_then(|limit| denial::memory_note(limit, &self.spec.sources)),
+            );
         }
         if let Some(reason) = outcome.transport_error
             && status.is_none()
@@ -188,5 +199,39 @@ impl CommandHost for Inner {
             termination: outcome.termination,
             notes,
         })
+    }
+
+    fn denial_layout(&self) -> Option<&dyn DenialLayout> {
+        Some(self)
+    }
+}
+
+/// Paths in messages are container paths, judged lexically (the container's symlinks are not
+/// resolved from here): a path the rules restrict, or one on the read-only root file system
+/// (every path outside the writable roots but the container's own `/tmp`, home and kernel
+/// file systems).
+impl DenialLayout for Inner {
+    fn spec(&self) -> &SandboxSpec {
+        &self.spec
+    }
+
+    fn classify(&self, path: &Path) -> Option<PathEntry> {
+        if let Some(entry) = self.rules.entry_of(path) {
+            return Some(entry);
+        }
+        match self.rules.in_writable_root(path) {
+            Some(true) => None,
+            Some(false) => Some(PathEntry::ReadOnly),
+            None => {
+                let own = [
+                    Path::new("/tmp"),
+                    &self.home,
+                    Path::new("/dev"),
+                    Path::new("/proc"),
+                    Path::new("/sys"),
+                ];
+                (!own.iter().any(|dir| path.starts_with(dir))).then_some(PathEntry::ReadOnly)
+            }
+        }
     }
 }

@@ -25,6 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use cordon_core::sandbox::SandboxSpec;
+use cordon_ops::denial::{DenialLayout, PathEntry};
 use cordon_ops::{
     BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FsError,
     Termination,
@@ -41,7 +43,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Shared;
-use crate::roots::Verdict;
+use crate::roots::{Access, Verdict};
 
 /// Time between SIGTERM and SIGKILL when a command is stopped.
 pub(crate) const KILL_GRACE: Duration = Duration::from_secs(1);
@@ -400,6 +402,35 @@ impl BashOperations for LocalBash {
         let mut outcome = outcome;
         outcome.notes.extend(note);
         Ok(outcome)
+    }
+
+    fn denial_layout(&self) -> Option<&dyn DenialLayout> {
+        Some(&*self.shared)
+    }
+}
+
+/// Commands see the host's paths (the sandbox's mount namespace keeps them), so a path in an
+/// error message is resolved like a file operation's: confined to the roots, without
+/// following a symlink out of them, and with `O_PATH` (no FIFO blocks).
+impl DenialLayout for Shared {
+    fn spec(&self) -> &SandboxSpec {
+        &self.spec
+    }
+
+    fn classify(&self, path: &Path) -> Option<PathEntry> {
+        let canonical = self.roots.canonicalize(path).ok()?;
+        if let Some(entry) = self.rules.entry_of(&canonical) {
+            return Some(entry);
+        }
+        if self.rules.judge(&canonical) != Verdict::Free {
+            // Restricted, but by no policy entry (the host's secrets): nothing to name.
+            return None;
+        }
+        let (root, _) = self.roots.select_canonical(&canonical)?;
+        match root.access {
+            Access::ReadOnly => Some(PathEntry::ReadOnly),
+            Access::ReadWrite => None,
+        }
     }
 }
 

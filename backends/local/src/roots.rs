@@ -20,6 +20,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use cordon_ops::FsError;
+use cordon_ops::denial::PathEntry;
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
@@ -498,9 +499,29 @@ pub(crate) struct Pattern {
 struct GlobPair {
     relative: GlobSet,
     absolute: GlobSet,
+    /// For each glob of `relative`, the index of the spec entry it was compiled from.
+    relative_entries: Vec<usize>,
+    /// Same for `absolute`.
+    absolute_entries: Vec<usize>,
 }
 
 impl GlobPair {
+    /// The spec entry of the first glob matching, if any.
+    fn first_entry(&self, rel: Option<&Path>, abs: &Path) -> Option<usize> {
+        let relative = rel.and_then(|rel| {
+            let found = self.relative.matches(rel);
+            found
+                .first()
+                .and_then(|&i| self.relative_entries.get(i).copied())
+        });
+        relative.or_else(|| {
+            let found = self.absolute.matches(abs);
+            found
+                .first()
+                .and_then(|&i| self.absolute_entries.get(i).copied())
+        })
+    }
+
     fn is_empty(&self) -> bool {
         self.relative.is_empty() && self.absolute.is_empty()
     }
@@ -584,6 +605,30 @@ impl PathRules {
         }
     }
 
+    /// The spec entry that restricts a canonical path (judged with its ancestors, like
+    /// [`PathRules::judge`]): a denied entry before a protected one. `None` when no pattern
+    /// applies, and for the concrete denied paths of the host defaults, which no policy
+    /// entry names.
+    pub fn entry_of(&self, canonical: &Path) -> Option<PathEntry> {
+        if self.denied_paths.iter().any(|d| canonical.starts_with(d)) {
+            return None;
+        }
+        let mut protected = None;
+        for candidate in canonical.ancestors() {
+            if candidate.parent().is_none() {
+                break;
+            }
+            let rel = candidate.strip_prefix(&self.workspace).ok();
+            if let Some(index) = self.denied.first_entry(rel, candidate) {
+                return Some(PathEntry::Denied(index));
+            }
+            if protected.is_none() {
+                protected = self.protected.first_entry(rel, candidate);
+            }
+        }
+        protected.map(PathEntry::Protected)
+    }
+
     /// How an entry itself (not its ancestors, which a walk already judged) is matched:
     /// `(protected, denied)`.
     pub fn judge_entry(&self, canonical: &Path) -> (bool, bool) {
@@ -611,7 +656,9 @@ fn compile_globs(
 ) -> Result<GlobPair, LocalError> {
     let mut relative = GlobSetBuilder::new();
     let mut absolute = GlobSetBuilder::new();
-    for pattern in patterns {
+    let mut relative_entries = Vec::new();
+    let mut absolute_entries = Vec::new();
+    for (entry, pattern) in patterns.iter().enumerate() {
         let expanded = match (pattern.strip_prefix("~/"), home) {
             (Some(rest), Some(home)) => format!("{}/{rest}", home.display()),
             _ => pattern.clone(),
@@ -643,8 +690,10 @@ fn compile_globs(
                 })?;
             if variant.starts_with('/') {
                 absolute.add(glob);
+                absolute_entries.push(entry);
             } else {
                 relative.add(glob);
+                relative_entries.push(entry);
             }
         }
     }
@@ -657,6 +706,8 @@ fn compile_globs(
     Ok(GlobPair {
         relative: build(relative)?,
         absolute: build(absolute)?,
+        relative_entries,
+        absolute_entries,
     })
 }
 
@@ -902,6 +953,35 @@ mod tests {
             .open_named(&path.join("link"), OFlag::O_RDONLY, "open")
             .unwrap();
         assert_eq!(name, file);
+    }
+
+    #[test]
+    fn the_entry_behind_a_verdict_is_the_spec_entry_that_matched() {
+        let rules = rules(
+            &["docs/**", ".git/**", "~/.bashrc"],
+            &["**/.env", "~/.ssh/**"],
+        );
+        let entry = |path: &str| rules.entry_of(Path::new(path));
+        assert_eq!(entry("/ws/.git"), Some(PathEntry::Protected(1)));
+        assert_eq!(
+            entry("/ws/.git/hooks/pre-commit"),
+            Some(PathEntry::Protected(1))
+        );
+        assert_eq!(entry("/ws/docs/a/b.md"), Some(PathEntry::Protected(0)));
+        assert_eq!(entry("/home/me/.bashrc"), Some(PathEntry::Protected(2)));
+        assert_eq!(entry("/ws/sub/.env"), Some(PathEntry::Denied(0)));
+        assert_eq!(entry("/home/me/.ssh/id"), Some(PathEntry::Denied(1)));
+        // Denied beats protected, as in `judge`.
+        assert_eq!(entry("/ws/docs/.env"), Some(PathEntry::Denied(0)));
+        assert_eq!(entry("/ws/src/main.rs"), None);
+        // Relative patterns match only inside the workspace.
+        assert_eq!(entry("/elsewhere/docs/x"), None);
+        // The host's secrets are denied by no policy entry.
+        assert_eq!(entry("/home/me/.cargo/credentials.toml"), None);
+        assert_eq!(
+            rules.judge(Path::new("/home/me/.cargo/credentials.toml")),
+            Verdict::Denied
+        );
     }
 
     fn rules(protected: &[&str], denied: &[&str]) -> PathRules {

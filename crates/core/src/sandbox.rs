@@ -167,6 +167,49 @@ pub struct SandboxSpec {
     /// Git repositories created inside writable roots.
     #[serde(default)]
     pub nested_git: NestedGit,
+    /// Where each entry above was configured, so a denial can name the line to change.
+    #[serde(default)]
+    pub sources: SpecSources,
+}
+
+/// Where the entries of a [`SandboxSpec`] come from: lines of the policy file, so a command
+/// that fails against the sandbox can be told which entry blocked it. Line 0 means the entry
+/// is not written in the file (a built-in default, or a path Cordon protects on its own).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpecSources {
+    /// The policy file as it was named to the loader; empty when the spec was not compiled
+    /// from a policy.
+    pub file: String,
+    /// The line of each [`SandboxSpec::protected`] entry, in the same order.
+    pub protected: Vec<usize>,
+    /// The line of each [`SandboxSpec::denied`] entry, in the same order.
+    pub denied: Vec<usize>,
+    /// `[filesystem] write`.
+    pub write: usize,
+    /// `[network] enabled`.
+    pub network: usize,
+    /// `[limits] timeout`.
+    pub timeout: usize,
+    /// `[limits] max_timeout`.
+    pub max_timeout: usize,
+    /// `[limits] memory`.
+    pub memory: usize,
+    /// `[limits] pids`.
+    pub pids: usize,
+    /// `[limits] file_size`.
+    pub file_size: usize,
+}
+
+impl SpecSources {
+    /// `FILE:LINE` of an entry, or where it would go when the file does not set it.
+    pub fn at(&self, line: usize) -> String {
+        match (self.file.as_str(), line) {
+            ("", _) => "not from a policy file".to_owned(),
+            (file, 0) => format!("{file}, not set there: the built-in default"),
+            (file, line) => format!("{file}:{line}"),
+        }
+    }
 }
 
 impl Default for SandboxSpec {
@@ -183,6 +226,7 @@ impl Default for SandboxSpec {
             env: EnvSpec::default(),
             allow_degraded: false,
             nested_git: NestedGit::Quarantine,
+            sources: SpecSources::default(),
         }
     }
 }

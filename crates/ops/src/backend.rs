@@ -396,6 +396,13 @@ pub trait BashOperations: Send + Sync {
         cancel: CancellationToken,
         output: mpsc::Sender<Vec<u8>>,
     ) -> Result<ExecOutcome, ExecError>;
+
+    /// The layout a failed command's output is matched against to explain a denial
+    /// ([`crate::denial`]); `None` (the default) for a backend without a sandbox, whose
+    /// commands get no such notes.
+    fn denial_layout(&self) -> Option<&dyn crate::denial::DenialLayout> {
+        None
+    }
 }
 
 /// A content search (the grep tool).

@@ -17,6 +17,7 @@
 
 mod backend;
 pub mod bounds;
+pub mod denial;
 pub mod leftovers;
 pub mod paths;
 mod tool;

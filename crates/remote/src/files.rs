@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use cordon_core::sandbox::{NestedGit, RootAccess, SandboxSpec};
+use cordon_ops::denial::PathEntry;
 use cordon_ops::{DirEntry, FileKind, FsError};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
@@ -420,6 +421,10 @@ pub struct PathRules {
     roots: Vec<Root>,
     protected: GlobSet,
     denied: GlobSet,
+    /// For each glob of `protected`, the index of its `spec.protected` entry.
+    protected_entries: Vec<usize>,
+    /// For each glob of `denied`, the index of its `spec.denied` entry.
+    denied_entries: Vec<usize>,
     nested_git: NestedGit,
 }
 
@@ -436,9 +441,13 @@ pub struct RuleError {
     pub source: globset::Error,
 }
 
-fn build_globs(what: &'static str, globs: &[String]) -> Result<GlobSet, RuleError> {
+/// Globs compiled from spec entries, with the entry each glob came from.
+type EntryGlobs = (GlobSet, Vec<usize>);
+
+fn build_globs(what: &'static str, globs: &[String]) -> Result<EntryGlobs, RuleError> {
     let mut builder = GlobSetBuilder::new();
-    for glob in globs {
+    let mut entries = Vec::new();
+    for (entry, glob) in globs.iter().enumerate() {
         let mut add = |pattern: &str| -> Result<(), RuleError> {
             let compiled = Glob::new(pattern).map_err(|source| RuleError {
                 what,
@@ -446,6 +455,7 @@ fn build_globs(what: &'static str, globs: &[String]) -> Result<GlobSet, RuleErro
                 source,
             })?;
             builder.add(compiled);
+            entries.push(entry);
             Ok(())
         };
         add(glob)?;
@@ -455,11 +465,12 @@ fn build_globs(what: &'static str, globs: &[String]) -> Result<GlobSet, RuleErro
             add(dir)?;
         }
     }
-    builder.build().map_err(|source| RuleError {
+    let set = builder.build().map_err(|source| RuleError {
         what,
         glob: globs.join(", "),
         source,
-    })
+    })?;
+    Ok((set, entries))
 }
 
 impl PathRules {
@@ -474,13 +485,57 @@ impl PathRules {
             },
         }];
         roots.extend(extra);
+        let (protected, protected_entries) = build_globs("protected", &spec.protected)?;
+        let (denied, denied_entries) = build_globs("denied", &spec.denied)?;
         Ok(PathRules {
             workspace: workspace.to_path_buf(),
             roots,
-            protected: build_globs("protected", &spec.protected)?,
-            denied: build_globs("denied", &spec.denied)?,
+            protected,
+            denied,
+            protected_entries,
+            denied_entries,
             nested_git: spec.nested_git,
         })
+    }
+
+    /// The spec entry of the first glob of `set` matching `canonical` (absolute, or relative
+    /// to the workspace).
+    fn first_entry(&self, set: &GlobSet, entries: &[usize], canonical: &Path) -> Option<usize> {
+        let absolute = set.matches(canonical);
+        if let Some(&glob) = absolute.first() {
+            return entries.get(glob).copied();
+        }
+        match canonical.strip_prefix(&self.workspace) {
+            Ok(rel) if !rel.as_os_str().is_empty() => set
+                .matches(rel)
+                .first()
+                .and_then(|&glob| entries.get(glob).copied()),
+            _ => None,
+        }
+    }
+
+    /// The spec entry restricting `canonical`, judged with its ancestors: a denied entry
+    /// before a protected one; `None` when no glob applies.
+    pub fn entry_of(&self, canonical: &Path) -> Option<PathEntry> {
+        let mut protected = None;
+        for candidate in canonical.ancestors() {
+            if candidate.parent().is_none() {
+                break;
+            }
+            if let Some(index) = self.first_entry(&self.denied, &self.denied_entries, candidate) {
+                return Some(PathEntry::Denied(index));
+            }
+            if protected.is_none() {
+                protected = self.first_entry(&self.protected, &self.protected_entries, candidate);
+            }
+        }
+        protected.map(PathEntry::Protected)
+    }
+
+    /// Whether `canonical` lies in a root file operations may write (the deepest root
+    /// containing it decides); `None` outside every root.
+    pub fn in_writable_root(&self, canonical: &Path) -> Option<bool> {
+        self.root_of(canonical).map(|root| root.writable)
     }
 
     /// The roots, workspace first.
@@ -578,6 +633,35 @@ impl PathRules {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_entry_behind_a_restriction_is_the_spec_entry_that_matched() {
+        let spec = SandboxSpec {
+            protected: vec!["docs/**".into(), ".git/**".into()],
+            denied: vec!["**/.env".into(), "/etc/secret".into()],
+            ..SandboxSpec::default()
+        };
+        let extra = vec![Root {
+            path: PathBuf::from("/opt/sdk"),
+            writable: false,
+        }];
+        let rules = PathRules::new(Path::new("/ws"), &spec, extra).unwrap();
+        let entry = |path: &str| rules.entry_of(Path::new(path));
+        assert_eq!(entry("/ws/.git/config"), Some(PathEntry::Protected(1)));
+        assert_eq!(entry("/ws/docs"), Some(PathEntry::Protected(0)));
+        assert_eq!(entry("/ws/docs/.env"), Some(PathEntry::Denied(0)));
+        assert_eq!(entry("/etc/secret"), Some(PathEntry::Denied(1)));
+        assert_eq!(entry("/ws/src/a.rs"), None);
+        assert_eq!(
+            rules.in_writable_root(Path::new("/ws/src/a.rs")),
+            Some(true)
+        );
+        assert_eq!(
+            rules.in_writable_root(Path::new("/opt/sdk/bin")),
+            Some(false)
+        );
+        assert_eq!(rules.in_writable_root(Path::new("/usr/bin")), None);
+    }
 
     #[test]
     fn argv_for_read_with_roots() {

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use cordon_ops::denial::DenialLayout;
 use cordon_ops::{BackendId, BashOperations, ExecError, ExecOutcome, ExecRequest, Termination};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
@@ -223,6 +224,12 @@ pub trait CommandHost: Send + Sync + 'static {
 
     /// Run `command` on a worker ([`Runner::run`]) and turn what happened into the result.
     fn run(&self, command: Command) -> impl Future<Output = Result<ExecOutcome, ExecError>> + Send;
+
+    /// The sandbox layout failed commands are explained against
+    /// ([`BashOperations::denial_layout`]); the default: none.
+    fn denial_layout(&self) -> Option<&dyn DenialLayout> {
+        None
+    }
 }
 
 /// [`BashOperations`] of a remote backend: refusal, an early cancel, the request line, then
@@ -233,6 +240,10 @@ pub struct RemoteBash<H>(pub Arc<H>);
 impl<H: CommandHost> BashOperations for RemoteBash<H> {
     fn backend_id(&self) -> &BackendId {
         self.0.backend_id()
+    }
+
+    fn denial_layout(&self) -> Option<&dyn DenialLayout> {
+        self.0.denial_layout()
     }
 
     async fn exec(

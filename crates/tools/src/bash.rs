@@ -19,6 +19,7 @@ use cordon_core::protocol::Content;
 use cordon_core::sandbox::{DEFAULT_SPILL_BYTES, DEFAULT_SPILL_SESSION_BYTES};
 use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation, UpdateCallback};
 use cordon_ops::bounds::MAX_COMMAND_CHARS;
+use cordon_ops::denial::{self, DenialLayout, Evidence};
 use cordon_ops::{
     BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FileOperations, Termination,
     ToolKind,
@@ -332,15 +333,17 @@ impl AgentTool for BashTool {
             serde_json::from_value(args).map_err(|error| BashError::InvalidArguments {
                 reason: error.to_string(),
             })?;
-        let timeout = resolve_timeout(timeout_number(args.timeout, &self.options)?, &self.options)?;
+        let requested = timeout_number(args.timeout, &self.options)?;
+        let timeout = resolve_timeout(requested, &self.options)?;
         if cancel.is_cancelled() {
             return Ok(AgentToolResult::error("Command aborted"));
         }
         on_update(AgentToolResult::default());
 
+        let cwd = self.files.root().to_path_buf();
         let request = ExecRequest {
             command: args.command,
-            cwd: self.files.root().to_path_buf(),
+            cwd: cwd.clone(),
             timeout: timeout.duration(),
             env: Vec::new(),
         };
@@ -394,8 +397,38 @@ impl AgentTool for BashTool {
         if final_output.had_output {
             on_update(update_payload(&final_output.snapshot));
         }
-        Ok(build_result(&final_output, outcome, &timeout))
+        let explained = match (&outcome, self.bash.denial_layout()) {
+            (Ok(ended), Some(layout)) => explain_denials(
+                &Evidence {
+                    status: ended.status,
+                    termination: ended.termination,
+                    output: &final_output.snapshot.text,
+                    cwd: &cwd,
+                    timeout: timeout.duration(),
+                    timeout_requested: requested.is_some(),
+                },
+                layout,
+                &ended.notes,
+            ),
+            (Ok(_), None) | (Err(_), _) => Vec::new(),
+        };
+        Ok(build_result(&final_output, outcome, &timeout, explained))
     }
+}
+
+/// The sandbox's explanations of a failed command ([`cordon_ops::denial`]) that the backend
+/// did not already give.
+fn explain_denials(
+    evidence: &Evidence<'_>,
+    layout: &dyn DenialLayout,
+    given: &[String],
+) -> Vec<String> {
+    let mut notes = denial::explain(evidence, layout);
+    notes.retain(|note| !given.contains(note));
+    if !notes.is_empty() {
+        tracing::debug!(notes = notes.len(), "bash: explained a failed command");
+    }
+    notes
 }
 
 /// Partial-update throttling: at most one update per [`UPDATE_THROTTLE`], the pending one sent
@@ -489,6 +522,7 @@ fn build_result(
     output: &FinalOutput,
     outcome: Result<ExecOutcome, ExecError>,
     timeout: &ResolvedTimeout,
+    explained: Vec<String>,
 ) -> AgentToolResult {
     let snapshot = &output.snapshot;
     let mut text = snapshot.text.clone();
@@ -507,11 +541,14 @@ fn build_result(
         Some(message) => format!("{text}\n\n{message}"),
     };
     // What the backend did after the command comes last, so truncation never hides it.
-    if let Ok(ExecOutcome { notes, .. }) = &outcome {
-        for note in notes {
-            text.push_str("\n\n");
-            text.push_str(note);
-        }
+    // The sandbox's explanations of the failure close the result.
+    let given = match &outcome {
+        Ok(ExecOutcome { notes, .. }) => notes.as_slice(),
+        Err(_) => &[],
+    };
+    for note in given.iter().chain(&explained) {
+        text.push_str("\n\n");
+        text.push_str(note);
     }
 
     let full_output_path = snapshot
@@ -923,6 +960,98 @@ mod tests {
         assert_eq!(
             text(&result),
             "made a repo\n\n\nCommand exited with code 3\n\nquarantined src/.git"
+        );
+    }
+
+    /// A [`ScriptedBash`] on a sandbox whose `.git` is protected by `p.toml:4`.
+    struct Sandboxed {
+        inner: Arc<ScriptedBash>,
+        spec: cordon_core::sandbox::SandboxSpec,
+    }
+
+    impl DenialLayout for Sandboxed {
+        fn spec(&self) -> &cordon_core::sandbox::SandboxSpec {
+            &self.spec
+        }
+
+        fn classify(&self, path: &std::path::Path) -> Option<denial::PathEntry> {
+            path.components()
+                .any(|c| c.as_os_str() == ".git")
+                .then_some(denial::PathEntry::Protected(0))
+        }
+    }
+
+    #[async_trait]
+    impl BashOperations for Sandboxed {
+        fn backend_id(&self) -> &BackendId {
+            self.inner.backend_id()
+        }
+
+        async fn exec(
+            &self,
+            request: ExecRequest,
+            cancel: CancellationToken,
+            output: mpsc::Sender<Vec<u8>>,
+        ) -> Result<ExecOutcome, ExecError> {
+            self.inner.exec(request, cancel, output).await
+        }
+
+        fn denial_layout(&self) -> Option<&dyn DenialLayout> {
+            Some(self)
+        }
+    }
+
+    fn sandboxed(inner: Arc<ScriptedBash>) -> Arc<Sandboxed> {
+        let spec = cordon_core::sandbox::SandboxSpec {
+            sources: cordon_core::sandbox::SpecSources {
+                file: "p.toml".into(),
+                protected: vec![4],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Arc::new(Sandboxed { inner, spec })
+    }
+
+    #[tokio::test]
+    async fn a_denial_is_explained_after_the_backend_notes() {
+        let refused = "touch: cannot touch '.git/config': Read-only file system\n";
+        let bash = ScriptedBash::new(
+            vec![chunk(refused)],
+            Ok(ExecOutcome {
+                status: Some(ExitStatus::Code(1)),
+                termination: Termination::Exited,
+                notes: vec!["quarantined src/.git".to_owned()],
+            }),
+        );
+        let h = Harness::new(sandboxed(bash));
+        let result = h.call(json!({"command": "touch .git/config"})).await;
+        let root = h.root.display();
+        assert_eq!(
+            text(&result),
+            format!(
+                "{refused}\n\nCommand exited with code 1\n\nquarantined src/.git\n\nSandbox: \
+                 {root}/.git/config is protected (read-only) by `.git/**` in `[filesystem] \
+                 protect` (p.toml:4), so writing it was refused. Leave it unchanged; the \
+                 operator can remove or narrow that entry."
+            )
+        );
+        // The same output from a command that succeeded, or from a backend without a
+        // sandbox, is not explained.
+        let h = Harness::new(sandboxed(ScriptedBash::exits(
+            vec![chunk(refused)],
+            Some(ExitStatus::Code(0)),
+        )));
+        let result = h.call(json!({"command": "echo"})).await;
+        assert_eq!(text(&result), refused);
+        let h = Harness::new(ScriptedBash::exits(
+            vec![chunk(refused)],
+            Some(ExitStatus::Code(1)),
+        ));
+        let result = h.call(json!({"command": "touch .git/config"})).await;
+        assert_eq!(
+            text(&result),
+            format!("{refused}\n\nCommand exited with code 1")
         );
     }
 

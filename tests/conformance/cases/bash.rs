@@ -121,7 +121,17 @@ pub async fn timeout_kills_process_tree(h: Arc<dyn Harness>) {
         ws.call("bash", json!({"command": command, "timeout": 5})),
         wait_for_processes(&marker, 2),
     );
-    run.assert_error("before\n\n\nCommand timed out after 5 seconds");
+    // The note explaining the timeout comes from the sandbox, which SSH runs without.
+    let note = match ws.backend_name() {
+        "ssh" => String::new(),
+        _ => "\n\nSandbox: the command was stopped at the timeout of 5 s it was given. Pass a \
+              larger `timeout` (at most 1800 s, `[limits] max_timeout` \
+              (builtin:default.toml:90))."
+            .to_owned(),
+    };
+    run.assert_error(&format!(
+        "before\n\n\nCommand timed out after 5 seconds{note}"
+    ));
     assert_eq!(run.structured()["output"], json!("before\n"));
     assert_eq!(
         run.structured()["exitCode"],
@@ -272,7 +282,18 @@ pub async fn timeout_clamped_to_policy_maximum(h: Arc<dyn Harness>) {
     let run = ws
         .call("bash", json!({"command": format!("sleep {marker}")}))
         .await;
-    run.assert_error("Command timed out after 1 seconds");
+    let explained = |note: &str| match ws.backend_name() {
+        "ssh" => String::new(),
+        _ => format!("\n\nSandbox: {note}"),
+    };
+    run.assert_error(&format!(
+        "Command timed out after 1 seconds{}",
+        explained(
+            "the command was stopped at the default timeout of 1 s, set by `[limits] timeout` \
+             ($POLICY:4). Pass a larger `timeout` (at most 2 s, `[limits] max_timeout` \
+             ($POLICY:5)) or run less at once; the operator can raise the limits."
+        )
+    ));
     assert_gone(&marker).await;
     // …and a larger request is clamped to its maximum, which the details state.
     let marker = sleep_marker();
@@ -282,7 +303,13 @@ pub async fn timeout_clamped_to_policy_maximum(h: Arc<dyn Harness>) {
             json!({"command": format!("sleep {marker}"), "timeout": 600}),
         )
         .await;
-    run.assert_error("Command timed out after 2 seconds");
+    run.assert_error(&format!(
+        "Command timed out after 2 seconds{}",
+        explained(
+            "the command was stopped at the maximum timeout of 2 s, set by `[limits] \
+             max_timeout` ($POLICY:5). Run less at once; the operator can raise that limit."
+        )
+    ));
     assert_eq!(run.details()["timeoutClampedTo"], json!(2));
     assert_gone(&marker).await;
 }

@@ -3,6 +3,7 @@
 
 pub mod bash;
 pub mod confinement;
+pub mod denials;
 pub mod edit;
 pub mod find;
 pub mod git_metadata;

@@ -7,7 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cordon_core::sandbox::{EnvSpec, Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec};
+use cordon_core::sandbox::{
+    EnvSpec, Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec, SpecSources,
+};
 use cordon_ops::ToolKind;
 use toml::Spanned;
 
@@ -40,6 +42,8 @@ impl CompiledPolicy {
         glob.line = 0;
         if !self.spec.protected.iter().any(|known| known == path) {
             self.spec.protected.push(path.to_owned());
+            // Not a line of the file: Cordon protects it on its own.
+            self.spec.sources.protected.push(0);
         }
         self.session_protect.push(glob);
         Ok(())
@@ -69,6 +73,10 @@ impl CompiledPolicy {
         }
         spec.protected = self.protect.iter().map(|g| g.source.clone()).collect();
         spec.denied = self.deny.iter().map(|g| g.source.clone()).collect();
+        spec.sources.file = self.file.to_string();
+        spec.sources.protected = self.protect.iter().map(|g| g.line).collect();
+        spec.sources.denied = self.deny.iter().map(|g| g.line).collect();
+        spec.sources.write = self.write_at.line;
         spec.allow_degraded = false;
     }
 }
@@ -299,13 +307,18 @@ pub(super) fn compile(
         Some(network) => (network.enabled, network.unix_sockets),
         None => (None, None),
     };
+    let network_line = line_or_zero(network_enabled.as_ref(), map);
     let network_mode = match network_enabled {
         Some(enabled) if *enabled.get_ref() => NetworkMode::Enabled,
         Some(_) | None => NetworkMode::Disabled,
     };
     let unix_sockets = compile_unix_sockets(raw_unix_sockets.as_ref(), network_mode, map)?;
 
-    let limits = compile_limits(limits, map)?;
+    let mut sources = SpecSources {
+        network: network_line,
+        ..SpecSources::default()
+    };
+    let limits = compile_limits(limits, map, &mut sources)?;
 
     let env_spec = match raw_env {
         None => EnvSpec::default(),
@@ -359,6 +372,7 @@ pub(super) fn compile(
         limits,
         env: env_spec,
         nested_git,
+        sources,
         ..SandboxSpec::default()
     };
 
@@ -438,6 +452,7 @@ fn check_tool(item: &Spanned<String>, map: &SourceMap) -> Result<(), PolicyError
 fn compile_limits(
     raw: Option<crate::format::RawLimits>,
     map: &SourceMap,
+    sources: &mut SpecSources,
 ) -> Result<Limits, PolicyError> {
     let mut limits = Limits::default();
     let Some(raw) = raw else {
@@ -456,6 +471,11 @@ fn compile_limits(
         spill,
         spill_session,
     } = raw;
+    sources.timeout = line_or_zero(timeout.as_ref(), map);
+    sources.max_timeout = line_or_zero(max_timeout.as_ref(), map);
+    sources.memory = line_or_zero(memory.as_ref(), map);
+    sources.pids = line_or_zero(pids.as_ref(), map);
+    sources.file_size = line_or_zero(file_size.as_ref(), map);
     let timeout_value = timeout
         .as_ref()
         .map(|t| seconds(t, map, "timeout"))

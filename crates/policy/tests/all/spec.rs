@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use cordon_core::sandbox::{EnvSpec, Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec};
+use cordon_core::sandbox::{
+    EnvSpec, Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec, SpecSources,
+};
 use cordon_policy::CompiledPolicy;
 
 use crate::support::policy;
@@ -76,8 +78,43 @@ set = { RUST_BACKTRACE = "1", LANG = "C.UTF-8" }
             },
             allow_degraded: false,
             nested_git: NestedGit::Quarantine,
+            sources: SpecSources {
+                file: "test.toml".to_owned(),
+                protected: vec![6, 6],
+                denied: vec![5, 5],
+                write: 4,
+                network: 9,
+                timeout: 13,
+                max_timeout: 14,
+                memory: 15,
+                pids: 16,
+                file_size: 18,
+            },
         }
     );
+}
+
+#[test]
+fn entries_not_in_the_file_have_line_zero() {
+    let spec = policy("version = 1\n").sandbox_spec();
+    assert_eq!(
+        spec.sources,
+        SpecSources {
+            file: "test.toml".to_owned(),
+            // The default `.git/**` and `.cordon/**`.
+            protected: vec![0, 0],
+            ..SpecSources::default()
+        }
+    );
+    assert_eq!(
+        spec.sources.at(spec.sources.network),
+        "test.toml, not set there: the built-in default"
+    );
+    let mut p = policy("version = 1\n[filesystem]\nprotect = [\"a\"]\n");
+    p.protect_literal("conf/policy.toml").unwrap();
+    let spec = p.sandbox_spec();
+    assert_eq!(spec.protected, strings(&["a", "conf/policy.toml"]));
+    assert_eq!(spec.sources.protected, vec![3, 0]);
 }
 
 #[test]

@@ -84,6 +84,8 @@ fn sandbox_facts(spec: &SandboxSpec) -> Vec<String> {
         env: _,
         allow_degraded: _,
         nested_git,
+        // Where the entries come from: for the notes on failed commands, not for the prompt.
+        sources: _,
     } = spec;
     let mut facts = Vec::new();
     facts.push(match network {
