@@ -1,9 +1,10 @@
-//! The Docker plumbing the backend needs: connecting (`DOCKER_HOST`, version negotiation),
+//! The Docker plumbing the backend needs: connecting (`DOCKER_HOST`, TLS, version negotiation),
 //! attached execs turned into [`TransportEvent`] streams (the [`DockerTransport`] the shared
 //! `cordon_remote::runner::Runner` starts its workers with), and the owner labels that let a later
 //! session tell a crashed session's container (reap it) from a live one (leave it).
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -37,17 +38,162 @@ pub const LABEL_SPILL_ROOT: &str = "cordon.spill.root";
 /// The default socket when `DOCKER_HOST` is not set.
 pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 
-/// Connect to `host` (or `DOCKER_HOST`, or the default socket) and negotiate the API version.
+/// Where and how to reach the engine, from `DOCKER_HOST`, `DOCKER_TLS_VERIFY` and
+/// `DOCKER_CERT_PATH` as the docker CLI reads them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Engine {
+    /// The daemon URI.
+    pub host: String,
+    /// For a TCP engine verified with TLS: the directory holding `ca.pem`, `cert.pem` and
+    /// `key.pem`.
+    pub tls: Option<PathBuf>,
+}
+
+/// The files of a TLS engine's directory, in the order they are checked.
+const TLS_FILES: [&str; 3] = ["ca.pem", "cert.pem", "key.pem"];
+
+impl Engine {
+    /// Resolve `host` (or `DOCKER_HOST`, or the default socket) with the TLS variables read
+    /// through `env` and the home directory `home`.
+    ///
+    /// - `unix://`: a socket; the TLS variables do not apply (as with the docker CLI).
+    /// - `tcp://` with `DOCKER_TLS_VERIFY` non-empty, or `https://`: TLS, the engine's
+    ///   certificate verified against `ca.pem` and the client certificate presented, from
+    ///   `DOCKER_CERT_PATH` (default `~/.docker`). A missing file is an error: the connection
+    ///   never goes out without TLS instead.
+    /// - `tcp://` with `DOCKER_TLS` (TLS without verifying the engine) is refused.
+    /// - `tcp://`/`http://` otherwise: plaintext, logged as a warning by [`connect`].
+    /// - `ssh://` and anything else: refused with what to do instead.
+    pub fn resolve(
+        host: Option<&str>,
+        env: &dyn Fn(&str) -> Option<String>,
+        home: Option<&Path>,
+    ) -> Result<Engine, DockerError> {
+        let nonempty = |name: &str| env(name).filter(|v| !v.is_empty());
+        let host = match host {
+            Some(h) => h.to_owned(),
+            None => nonempty("DOCKER_HOST").unwrap_or_else(|| DEFAULT_HOST.to_owned()),
+        };
+        let tls_error = |reason: String| DockerError::Tls {
+            host: host.clone(),
+            reason,
+        };
+        let scheme = host.split_once("://").map_or("", |(scheme, _)| scheme);
+        let verify = match scheme {
+            "unix" => return Ok(Engine { host, tls: None }),
+            "https" => true,
+            "tcp" | "http" => {
+                if nonempty("DOCKER_TLS_VERIFY").is_some() {
+                    if scheme == "http" {
+                        return Err(tls_error(
+                            "DOCKER_TLS_VERIFY is set but the host says http://; use tcp:// or \
+                             https://"
+                                .to_owned(),
+                        ));
+                    }
+                    true
+                } else if nonempty("DOCKER_TLS").is_some() {
+                    return Err(tls_error(
+                        "DOCKER_TLS asks for TLS without verifying the engine, which Cordon does \
+                         not do; set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH to the directory \
+                         with ca.pem, cert.pem and key.pem"
+                            .to_owned(),
+                    ));
+                } else {
+                    false
+                }
+            }
+            "ssh" => {
+                return Err(tls_error(
+                    "ssh:// engines are not supported; forward the engine's socket instead \
+                     (ssh -N -L /tmp/docker.sock:/var/run/docker.sock HOST) and set \
+                     DOCKER_HOST=unix:///tmp/docker.sock"
+                        .to_owned(),
+                ));
+            }
+            _ => {
+                return Err(tls_error(
+                    "unsupported scheme; use unix://PATH, tcp://HOST:PORT (with \
+                     DOCKER_TLS_VERIFY=1 for TLS) or https://HOST:PORT"
+                        .to_owned(),
+                ));
+            }
+        };
+        if !verify {
+            return Ok(Engine { host, tls: None });
+        }
+        let dir = match (nonempty("DOCKER_CERT_PATH"), home) {
+            (Some(dir), _) => PathBuf::from(dir),
+            (None, Some(home)) => home.join(".docker"),
+            (None, None) => {
+                return Err(tls_error(
+                    "DOCKER_CERT_PATH is not set and there is no home directory to find \
+                     ~/.docker in"
+                        .to_owned(),
+                ));
+            }
+        };
+        for name in TLS_FILES {
+            let file = dir.join(name);
+            if !file.is_file() {
+                return Err(tls_error(format!(
+                    "{} is missing; DOCKER_CERT_PATH must name a directory with ca.pem, \
+                     cert.pem and key.pem",
+                    file.display()
+                )));
+            }
+        }
+        Ok(Engine {
+            host,
+            tls: Some(dir),
+        })
+    }
+}
+
+/// Connect to `host` (or `DOCKER_HOST`, or the default socket; TLS from the environment, see
+/// [`Engine::resolve`]) and negotiate the API version.
 pub async fn connect(host: Option<&str>) -> Result<(Docker, String), DockerError> {
-    let host = match host {
-        Some(h) => h.to_owned(),
-        None => std::env::var("DOCKER_HOST")
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| DEFAULT_HOST.to_owned()),
-    };
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let engine = Engine::resolve(host, &|name| std::env::var(name).ok(), home.as_deref())?;
+    connect_engine(&engine).await
+}
+
+/// Connect to a resolved [`Engine`] and negotiate the API version.
+pub async fn connect_engine(engine: &Engine) -> Result<(Docker, String), DockerError> {
+    let host = engine.host.clone();
     let next_step = || crate::error::Hints::for_current_dir().unreachable();
-    let docker = Docker::connect_with_host(&host).map_err(|source| match source {
+    let connected = match &engine.tls {
+        Some(dir) => {
+            // The process-wide rustls provider bollard signs the client key with; an error
+            // only means one is installed already.
+            if rustls::crypto::aws_lc_rs::default_provider()
+                .install_default()
+                .is_err()
+            {
+                tracing::trace!("a rustls crypto provider was installed already");
+            }
+            tracing::debug!(host, certs = %dir.display(), "docker: connecting with TLS");
+            Docker::connect_with_ssl(
+                &host,
+                &dir.join("key.pem"),
+                &dir.join("cert.pem"),
+                &dir.join("ca.pem"),
+                120,
+                bollard::API_DEFAULT_VERSION,
+            )
+        }
+        None => {
+            if !host.starts_with("unix://") {
+                tracing::warn!(
+                    host,
+                    "docker: the engine is reached over plaintext TCP; set DOCKER_TLS_VERIFY=1 \
+                     and DOCKER_CERT_PATH to verify it with TLS"
+                );
+            }
+            Docker::connect_with_host(&host)
+        }
+    };
+    let docker = connected.map_err(|source| match source {
         bollard::errors::Error::UnsupportedURISchemeError { .. } => DockerError::Host {
             host: host.clone(),
             source,
@@ -67,10 +213,26 @@ pub async fn connect(host: Option<&str>) -> Result<(Docker, String), DockerError
         })?
         .map_err(|e| DockerError::Unreachable {
             host: host.clone(),
-            reason: e.to_string(),
+            reason: with_causes(&e),
             next_step: next_step(),
         })?;
     Ok((negotiated, host))
+}
+
+/// `error` and its sources, `: `-separated (hyper's "client error (Connect)" alone hides a
+/// refused connection or an untrusted certificate).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Stream of an attached exec's output.
@@ -415,5 +577,113 @@ mod tests {
         let mut other_host = dead.clone();
         other_host.insert(LABEL_HOST.to_owned(), "another-machine".to_owned());
         assert!(!owner.is_stale(&other_host));
+    }
+}
+
+#[cfg(test)]
+mod engine_tests {
+    use super::*;
+
+    fn resolve(
+        host: Option<&str>,
+        vars: &[(&str, &str)],
+        home: Option<&Path>,
+    ) -> Result<Engine, DockerError> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Engine::resolve(
+            host,
+            &|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()),
+            home,
+        )
+    }
+
+    fn cert_dir() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for name in TLS_FILES {
+            std::fs::write(dir.path().join(name), "pem").unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn the_host_comes_from_the_argument_then_docker_host_then_the_default_socket() {
+        let engine = resolve(None, &[], None).unwrap();
+        assert_eq!(engine.host, DEFAULT_HOST);
+        let engine = resolve(None, &[("DOCKER_HOST", "unix:///x.sock")], None).unwrap();
+        assert_eq!(engine.host, "unix:///x.sock");
+        let engine = resolve(Some("unix:///y"), &[("DOCKER_HOST", "unix:///x")], None).unwrap();
+        assert_eq!(engine.host, "unix:///y");
+        // An empty DOCKER_HOST is unset, as for the docker CLI.
+        assert_eq!(
+            resolve(None, &[("DOCKER_HOST", "")], None).unwrap().host,
+            DEFAULT_HOST
+        );
+    }
+
+    #[test]
+    fn tls_verify_takes_the_cert_path_or_home_and_a_missing_file_is_an_error() {
+        let certs = cert_dir();
+        let path = certs.path().to_str().unwrap();
+        let tcp = Some("tcp://10.0.0.5:2376");
+        let engine = resolve(
+            tcp,
+            &[("DOCKER_TLS_VERIFY", "1"), ("DOCKER_CERT_PATH", path)],
+            None,
+        )
+        .unwrap();
+        assert_eq!(engine.tls.as_deref(), Some(certs.path()));
+        // https:// is TLS without the variable; ~/.docker is the default directory.
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir(home.path().join(".docker")).unwrap();
+        for name in TLS_FILES {
+            std::fs::write(home.path().join(".docker").join(name), "pem").unwrap();
+        }
+        let engine = resolve(Some("https://h:2376"), &[], Some(home.path())).unwrap();
+        assert_eq!(engine.tls, Some(home.path().join(".docker")));
+        // A missing key never turns into a plaintext connection.
+        std::fs::remove_file(certs.path().join("key.pem")).unwrap();
+        let error = resolve(
+            tcp,
+            &[("DOCKER_TLS_VERIFY", "1"), ("DOCKER_CERT_PATH", path)],
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("key.pem is missing"), "{error}");
+        // No directory at all.
+        let error = resolve(tcp, &[("DOCKER_TLS_VERIFY", "1")], None)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("DOCKER_CERT_PATH"), "{error}");
+    }
+
+    #[test]
+    fn sockets_ignore_tls_and_unverified_tls_ssh_and_unknown_schemes_are_refused() {
+        let engine = resolve(Some("unix:///s"), &[("DOCKER_TLS_VERIFY", "1")], None).unwrap();
+        assert_eq!(engine.tls, None);
+        let plain = resolve(
+            Some("tcp://127.0.0.1:2375"),
+            &[("DOCKER_TLS_VERIFY", "")],
+            None,
+        )
+        .unwrap();
+        assert_eq!(plain.tls, None, "an empty DOCKER_TLS_VERIFY is unset");
+        for (host, vars, needle) in [
+            (
+                "tcp://h:2376",
+                &[("DOCKER_TLS", "1")][..],
+                "DOCKER_TLS_VERIFY=1",
+            ),
+            ("http://h:2376", &[("DOCKER_TLS_VERIFY", "1")][..], "tcp://"),
+            ("ssh://me@h", &[][..], "ssh -N -L"),
+            ("npipe:////./pipe/docker", &[][..], "unsupported scheme"),
+        ] {
+            let error = resolve(Some(host), vars, None).unwrap_err();
+            assert!(matches!(error, DockerError::Tls { .. }), "{host}: {error}");
+            assert!(error.to_string().contains(needle), "{host}: {error}");
+        }
     }
 }

@@ -72,6 +72,14 @@ pub enum DockerError {
         #[source]
         source: bollard::errors::Error,
     },
+    /// The engine's TLS settings (`DOCKER_TLS_VERIFY`, `DOCKER_CERT_PATH`) cannot be used.
+    #[error("failed to set up TLS for Docker host `{host}`: {reason}")]
+    Tls {
+        /// The host URI.
+        host: String,
+        /// What is wrong and what to set.
+        reason: String,
+    },
     /// The daemon does not answer.
     #[error("failed to reach the Docker daemon at {host}: {reason}. {next_step}")]
     Unreachable {

@@ -11,3 +11,4 @@ mod faults;
 mod files;
 mod lifecycle;
 mod search;
+mod tls;
