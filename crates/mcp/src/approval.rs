@@ -163,7 +163,7 @@ impl ElicitationApprover {
             () = tokio::time::sleep(self.timeout) => {
                 let reason = format!("no answer within {} s", self.timeout.as_secs());
                 withdraw(&peer, id, &reason).await;
-                Approval::Unanswered(format!("{reason} (cordon mcp --approval-timeout)"))
+                Approval::Unanswered(format!("{reason}, the bound --approval-timeout sets"))
             }
             () = cancel.cancelled() => {
                 withdraw(&peer, id, "the tool call was cancelled").await;

@@ -2,4 +2,5 @@
 //! local session, driven with raw JSON-RPC lines. (The binary, stdio and the Python SDK
 //! client are exercised in `crates/cli/tests/mcp.rs`.)
 
+mod approvals;
 mod in_process;

@@ -5,10 +5,14 @@
 //! every answer.
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{HttpServer, python_http_scenario, python_scenario, workspace};
+use super::{
+    HttpServer, PATIENCE, cordon, mcp_args, python_http_scenario, python_scenario, workspace,
+};
 
 /// Writes under `once/` and under `session/` each need a person's approval (two rules, so a
 /// session approval of one can be seen not to cover the other).
@@ -211,10 +215,27 @@ fn python_client_answers_ask_decisions_through_elicitation() {
 fn http_python_client_answers_ask_decisions_through_elicitation() {
     let dir = workspace();
     let policy = ask_policy();
-    let mut server =
-        HttpServer::start_with(dir.path(), &["--policy", policy.path.to_str().unwrap()]);
+    let mut server = HttpServer::start_with(
+        dir.path(),
+        &["--policy", policy.path.to_str().unwrap(), "-v"],
+    );
     let report = python_http_scenario("approvals", dir.path(), &server.url);
     assert_approvals(&report, dir.path(), &policy);
+    // Every question and answer is logged (stderr's reader may still be draining the pipe).
+    let start = Instant::now();
+    while server.stderr().matches("approval answered").count() < 8 {
+        assert!(start.elapsed() < PATIENCE, "stderr:\n{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stderr = server.stderr();
+    assert_eq!(
+        stderr
+            .matches("asking the user through mcp elicitation")
+            .count(),
+        8,
+        "{stderr}"
+    );
+    assert!(stderr.contains("answer=Always"), "{stderr}");
     let status = server.terminate();
     assert!(
         status.success(),
@@ -241,7 +262,7 @@ fn python_client_without_an_answer_in_time_is_denied() {
     let text = report["text"].as_str().unwrap();
     assert!(
         text.contains(
-            "no answer was obtained (no answer within 1 s (cordon mcp --approval-timeout))"
+            "no answer was obtained (no answer within 1 s, the bound --approval-timeout sets)"
         ) && text.contains(&policy.once_rule),
         "{text}"
     );
@@ -267,4 +288,19 @@ fn python_client_without_elicitation_keeps_ask_a_denial() {
         "{text}"
     );
     assert!(!dir.path().join("once/a.txt").exists());
+}
+
+#[test]
+fn approval_timeout_is_between_one_second_and_a_day() {
+    let dir = workspace();
+    for bad in ["0", "86401", "soon"] {
+        let output = Command::new(cordon())
+            .args(mcp_args(dir.path(), &["--approval-timeout", bad]))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{bad}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("--approval-timeout"), "{bad}: {stderr}");
+    }
 }
