@@ -658,3 +658,144 @@ fn doctor_json_is_one_object_with_the_config_and_every_backend() {
         "{docker}"
     );
 }
+
+/// 1-based line of the first line of `text` starting with `prefix`.
+fn line_of(text: &str, prefix: &str) -> usize {
+    text.lines()
+        .position(|line| line.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starting with {prefix:?}"))
+        + 1
+}
+
+#[test]
+fn policy_init_writes_a_commented_copy_that_discovery_then_uses() {
+    let env = Env::new();
+    let run = env.run(&["policy", "init"]);
+    run.assert_ok();
+    assert_eq!(
+        run.stdout,
+        "wrote .cordon/policy.toml (from builtin:default.toml); check it with `cordon policy \
+         check .cordon/policy.toml`\n"
+    );
+    let path = env.ws().join(".cordon/policy.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.starts_with("# Started from builtin:default.toml by `cordon policy init`."),
+        "{text}"
+    );
+    let shipped = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/default.toml"),
+    )
+    .unwrap();
+    assert!(text.ends_with(&shipped));
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644);
+    // No temporary file is left next to it.
+    let names: Vec<_> = std::fs::read_dir(env.ws().join(".cordon"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["policy.toml"]);
+
+    // An existing file is kept without --force.
+    env.run(&["policy", "init", "--from", "builtin:readonly"])
+        .assert_usage_error(
+            "failed to write .cordon/policy.toml: it already exists; pass --force to replace it",
+        );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    env.run(&["policy", "init", "--from", "builtin:readonly", "--force"])
+        .assert_ok();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.starts_with("# Started from builtin:readonly.toml"),
+        "{text}"
+    );
+
+    // Discovery picks it up: `policy show` in the project names it and its lines.
+    let run = env.run(&["policy", "show"]);
+    run.assert_ok();
+    let name = path.display().to_string();
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!("# {name} (chosen from project; `cordon doctor` lists every candidate)")
+    );
+    let enabled = format!(
+        "tools.enabled = [\"read\", \"grep\", \"find\", \"ls\", \"bash\"]  # {name}:{}",
+        line_of(&text, "enabled = [")
+    );
+    assert!(lines.contains(&enabled.as_str()), "{enabled:?} in {run:#?}");
+    assert!(
+        lines.contains(&"limits.spill = \"256MiB\"  # default"),
+        "{run:#?}"
+    );
+}
+
+#[test]
+fn policy_init_never_writes_through_a_symlink() {
+    let env = Env::new();
+    let target = env.put("target.toml", "version = 1\n");
+    std::fs::create_dir_all(env.ws().join("conf")).unwrap();
+    let link = env.ws().join("conf/policy.toml");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    env.run(&["policy", "init", "conf/policy.toml"])
+        .assert_usage_error("failed to write conf/policy.toml: it already exists");
+    // --force replaces the link itself; its target is untouched.
+    env.run(&["policy", "init", "conf/policy.toml", "--force"])
+        .assert_ok();
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "version = 1\n");
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_file());
+    // A .cordon that is a symlink is not written into.
+    let elsewhere = env.base.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, env.ws().join(".cordon")).unwrap();
+    env.run(&["policy", "init"]).assert_usage_error(
+        "failed to write into .cordon: it is not a directory (a symbolic link is not followed)",
+    );
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    env.run(&["policy", "init", "x.toml", "--from", "other.toml"])
+        .assert_usage_error("failed to use --from other.toml: it takes a built-in policy");
+}
+
+#[test]
+fn policy_show_of_a_builtin_cites_its_lines_and_defaults() {
+    let env = Env::new();
+    let run = env.run(&["policy", "show", "builtin:ci-untrusted"]);
+    run.assert_ok();
+    let shipped = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/ci-untrusted.toml"),
+    )
+    .unwrap();
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        "# builtin:ci-untrusted.toml (chosen from --policy; `cordon doctor` lists every candidate)"
+    );
+    let default = format!(
+        "default = \"deny\"  # builtin:ci-untrusted.toml:{}",
+        line_of(&shipped, "default = ")
+    );
+    assert_eq!(lines[2], default);
+    assert!(
+        lines.contains(&"filesystem.nested_git = \"quarantine\"  # default"),
+        "{run:#?}"
+    );
+    let rule = format!(
+        "  # builtin:ci-untrusted.toml:{}",
+        line_of(&shipped, "[[rules]]")
+    );
+    let first_rule = lines
+        .iter()
+        .find(|line| line.starts_with("rules[1] = {"))
+        .unwrap();
+    assert!(first_rule.ends_with(&rule), "{first_rule} vs {rule}");
+    // Without an argument it is what discovery picks: here the built-in default.
+    let run = env.run(&["policy", "show"]);
+    run.assert_ok();
+    assert!(
+        run.stdout
+            .starts_with("# builtin:default.toml (chosen from builtin;"),
+        "{run:#?}"
+    );
+}

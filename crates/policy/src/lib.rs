@@ -51,6 +51,7 @@ mod paths;
 mod policy;
 pub mod redact;
 pub mod shell;
+pub mod show;
 
 pub use builtin::{BUILTIN_POLICIES, BuiltinPolicy, PolicySource, UnknownBuiltin};
 pub use decision::{Decision, DecisionRequest, PathAccess, PolicyDecision, RuleRef};
@@ -58,5 +59,6 @@ pub use error::PolicyError;
 pub use paths::lexical_accesses;
 pub use policy::{
     CompiledPolicy, DEFAULT_POLICY_NAME, DEFAULT_POLICY_TOML, EnvMap, MAX_POLICY_BYTES,
+    read_policy_file,
 };
 pub use redact::Redactor;

@@ -36,6 +36,21 @@ pub type EnvMap = HashMap<String, String>;
 /// The largest policy file [`CompiledPolicy::load`] reads.
 pub const MAX_POLICY_BYTES: u64 = 4 << 20;
 
+/// Read a policy file's text the way [`CompiledPolicy::load`] does (no symlink, no FIFO, a
+/// regular file of at most [`MAX_POLICY_BYTES`] owned by the user or root and not writable by
+/// group or others).
+pub fn read_policy_file(path: &Path) -> Result<String, PolicyError> {
+    cordon_core::hostfile::read_to_string(
+        path,
+        cordon_core::hostfile::Trust::Owned,
+        MAX_POLICY_BYTES,
+    )
+    .map_err(|source| PolicyError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 /// A policy ready to judge tool calls. Immutable; cheap to share behind an `Arc`.
 #[derive(Clone, Debug)]
 pub struct CompiledPolicy {
@@ -99,15 +114,7 @@ impl CompiledPolicy {
     /// blocking on a FIFO, and must be a regular file of at most [`MAX_POLICY_BYTES`], owned
     /// by the current user or root and not writable by group or others.
     pub fn load(path: &Path, env: &EnvMap) -> Result<CompiledPolicy, PolicyError> {
-        let text = cordon_core::hostfile::read_to_string(
-            path,
-            cordon_core::hostfile::Trust::Owned,
-            MAX_POLICY_BYTES,
-        )
-        .map_err(|source| PolicyError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = read_policy_file(path)?;
         CompiledPolicy::from_toml(&path.display().to_string(), &text, env)
     }
 
