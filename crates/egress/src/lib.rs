@@ -29,4 +29,5 @@
 
 #![warn(missing_docs)]
 
+pub mod proxy;
 pub mod rules;

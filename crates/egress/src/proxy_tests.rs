@@ -1,0 +1,371 @@
+use super::*;
+use crate::rules::EntrySpec;
+
+fn attempt() -> Attempt {
+    Attempt::new()
+}
+
+fn head(text: &str) -> Result<(Host, u16, Option<String>), String> {
+    parse_http_head(text, &Limits::default(), &mut attempt())
+        .map(|(host, port, head)| {
+            (
+                host,
+                port,
+                head.map(|h| String::from_utf8(h).expect("utf-8 head")),
+            )
+        })
+        .map_err(|refusal| refusal.reason)
+}
+
+fn name(text: &str) -> Host {
+    Host::parse(text).expect("host parses")
+}
+
+#[test]
+fn a_forwarded_request_is_rewritten_to_origin_form_without_hop_by_hop_headers() {
+    let request = "GET http://Pkg.Test:8080/simple/?q=1#frag HTTP/1.1\r\nHost: wrong.example\r\n\
+                   User-Agent: curl/8\r\nProxy-Authorization: Basic eA==\r\nProxy-Connection: keep-alive\r\n\
+                   Connection: keep-alive, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\n\
+                   Upgrade: h2c\r\nContent-Length: 3\r\nAccept: */*";
+    let (host, port, rewritten) = head(request).expect("valid request");
+    assert_eq!((host, port), (name("pkg.test"), 8080));
+    assert_eq!(
+        rewritten.expect("a forward head"),
+        "GET /simple/?q=1 HTTP/1.1\r\nHost: Pkg.Test:8080\r\nUser-Agent: curl/8\r\nContent-Length: 3\r\n\
+         Accept: */*\r\nConnection: close\r\n\r\n"
+    );
+}
+
+#[test]
+fn forwarded_defaults_and_connect_targets() {
+    let (host, port, rewritten) = head("HEAD http://pkg.test HTTP/1.0").expect("valid");
+    assert_eq!((host, port), (name("pkg.test"), 80));
+    assert_eq!(
+        rewritten.expect("head"),
+        "HEAD / HTTP/1.0\r\nHost: pkg.test\r\nConnection: close\r\n\r\n"
+    );
+    let (host, port, rewritten) =
+        head("CONNECT pkg.test:443 HTTP/1.1\r\nHost: pkg.test:443").expect("valid");
+    assert_eq!((host, port, rewritten), (name("pkg.test"), 443, None));
+    let (host, port, _) = head("CONNECT [fd00::1]:22 HTTP/1.1").expect("valid");
+    assert_eq!((host, port), (Host::Ip("fd00::1".parse().expect("ip")), 22));
+    let (host, _, _) = head("CONNECT 127.0.0.1:5 HTTP/1.1").expect("valid");
+    assert_eq!(host, Host::Ip("127.0.0.1".parse().expect("ip")));
+}
+
+#[test]
+fn malformed_heads_are_refused_with_the_reason() {
+    let cases = [
+        (
+            "GET / HTTP/1.1",
+            "this is a proxy: send `CONNECT host:port` or a request for an absolute http:// URL",
+        ),
+        (
+            "GET https://a.test/ HTTP/1.1",
+            "an https:// URL must go through CONNECT (set HTTPS_PROXY, not a plain http request)",
+        ),
+        ("CONNECT a.test HTTP/1.1", "`CONNECT` needs `host:port`"),
+        (
+            "CONNECT a.test:0 HTTP/1.1",
+            "port \"0\" is not a number from 1 to 65535",
+        ),
+        (
+            "CONNECT a.test:99999 HTTP/1.1",
+            "port \"99999\" is not a number from 1 to 65535",
+        ),
+        ("CONNECT :443 HTTP/1.1", "the destination host is empty"),
+        (
+            "CONNECT [::1:443 HTTP/1.1",
+            "an IPv6 host is missing its `]`",
+        ),
+        (
+            "GET http://allowed.test@evil.test/ HTTP/1.1",
+            "credentials in a proxied URL are not supported",
+        ),
+        (
+            "GET http://a..test/ HTTP/1.1",
+            "invalid destination host \"a..test\": the name has an empty label (two dots in a row, or a leading or trailing dot)",
+        ),
+        (
+            "GET http://127.1/ HTTP/1.1",
+            "invalid destination host \"127.1\": \"127.1\" looks like an IPv4 address but is not one (write four decimal octets)",
+        ),
+        (
+            "GET  http://a.test/ HTTP/1.1",
+            "the request line is not `METHOD TARGET HTTP/1.x`",
+        ),
+        (
+            "GET http://a.test/ HTTP/2",
+            "only HTTP/1.0 and HTTP/1.1 requests are proxied",
+        ),
+        (
+            "G3T http://a.test/ HTTP/1.1",
+            "the request method is not a word",
+        ),
+        (
+            "GET http://a.test/ HTTP/1.1\r\nno colon",
+            "a header line has no `:`",
+        ),
+        (
+            "GET http://a.test/ HTTP/1.1\r\nBad Name: x",
+            "a header name is empty or has characters a header name may not have",
+        ),
+        (
+            "GET http://a.test/ HTTP/1.1\r\nX: a\nb",
+            "a header value has control characters",
+        ),
+    ];
+    for (request, reason) in cases {
+        assert_eq!(
+            head(request).map(|_| ()),
+            Err(reason.to_string()),
+            "{request:?}"
+        );
+    }
+}
+
+#[test]
+fn header_count_is_bounded() {
+    let limits = Limits {
+        max_headers: 3,
+        ..Limits::default()
+    };
+    let ok = "GET http://a.test/ HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3";
+    assert!(parse_http_head(ok, &limits, &mut attempt()).is_ok());
+    let refusal =
+        parse_http_head(&format!("{ok}\r\nD: 4"), &limits, &mut attempt()).expect_err("refused");
+    assert_eq!(
+        (refusal.status, refusal.reason.as_str()),
+        (431, "the request has more than 3 header lines")
+    );
+}
+
+fn proxy(limits: Limits) -> (Proxy, mpsc::Receiver<ConnectionEvent>) {
+    let rules = Rules::compile(&[EntrySpec::new("pkg.test", "p:1")], &[]).expect("rules");
+    let (events, rx) = EventSink::channel(64);
+    let config = ProxyConfig {
+        session: "unit".into(),
+        rules: Arc::new(rules),
+        resolver: Arc::new(StaticResolver::default()),
+        events,
+        limits,
+    };
+    (Proxy::new(config), rx)
+}
+
+/// Feeds `input` to one proxy connection, closes the write side, and returns what the proxy
+/// answered and its event.
+async fn exchange(
+    proxy: &Proxy,
+    rx: &mut mpsc::Receiver<ConnectionEvent>,
+    input: &[u8],
+) -> (Vec<u8>, ConnectionEvent) {
+    let (mut ours, theirs) = tokio::io::duplex(1 << 20);
+    let serving = proxy.handle(theirs);
+    let talking = async {
+        // the proxy may answer and hang up before reading everything
+        let _ = ours.write_all(input).await;
+        let _ = ours.shutdown().await;
+        let mut answer = Vec::new();
+        ours.read_to_end(&mut answer)
+            .await
+            .expect("read the answer");
+        answer
+    };
+    let ((), answer) = tokio::join!(serving, talking);
+    (answer, rx.recv().await.expect("an event"))
+}
+
+#[tokio::test]
+async fn garbage_gets_a_clear_refusal_and_one_event() {
+    let (proxy, mut rx) = proxy(Limits::default());
+    let (answer, event) = exchange(&proxy, &mut rx, b"\x16\x03\x01\x00garbage").await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+        "{answer}"
+    );
+    assert!(
+        answer.ends_with("not an HTTP or SOCKS5 request (first byte 0x16)\n"),
+        "{answer}"
+    );
+    assert_eq!(
+        (event.outcome, event.protocol, event.session.as_ref()),
+        (Outcome::Failed, Protocol::Unknown, "unit")
+    );
+    assert_eq!(
+        event.reason,
+        "not an HTTP or SOCKS5 request (first byte 0x16)"
+    );
+
+    let (answer, event) = exchange(&proxy, &mut rx, b"").await;
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 400"));
+    assert_eq!(event.reason, "the client closed before sending a request");
+
+    let (_, event) = exchange(&proxy, &mut rx, b"\x04\x01\x00\x50").await;
+    assert_eq!(
+        event.reason,
+        "SOCKS4 is not supported: use SOCKS5 (socks5h://)"
+    );
+}
+
+#[tokio::test]
+async fn an_oversized_head_is_refused_with_431() {
+    let (proxy, mut rx) = proxy(Limits {
+        max_head_bytes: 1024,
+        ..Limits::default()
+    });
+    let mut input = b"GET http://pkg.test/ HTTP/1.1\r\nX: ".to_vec();
+    input.extend(std::iter::repeat_n(b'a', 100_000));
+    let (answer, event) = exchange(&proxy, &mut rx, &input).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"),
+        "{answer}"
+    );
+    assert_eq!(event.reason, "the request head is larger than 1024 bytes");
+    assert_eq!(event.outcome, Outcome::Failed);
+    // just under the limit is read in full (and then denied: pkg.test on port 80 is allowed,
+    // but it does not resolve in this table)
+    let mut input = b"GET http://pkg.test/ HTTP/1.1\r\nX: ".to_vec();
+    input.extend(std::iter::repeat_n(b'a', 1024 - input.len() - 4));
+    input.extend_from_slice(b"\r\n\r\n");
+    let (_, event) = exchange(&proxy, &mut rx, &input).await;
+    assert_eq!(
+        event.reason,
+        "failed to resolve pkg.test: pkg.test is not in the static table"
+    );
+}
+
+#[tokio::test]
+async fn a_head_that_never_ends_times_out() {
+    let (proxy, mut rx) = proxy(Limits {
+        head_timeout: Duration::from_millis(50),
+        ..Limits::default()
+    });
+    let (mut ours, theirs) = tokio::io::duplex(1024);
+    ours.write_all(b"GET http://pkg.test/ HTTP/1.1\r\n")
+        .await
+        .expect("write");
+    // our side stays open: only the proxy's own deadline can end this
+    proxy.handle(theirs).await;
+    let event = rx.recv().await.expect("an event");
+    assert_eq!(event.reason, "the request was not complete within 50ms");
+    let mut answer = Vec::new();
+    ours.read_to_end(&mut answer).await.expect("read");
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 408 Request Timeout\r\n"));
+}
+
+#[tokio::test]
+async fn socks5_without_no_auth_or_with_other_commands_is_refused() {
+    let (proxy, mut rx) = proxy(Limits::default());
+    let (answer, event) = exchange(&proxy, &mut rx, &[5, 1, 2]).await;
+    assert_eq!(answer, [5, 0xff]);
+    assert_eq!(
+        event.reason,
+        "the SOCKS5 client offered no method without authentication"
+    );
+    // BIND
+    let (answer, event) =
+        exchange(&proxy, &mut rx, &[5, 1, 0, 5, 2, 0, 1, 127, 0, 0, 1, 0, 80]).await;
+    assert_eq!(answer, [5, 0, 5, 7, 0, 1, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(
+        event.reason,
+        "SOCKS5 command 2 is not supported (only CONNECT)"
+    );
+    let (answer, event) = exchange(&proxy, &mut rx, &[5, 1, 0, 5, 1, 0, 9]).await;
+    assert_eq!(answer, [5, 0, 5, 8, 0, 1, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(event.reason, "SOCKS5 address type 9 is not supported");
+    let (answer, event) = exchange(
+        &proxy,
+        &mut rx,
+        &[5, 1, 0, 5, 1, 0, 3, 4, b'a', b'.', b'.', b'b', 1, 187],
+    )
+    .await;
+    assert_eq!(answer, [5, 0, 5, 4, 0, 1, 0, 0, 0, 0, 0, 0]);
+    assert!(
+        event
+            .reason
+            .starts_with("invalid destination host \"a..b\""),
+        "{}",
+        event.reason
+    );
+    assert_eq!(event.port, 443);
+}
+
+#[tokio::test]
+async fn too_many_connections_are_answered_503() {
+    let (proxy, mut rx) = proxy(Limits {
+        max_connections: 1,
+        ..Limits::default()
+    });
+    let (mut held, theirs) = tokio::io::duplex(1024);
+    let busy = proxy.clone();
+    let holder = tokio::spawn(async move { busy.handle(theirs).await });
+    // the held connection owns the only permit once its first byte is being waited for
+    held.write_all(b"C").await.expect("write");
+    while proxy.shared.permits.available_permits() != 0 {
+        tokio::task::yield_now().await;
+    }
+    let (answer, event) = exchange(&proxy, &mut rx, b"CONNECT pkg.test:443 HTTP/1.1\r\n\r\n").await;
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 503 Service Unavailable\r\n"));
+    assert_eq!(
+        event.reason,
+        "too many connections through the egress proxy at once (the limit is 1)"
+    );
+    drop(held);
+    holder.await.expect("holder ends");
+    assert!(rx.recv().await.is_some());
+    assert_eq!(proxy.shared.permits.available_permits(), 1);
+}
+
+#[tokio::test]
+async fn a_full_sink_drops_events_and_counts_them() {
+    let rules = Rules::compile(&[], &[]).expect("rules");
+    let (events, mut rx) = EventSink::channel(1);
+    let config = ProxyConfig {
+        session: "s".into(),
+        rules: Arc::new(rules),
+        resolver: Arc::new(StaticResolver::default()),
+        events: events.clone(),
+        limits: Limits::default(),
+    };
+    let proxy = Proxy::new(config);
+    for _ in 0..3 {
+        let (ours, theirs) = tokio::io::duplex(64);
+        drop(ours);
+        proxy.handle(theirs).await;
+    }
+    assert_eq!(events.dropped(), 2);
+    assert!(rx.recv().await.is_some());
+    assert!(rx.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn random_garbage_never_panics_or_hangs() {
+    let (proxy, mut rx) = proxy(Limits {
+        head_timeout: Duration::from_secs(5),
+        ..Limits::default()
+    });
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let prefixes: [&[u8]; 5] = [
+        b"",
+        b"\x05",
+        b"CONNECT ",
+        b"GET http://",
+        b"\x05\x01\x00\x05\x01\x00",
+    ];
+    for round in 0..400 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let mut input = prefixes[round % prefixes.len()].to_vec();
+        let len = (state % 64) as usize;
+        input.extend((0..len).map(|i| (state >> (i % 8 * 8)) as u8 ^ i as u8));
+        if round % 3 == 0 {
+            input.extend_from_slice(b"\r\n\r\n");
+        }
+        let (_, event) = exchange(&proxy, &mut rx, &input).await;
+        assert_ne!(event.outcome, Outcome::Allowed, "{input:?}");
+    }
+}
