@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::cmd;
+use crate::colour::ColorChoice;
 
 /// `cordon --version`: the package version and the commit it was built from (see `build.rs`).
 const VERSION: &str = concat!(
@@ -29,6 +30,10 @@ pub struct Cli {
     /// Append logs to this file instead of stderr (created mode 0600; a symlink is refused).
     #[arg(long, value_name = "PATH", global = true)]
     pub log_file: Option<PathBuf>,
+    /// Colour the output: auto (a terminal, unless NO_COLOR is set or TERM=dumb), always,
+    /// never.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto, global = true)]
+    pub color: ColorChoice,
 }
 
 #[derive(Debug, Subcommand)]
@@ -51,6 +56,8 @@ pub enum Command {
     Audit(cmd::audit::AuditCommand),
     /// Show what this host supports for each backend; exit 1 if the selected one cannot run.
     Doctor(cmd::doctor::DoctorArgs),
+    /// Print a shell completion script (bash, zsh or fish) to stdout.
+    Completions(cmd::completions::CompletionsArgs),
 }
 
 /// Print a clap error: help and version normally, usage errors as one line (exit 2).

@@ -7,6 +7,7 @@ mod args;
 #[path = "../build_commit.rs"]
 mod build_commit;
 mod cmd;
+mod colour;
 mod config;
 mod logging;
 mod output;

@@ -799,3 +799,103 @@ fn policy_show_of_a_builtin_cites_its_lines_and_defaults() {
         "{run:#?}"
     );
 }
+
+#[test]
+fn completions_are_printed_for_bash_zsh_and_fish() {
+    let env = Env::new();
+    let bash = env.run(&["completions", "bash"]);
+    bash.assert_ok();
+    assert!(bash.stdout.contains("_cordon()"), "{bash:#?}");
+    for word in ["doctor", "completions", "--policy", "--color"] {
+        assert!(bash.stdout.contains(word), "{word} in the bash script");
+    }
+    // bash accepts the script and registers it for `cordon`.
+    let script = env.put("cordon.bash", &bash.stdout);
+    let output = Command::new("bash")
+        .arg("-c")
+        .arg(format!("source {} && complete -p cordon", script.display()))
+        .output()
+        .expect("bash runs");
+    assert!(output.status.success(), "{output:?}");
+    let registered = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        registered.contains("_cordon") && registered.trim_end().ends_with(" cordon"),
+        "{registered}"
+    );
+    let zsh = env.run(&["completions", "zsh"]);
+    zsh.assert_ok();
+    assert!(zsh.stdout.starts_with("#compdef cordon"), "{zsh:#?}");
+    let fish = env.run(&["completions", "fish"]);
+    fish.assert_ok();
+    assert!(fish.stdout.contains("complete -c cordon"), "{fish:#?}");
+    assert!(fish.stdout.contains("policy"), "{fish:#?}");
+    env.run(&["completions", "tcsh"])
+        .assert_usage_error("invalid value 'tcsh'");
+}
+
+/// `cordon ARGS` with stdout on a terminal (`script` gives it a pseudo-terminal); what it
+/// printed there.
+fn on_a_terminal(env: &Env, args: &[&str], no_color: bool) -> String {
+    let command = std::iter::once(BIN)
+        .chain(args.iter().copied())
+        .map(|word| format!("'{word}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut script = Command::new("script");
+    script
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(env.ws())
+        .env("HOME", env.home())
+        .env("TERM", "xterm")
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null());
+    if no_color {
+        script.env("NO_COLOR", "1");
+    }
+    let output = script.output().expect("`script` (util-linux) runs");
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn doctor_colours_its_marks_as_color_and_no_color_say() {
+    const GREEN_OK: &str = "\x1b[32mok\x1b[0m";
+    let mut env = Env::new();
+    let ws = env.ws();
+    let ws = ws.to_str().unwrap();
+    let doctor = |env: &Env, extra: &[&str]| {
+        let mut args = vec!["doctor", "--root", ws];
+        args.extend_from_slice(extra);
+        let run = env.run(&args);
+        assert_eq!(run.code, 0, "{run:#?}");
+        run.stdout
+    };
+    // Piped (not a terminal): plain unless forced.
+    let plain = doctor(&env, &[]);
+    assert!(!plain.contains('\x1b'), "{plain}");
+    assert!(plain.contains("local: seccomp: ok ("), "{plain}");
+    let forced = doctor(&env, &["--color", "always"]);
+    assert!(
+        forced.contains(&format!("local: seccomp: {GREEN_OK} (")),
+        "{forced}"
+    );
+    assert!(forced.contains("local: \x1b[32mready\x1b[0m"), "{forced}");
+    // --color always beats NO_COLOR; --color never is plain.
+    env.set("NO_COLOR", "1");
+    assert!(doctor(&env, &["--color", "always"]).contains(GREEN_OK));
+    env.vars.clear();
+    assert!(!doctor(&env, &["--color", "never"]).contains('\x1b'));
+    // On a terminal: coloured by default, plain with NO_COLOR or --color never.
+    let tty = on_a_terminal(&env, &["doctor", "--root", ws], false);
+    assert!(tty.contains(GREEN_OK), "{tty}");
+    let tty = on_a_terminal(&env, &["doctor", "--root", ws], true);
+    assert!(
+        tty.contains("seccomp: ok (") && !tty.contains('\x1b'),
+        "{tty}"
+    );
+    let tty = on_a_terminal(&env, &["doctor", "--root", ws, "--color", "never"], false);
+    assert!(
+        tty.contains("seccomp: ok (") && !tty.contains('\x1b'),
+        "{tty}"
+    );
+}

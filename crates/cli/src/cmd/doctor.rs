@@ -174,12 +174,17 @@ fn print_text(config: &Report, sections: &[BackendSection]) {
             continue;
         };
         print_lines(name, report);
+        let colour = crate::colour::stdout_enabled();
         if !section.probed {
             println!("{name}: not probed (select it with --backend {name})");
         } else if section.ready() {
-            println!("{name}: ready");
+            println!("{name}: {}", crate::colour::paint("ready", "32", colour));
         } else {
-            println!("{name}: cannot run ({})", report.blockers.join(", "));
+            println!(
+                "{name}: {} ({})",
+                crate::colour::paint("cannot run", "31", colour),
+                report.blockers.join(", ")
+            );
         }
     }
 }
@@ -239,14 +244,30 @@ fn print_json(settings: &Settings, config: &Report, sections: &[BackendSection],
     }));
 }
 
+impl Status {
+    /// The status word, coloured when `colour` (ok green, missing red, warning yellow, info
+    /// plain).
+    fn mark(self, colour: bool) -> String {
+        let code = match self {
+            Status::Ok => "32",
+            Status::Missing => "31",
+            Status::Warning => "33",
+            Status::Info => return self.to_string(),
+        };
+        crate::colour::paint(&self.to_string(), code, colour)
+    }
+}
+
 /// Print a report's lines as `SECTION: ITEM: STATUS (DETAIL)`.
 fn print_lines(section: &str, report: &Report) {
+    let colour = crate::colour::stdout_enabled();
     for Line {
         item,
         status,
         detail,
     } in &report.lines
     {
+        let status = status.mark(colour);
         if detail.is_empty() {
             println!("{section}: {item}: {status}");
         } else {

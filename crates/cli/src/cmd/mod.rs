@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod common;
+pub mod completions;
 pub mod doctor;
 pub mod exec;
 pub mod mcp;
@@ -15,6 +16,7 @@ use crate::args::{Cli, Command};
 
 /// Run the parsed command. `Err` is a usage or configuration error (exit 2).
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    crate::colour::init(cli.color);
     match cli.command {
         Command::Exec(args) => exec::exec(args).await,
         Command::Replay(args) => replay::replay(args).await,
@@ -23,5 +25,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Policy(command) => policy::policy(command),
         Command::Audit(command) => audit::audit(command),
         Command::Doctor(args) => doctor::doctor(args).await,
+        Command::Completions(args) => completions::completions(args),
     }
 }

@@ -226,7 +226,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// Where events go: the transcript (if any), then the terminal view or JSON lines.
 fn event_sink(json: bool, transcript: Option<Arc<Transcript>>) -> EventSink {
     let view = (!json).then(|| {
-        let colour = Colour::detect(std::io::stdout().is_terminal());
+        let colour = Colour::detect();
         Mutex::new(Renderer::new(std::io::stdout(), colour))
     });
     Arc::new(move |event: AgentEvent| {

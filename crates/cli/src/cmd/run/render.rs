@@ -32,7 +32,8 @@ const LINE_CHARS: usize = 200;
 /// Marks each line of a thinking block.
 const THINKING_PREFIX: &str = "│ ";
 
-/// Whether to colour the output (a terminal, `NO_COLOR` unset, `TERM` not `dumb`).
+/// Whether to colour the output (`--color`; by default a terminal, `NO_COLOR` unset, `TERM`
+/// not `dumb`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Colour {
     /// ANSI colours.
@@ -42,11 +43,9 @@ pub enum Colour {
 }
 
 impl Colour {
-    /// Colour for stdout when it is a terminal that wants it.
-    pub fn detect(is_terminal: bool) -> Colour {
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        let dumb = std::env::var("TERM").is_ok_and(|term| term == "dumb");
-        if is_terminal && !no_color && !dumb {
+    /// Colour for stdout as `--color` and the environment say ([`crate::colour`]).
+    pub fn detect() -> Colour {
+        if crate::colour::stdout_enabled() {
             Colour::On
         } else {
             Colour::Off
