@@ -80,6 +80,15 @@ pub enum DockerError {
         /// What is wrong and what to set.
         reason: String,
     },
+    /// A protected directory that must exist to be mounted read-only could not be made.
+    #[error("failed to create {path} to keep it read-only: {source}")]
+    PinProtected {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The daemon does not answer.
     #[error("failed to reach the Docker daemon at {host}: {reason}. {next_step}")]
     Unreachable {

@@ -369,6 +369,7 @@ impl DockerBackend {
         let mut missing = Vec::new();
         let masks = launch.denied_masks(&rules, &mut missing)?;
         let git = launch.git_guard(&extra_roots, &rules)?;
+        launch.pin_project_config()?;
         let protected_rel = launch.protected_paths(git.as_ref());
         let (source, protected, copy_state) = launch.workspace(&protected_rel).await?;
         let passed_env = launch.passed_env();

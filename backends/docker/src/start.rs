@@ -119,6 +119,9 @@ pub(crate) struct Launch {
     pub(crate) workspace: PathBuf,
 }
 
+/// The project's Cordon directory (relative to the root), which the policy always protects.
+const PROJECT_CONFIG_DIR: &str = ".cordon";
+
 /// Where the workspace comes from, its protected mounts and (copy mode) the volumes.
 pub(crate) type Workspace = (WorkspaceSource, Vec<(PathBuf, String)>, Option<CopyState>);
 
@@ -234,6 +237,36 @@ impl Launch {
             }
             (WorkspaceMode::Bind, NestedGit::Allow) | (WorkspaceMode::Copy, _) => None,
         })
+    }
+
+    /// Bind mode: make the project's `.cordon` directory exist so it can be mounted read-only
+    /// like every protected path. Later sessions read their policy and defaults from it, and a
+    /// missing protected path is not pinned by this backend: without this a command could
+    /// create `.cordon/policy.toml` and choose the next session's policy. The directory is
+    /// left, empty, after the session.
+    pub(crate) fn pin_project_config(&self) -> Result<(), DockerError> {
+        if !matches!(self.mode, WorkspaceMode::Bind) {
+            return Ok(());
+        }
+        let path = self.host_root.join(PROJECT_CONFIG_DIR);
+        match std::fs::symlink_metadata(&path) {
+            Ok(_) => return Ok(()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(DockerError::PinProtected { path, source }),
+        }
+        // `create_dir` does not follow a symlink planted at the last moment (EEXIST), and
+        // the root itself is the canonical host directory.
+        match std::fs::create_dir(&path) {
+            Ok(()) => {
+                tracing::info!(
+                    path = %path.display(),
+                    "docker: created an empty .cordon so that it can be kept read-only"
+                );
+                Ok(())
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(source) => Err(DockerError::PinProtected { path, source }),
+        }
     }
 
     /// The protected paths (relative to the root) that exist and can be mounted read-only,

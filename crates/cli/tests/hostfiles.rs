@@ -550,8 +550,59 @@ fn docker_a_policy_file_inside_the_workspace_is_read_only_to_the_container() {
         return;
     }
     let host = cordon_tests::infra::docker_host().unwrap_or_else(|error| panic!("{error}"));
-    // The docker backend mounts protected paths that exist (a missing one is not pinned).
-    policy_in_workspace_is_read_only(&["--backend", "docker"], &[("DOCKER_HOST", &host)], true);
+    // `.cordon` missing: the backend makes it (empty) so that it can be mounted read-only.
+    policy_in_workspace_is_read_only(&["--backend", "docker"], &[("DOCKER_HOST", &host)], false);
+}
+
+/// Later sessions take their policy from the project's `.cordon/`: whatever the policy's own
+/// `protect` list says, the session can never write there.
+fn project_config_is_never_writable(extra: &[&str], env: &[(&str, &str)]) {
+    let setup = Setup::new();
+    let policy = setup.outside.join("policy.toml");
+    let text = POLICY.replace(
+        "# No `protect`: the default list (`.git/**`, `.cordon/**`) applies.",
+        "protect = [\"secrets/**\"]",
+    );
+    assert_ne!(text, POLICY);
+    std::fs::write(&policy, &text).unwrap();
+    let calls = [
+        (
+            "write",
+            json!({"path": ".cordon/policy.toml", "content": "version = 1\n"}),
+        ),
+        (
+            "bash",
+            json!({"command": "mkdir -p .cordon && echo 'version = 1' > .cordon/policy.toml"}),
+        ),
+        (
+            "bash",
+            json!({"command": "echo still-writable > other.txt"}),
+        ),
+    ];
+    let ends = replay(&setup.outside, &setup.ws, &policy, &calls, extra, env);
+    assert_eq!(ends[0]["isError"], true, "{:#}", ends[0]);
+    assert_eq!(ends[1]["isError"], true, "{:#}", ends[1]);
+    assert_eq!(ends[2]["isError"], false, "{:#}", ends[2]);
+    assert!(!setup.ws.join(".cordon/policy.toml").exists());
+    assert_eq!(
+        std::fs::read_to_string(setup.ws.join("other.txt")).unwrap(),
+        "still-writable\n"
+    );
+}
+
+#[test]
+fn the_project_cordon_dir_is_read_only_whatever_the_policy_protects() {
+    project_config_is_never_writable(&[], &[]);
+}
+
+#[test]
+fn docker_the_project_cordon_dir_is_read_only_whatever_the_policy_protects() {
+    if std::env::var("CORDON_SKIP_DOCKER").as_deref() == Ok("1") {
+        eprintln!("CORDON_SKIP_DOCKER=1: not testing the docker backend");
+        return;
+    }
+    let host = cordon_tests::infra::docker_host().unwrap_or_else(|error| panic!("{error}"));
+    project_config_is_never_writable(&["--backend", "docker"], &[("DOCKER_HOST", &host)]);
 }
 
 #[test]

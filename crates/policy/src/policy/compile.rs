@@ -88,6 +88,9 @@ fn line_or_zero<T>(value: Option<&Spanned<T>>, map: &SourceMap) -> usize {
     value.map_or(0, |value| map.line(value.span().start))
 }
 
+/// The project's Cordon directory (policy and defaults later sessions read), always protected.
+const PROJECT_CONFIG_GLOB: &str = ".cordon/**";
+
 fn compile_globs(
     list: Option<&SpannedList>,
     defaults: &[&str],
@@ -301,7 +304,19 @@ pub(super) fn compile(
     let read = compile_globs(fs_read.as_ref(), &["**"], map)?;
     let write = compile_globs(fs_write.as_ref(), &["**"], map)?;
     let deny = compile_globs(fs_deny.as_ref(), &[], map)?;
-    let protect = compile_globs(fs_protect.as_ref(), &[".git/**", ".cordon/**"], map)?;
+    let mut protect = compile_globs(fs_protect.as_ref(), &[".git/**", PROJECT_CONFIG_GLOB], map)?;
+    // Later sessions read their policy and defaults from the project's `.cordon/`: a session
+    // that could write there could choose the next session's policy. So it is protected
+    // whatever the policy lists.
+    if !protect
+        .iter()
+        .any(|glob| glob.source == PROJECT_CONFIG_GLOB)
+    {
+        let builtin = SourceMap::new(map.file(), "");
+        let mut glob = PathGlob::compile(PROJECT_CONFIG_GLOB, 0, &builtin)?;
+        glob.line = 0;
+        protect.push(glob);
+    }
 
     let (network_enabled, raw_unix_sockets) = match network {
         Some(network) => (network.enabled, network.unix_sockets),

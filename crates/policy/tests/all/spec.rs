@@ -52,7 +52,8 @@ set = { RUST_BACKTRACE = "1", LANG = "C.UTF-8" }
             workspace: RootAccess::ReadWrite,
             readable_roots: strings(&["/usr/share/dict", "~/.cargo", "/etc/hosts"]),
             writable_roots: strings(&["/scratch", "~/.cache"]),
-            protected: strings(&[".git/**", "Cargo.lock"]),
+            // `.cordon/**` is added to any list.
+            protected: strings(&[".git/**", "Cargo.lock", ".cordon/**"]),
             denied: strings(&["**/*.key", "~/.ssh/**"]),
             network: NetworkMode::Enabled,
             unix_sockets: strings(&["/run/postgresql/.s.PGSQL.5432", "~/.gnupg/S.gpg-agent"]),
@@ -80,7 +81,7 @@ set = { RUST_BACKTRACE = "1", LANG = "C.UTF-8" }
             nested_git: NestedGit::Quarantine,
             sources: SpecSources {
                 file: "test.toml".to_owned(),
-                protected: vec![6, 6],
+                protected: vec![6, 6, 0],
                 denied: vec![5, 5],
                 write: 4,
                 network: 9,
@@ -113,8 +114,11 @@ fn entries_not_in_the_file_have_line_zero() {
     let mut p = policy("version = 1\n[filesystem]\nprotect = [\"a\"]\n");
     p.protect_literal("conf/policy.toml").unwrap();
     let spec = p.sandbox_spec();
-    assert_eq!(spec.protected, strings(&["a", "conf/policy.toml"]));
-    assert_eq!(spec.sources.protected, vec![3, 0]);
+    assert_eq!(
+        spec.protected,
+        strings(&["a", ".cordon/**", "conf/policy.toml"])
+    );
+    assert_eq!(spec.sources.protected, vec![3, 0, 0]);
 }
 
 #[test]
@@ -196,7 +200,10 @@ fn a_literal_path_is_protected_for_the_session() {
         "{before:?}"
     );
     p.protect_literal("conf/policy.toml").unwrap();
-    assert_eq!(p.sandbox_spec().protected, strings(&["conf/policy.toml"]));
+    assert_eq!(
+        p.sandbox_spec().protected,
+        strings(&[".cordon/**", "conf/policy.toml"])
+    );
     let after = crate::support::call(&p, "write", &write);
     assert_eq!(after.decision, cordon_policy::Decision::Deny, "{after:?}");
     assert!(
