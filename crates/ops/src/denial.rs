@@ -20,6 +20,7 @@
 //! and at most [`MAX_NOTES`] notes.
 //!
 //! This module owns the matching and the note texts; how a path resolves is the backend's.
+//! The rules as the model and the operator see them: docs/semantics.md#explained-denials.
 
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
