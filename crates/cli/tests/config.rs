@@ -899,3 +899,53 @@ fn doctor_colours_its_marks_as_color_and_no_color_say() {
         "{tty}"
     );
 }
+
+#[test]
+fn replay_under_a_builtin_or_a_discovered_policy_cites_it() {
+    let env = Env::new();
+    let line = json!({
+        "role": "assistant",
+        "content": [{"type": "toolCall", "id": "c1", "name": "bash",
+                     "arguments": {"command": "curl https://example.com"}}],
+        "stopReason": "toolUse",
+    });
+    let transcript = env.put("transcript.jsonl", &format!("{line}\n"));
+    let ws = env.ws();
+    let replay = |extra: &[&str]| {
+        let mut args = vec![
+            "replay",
+            transcript.to_str().unwrap(),
+            "--root",
+            ws.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let run = env.run(&args);
+        run.assert_ok();
+        let end: Value = run
+            .stdout
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap())
+            .find(|event| event["type"] == "tool_execution_end")
+            .unwrap_or_else(|| panic!("no tool_execution_end in {run:#?}"));
+        end["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let text = replay(&["--policy", "builtin:ci-untrusted.toml"]);
+    assert!(
+        text.starts_with("Blocked by policy (builtin:ci-untrusted.toml:"),
+        "{text}"
+    );
+    // The same policy found as the project's file is cited by its path.
+    let shipped = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/ci-untrusted.toml"),
+    )
+    .unwrap();
+    let project = env.put("ws/.cordon/policy.toml", &shipped);
+    let text = replay(&[]);
+    assert!(
+        text.starts_with(&format!("Blocked by policy ({}:", project.display())),
+        "{text}"
+    );
+}

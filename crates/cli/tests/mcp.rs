@@ -567,6 +567,25 @@ fn raw_tool_call_returns_content_structured_content_and_is_error() {
 }
 
 #[test]
+fn raw_server_under_a_builtin_policy_cites_it_in_denials() {
+    let dir = workspace();
+    let mut server = RawServer::start_with(dir.path(), &["--policy", "builtin:ci-untrusted"], &[]);
+    server.initialize();
+    let response = server.request(
+        1,
+        "tools/call",
+        json!({"name":"bash","arguments":{"command":"curl https://example.com"}}),
+    );
+    let result = &response["result"];
+    assert_eq!(result["isError"], true, "{response}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("Blocked by policy (builtin:ci-untrusted.toml:"),
+        "{response}"
+    );
+}
+
+#[test]
 fn raw_stdin_eof_exits_zero() {
     let dir = workspace();
     let mut server = RawServer::start(dir.path());
