@@ -408,8 +408,8 @@ fn path_note(
             let line = sources.protected.get(index).copied().unwrap_or(0);
             let at = if line == 0 && !sources.file.is_empty() {
                 format!(
-                    "{}, not written there: a built-in default, or the policy file itself, \
-                     which Cordon keeps read-only",
+                    "{}, not written there: Cordon protects it on its own (a built-in default, \
+                     the project's `.cordon/`, or the policy file itself)",
                     sources.file
                 )
             } else {

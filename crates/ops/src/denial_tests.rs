@@ -323,3 +323,22 @@ fn quoted_strings_and_words_around_the_error_are_the_candidates() {
     );
     assert_eq!(absolute(Path::new("/ws"), ""), None);
 }
+
+#[test]
+fn a_protected_entry_the_file_does_not_write_says_cordon_added_it() {
+    let mut layout = Fake::new();
+    layout.spec.sources.protected = vec![0];
+    assert_eq!(
+        explain(
+            &failed("touch: cannot touch '.git/x': Read-only file system"),
+            &layout
+        ),
+        vec![
+            "Sandbox: /ws/.git/x is protected (read-only) by `.git/**` in `[filesystem] \
+             protect` (p.toml, not written there: Cordon protects it on its own (a built-in \
+             default, the project's `.cordon/`, or the policy file itself)), so writing it was \
+             refused. Leave it unchanged; the operator can remove or narrow that entry."
+                .to_owned()
+        ]
+    );
+}
