@@ -85,9 +85,24 @@ pub struct PolicyDecision {
     /// `unanalysable` field); the call may still be allowed in `default = "allow"` mode.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unanalysable: Option<String>,
+    /// When `decision` is `Ask`: every rule that asked about the call (a command chaining
+    /// two asked-about programs is asked about by both). A person's "allow for this session"
+    /// covers the call only when it covers each of them; empty means `rule` alone.
+    #[serde(skip)]
+    pub asked_by: Vec<RuleRef>,
 }
 
 impl PolicyDecision {
+    /// The rules a person approves when they allow this `Ask` decision: [`Self::asked_by`],
+    /// or [`Self::rule`] when that is empty.
+    pub fn asking_rules(&self) -> &[RuleRef] {
+        if self.asked_by.is_empty() {
+            std::slice::from_ref(&self.rule)
+        } else {
+            &self.asked_by
+        }
+    }
+
     /// Map `Ask` to `Deny` for entry points that cannot ask a person (`exec`, `replay`, MCP,
     /// CI). `Allow` and `Deny` are returned unchanged.
     pub fn non_interactive(self) -> PolicyDecision {
@@ -161,6 +176,7 @@ mod tests {
             },
             reason: "publishing needs a human".into(),
             unanalysable: None,
+            asked_by: Vec::new(),
         };
         let denied = asked.clone().non_interactive();
         assert_eq!(denied.decision, Decision::Deny);

@@ -14,7 +14,8 @@ pub struct ApprovalRequest {
     pub tool: String,
     /// Arguments the tool would run with.
     pub args: Value,
-    /// The rule that asked (`FILE:LINE`).
+    /// The rules that asked (`FILE:LINE`, comma-separated when several did; "always" approves
+    /// each of them).
     pub rule: String,
     /// The rule's reason.
     pub reason: String,

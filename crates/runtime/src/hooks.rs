@@ -82,11 +82,13 @@ fn spill_read_decision() -> PolicyDecision {
         },
         reason: "reading a command's full output (spill file) is always allowed".to_owned(),
         unanalysable: None,
+        asked_by: Vec::new(),
     }
 }
 
-/// The decision after a person's `answer` to an `Ask` decision; `Always` adds the rule to
-/// `approved_rules` (the session's approvals: every later call this rule asks about runs).
+/// The decision after a person's `answer` to an `Ask` decision; `Always` adds the rules that
+/// asked to `approved_rules` (the session's approvals: every later call only they ask about
+/// runs).
 fn approved(
     answer: Approval,
     decision: PolicyDecision,
@@ -99,7 +101,7 @@ fn approved(
             ..decision
         },
         Approval::Always => {
-            lock(approved_rules).insert(decision.rule.clone());
+            lock(approved_rules).extend(decision.asking_rules().iter().cloned());
             PolicyDecision {
                 decision: Decision::Allow,
                 reason: format!("approved by the user for this session: {}", decision.reason),
@@ -184,6 +186,7 @@ impl RuntimeHooks {
             },
             reason,
             unanalysable: None,
+            asked_by: Vec::new(),
         }
     }
 
@@ -197,7 +200,16 @@ impl RuntimeHooks {
         match decision.decision {
             Decision::Allow | Decision::Deny => decision,
             Decision::Ask => {
-                if lock(&self.approved_rules).contains(&decision.rule) {
+                // Every rule that asked must be approved: an approval of one does not answer
+                // a question another rule asks about the same call.
+                let covered = {
+                    let approved = lock(&self.approved_rules);
+                    decision
+                        .asking_rules()
+                        .iter()
+                        .all(|rule| approved.contains(rule))
+                };
+                if covered {
                     return PolicyDecision {
                         decision: Decision::Allow,
                         reason: format!("approved for this session: {}", decision.reason),
@@ -212,7 +224,12 @@ impl RuntimeHooks {
                         call_id: call_id.to_owned(),
                         tool: tool.to_owned(),
                         args: args.clone(),
-                        rule: decision.rule.to_string(),
+                        rule: decision
+                            .asking_rules()
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", "),
                         reason: decision.reason.clone(),
                     })
                     .await;

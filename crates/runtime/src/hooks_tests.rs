@@ -221,6 +221,7 @@ fn ask(line: usize) -> cordon_policy::PolicyDecision {
         },
         reason: "changes need review".to_owned(),
         unanalysable: None,
+        asked_by: Vec::new(),
     }
 }
 
@@ -294,4 +295,70 @@ async fn answers_to_ask_decide_the_call_and_always_covers_only_its_rule() {
     assert_eq!(asked[0].rule, "policy.toml:3");
     assert_eq!(asked[0].tool, "write");
     assert_eq!(asked[0].args, args);
+}
+
+/// "Allow for this session" covers the rule the person was asked about and nothing more: a
+/// later call that another asking rule also matches (one command approved for the session
+/// chained with a second one that asks) is asked about again, and the question names every
+/// rule that asks.
+#[tokio::test]
+async fn always_for_one_rule_does_not_approve_a_call_another_rule_asks_about() {
+    use crate::approval::Approval;
+    use cordon_policy::Decision;
+
+    let policy = CompiledPolicy::from_toml(
+        "p.toml",
+        "version = 1\ndefault = \"allow\"\n\
+         [tools]\nenabled = [\"bash\"]\n\
+         [[rules]]\ncommand = [\"git\", \"push\"]\ndecision = \"ask\"\n\
+         [[rules]]\ncommand = [\"rm\"]\ndecision = \"ask\"\n",
+        &EnvMap::new(),
+    )
+    .unwrap();
+    let approver = Arc::new(ScriptedApprover {
+        answers: Mutex::new(vec![Approval::Always, Approval::No, Approval::Always]),
+        asked: Mutex::new(Vec::new()),
+    });
+    let hooks = RuntimeHooks {
+        policy: Arc::new(policy),
+        ..hooks_with_approver(approver.clone())
+    };
+    let decide = |id: &'static str, command: &'static str| {
+        let hooks = &hooks;
+        async move {
+            let args = json!({ "command": command });
+            let decision = hooks.policy.decide(&cordon_policy::DecisionRequest {
+                tool: "bash",
+                args: &args,
+                paths: &[],
+                root: Path::new(ROOT),
+                home: Some(Path::new(HOME)),
+            });
+            hooks.resolve_ask(id, "bash", &args, decision).await
+        }
+    };
+
+    assert_eq!(decide("c1", "git push").await.decision, Decision::Allow);
+    // Approved for the session: no question.
+    assert_eq!(
+        decide("c2", "git push origin").await.decision,
+        Decision::Allow
+    );
+    // `rm` asks too: the session approval of `git push` does not cover it.
+    assert_eq!(
+        decide("c3", "git push && rm -rf src").await.decision,
+        Decision::Deny
+    );
+    // An "always" for a call two rules ask about covers both.
+    assert_eq!(
+        decide("c4", "git push; rm -rf target").await.decision,
+        Decision::Allow
+    );
+    assert_eq!(decide("c5", "rm -rf build").await.decision, Decision::Allow);
+
+    let asked = approver.asked.lock().unwrap();
+    let ids: Vec<&str> = asked.iter().map(|r| r.call_id.as_str()).collect();
+    assert_eq!(ids, ["c1", "c3", "c4"]);
+    assert_eq!(asked[0].rule, "p.toml:5");
+    assert_eq!(asked[1].rule, "p.toml:5, p.toml:8");
 }

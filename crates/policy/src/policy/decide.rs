@@ -107,10 +107,16 @@ const BY_DEFAULT: u8 = 0;
 struct Judge {
     best: Option<(Decision, u8, PolicyDecision)>,
     flags: Vec<String>,
+    /// Every rule that asked, in the order considered: an `Ask` outcome is approved for the
+    /// session only when all of them are, not only the one that explains it.
+    asked_by: Vec<RuleRef>,
 }
 
 impl Judge {
     fn consider(&mut self, priority: u8, candidate: PolicyDecision) {
+        if candidate.decision == Decision::Ask && !self.asked_by.contains(&candidate.rule) {
+            self.asked_by.push(candidate.rule.clone());
+        }
         let better = match &self.best {
             None => true,
             Some((decision, best_priority, _)) => {
@@ -135,6 +141,7 @@ fn decided(decision: Decision, rule: &RuleRef, reason: String) -> PolicyDecision
         rule: rule.clone(),
         reason,
         unanalysable: None,
+        asked_by: Vec::new(),
     }
 }
 
@@ -297,6 +304,9 @@ impl CompiledPolicy {
         if !judge.flags.is_empty() {
             let flags = judge.flags.join("; ");
             decision.unanalysable = Some(self.redactor.redact_text(&flags).0);
+        }
+        if decision.decision == Decision::Ask {
+            decision.asked_by = judge.asked_by;
         }
         decision.reason = self.redactor.redact_text(&decision.reason).0;
         decision
