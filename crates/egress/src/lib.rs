@@ -31,3 +31,5 @@
 
 pub mod proxy;
 pub mod rules;
+#[cfg(target_os = "linux")]
+mod splice;

@@ -369,3 +369,32 @@ async fn random_garbage_never_panics_or_hangs() {
         assert_ne!(event.outcome, Outcome::Allowed, "{input:?}");
     }
 }
+
+#[tokio::test]
+async fn a_client_that_is_not_a_socket_is_relayed_by_copying() {
+    let echo = TcpListener::bind("127.0.0.1:0").await.expect("bind echo");
+    let port = echo.local_addr().expect("echo address").port();
+    tokio::spawn(async move {
+        let (mut stream, _) = echo.accept().await.expect("accept");
+        let (mut read, mut write) = stream.split();
+        let _ = tokio::io::copy(&mut read, &mut write).await;
+    });
+    let allow = [EntrySpec::new(format!("127.0.0.1/32:{port}"), "p:7")];
+    let (events, mut rx) = EventSink::channel(4);
+    let config = ProxyConfig {
+        session: "copy".into(),
+        rules: Arc::new(Rules::compile(&allow, &[]).expect("rules")),
+        resolver: Arc::new(StaticResolver::default()),
+        events,
+        limits: Limits::default(),
+    };
+    let proxy = Proxy::new(config);
+    let input = format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\nping");
+    let (answer, event) = exchange(&proxy, &mut rx, input.as_bytes()).await;
+    assert_eq!(answer, b"HTTP/1.1 200 Connection established\r\n\r\nping");
+    assert_eq!(
+        (event.outcome, event.bytes_up, event.bytes_down),
+        (Outcome::Allowed, 4, 4)
+    );
+    assert_eq!(event.reason, "relayed until both sides closed");
+}
