@@ -62,12 +62,13 @@ ensure_target() {
     rustup target add "$1" >&2 || return 1
 }
 
-build() { # $1 = rust target, $2 = extra RUSTFLAGS; prints the binary's path
+bin=""
+build() { # $1 = rust target, $2 = extra RUSTFLAGS; sets bin to the binary's path
     local target="$1" flags="$2"
     log "building $target (profile dist${flags:+, RUSTFLAGS=$flags})"
     RUSTFLAGS="${RUSTFLAGS:-}${flags:+ $flags}" nice -n 10 \
         cargo build --locked --profile dist -p cordon --target "$target" >&2
-    printf '%s\n' "$target_dir/$target/dist/cordon"
+    bin="$target_dir/$target/dist/cordon"
 }
 
 # A static binary has no program interpreter and needs no shared library.
@@ -82,16 +83,15 @@ assert_static() { # $1 = binary
 }
 
 built=()
-mkdir -p "$out"
 for arch in "${arches[@]}"; do
     case "$arch" in
         x86_64)
             if ensure_target x86_64-unknown-linux-musl && command -v musl-gcc >/dev/null 2>&1; then
                 log "x86_64: musl"
-                bin="$(build x86_64-unknown-linux-musl "")"
+                build x86_64-unknown-linux-musl ""
             else
                 log "x86_64: musl unavailable (rustup target x86_64-unknown-linux-musl and musl-gcc from musl-tools); using glibc with +crt-static"
-                bin="$(build x86_64-unknown-linux-gnu "-C target-feature=+crt-static")"
+                build x86_64-unknown-linux-gnu "-C target-feature=+crt-static"
             fi
             ;;
         aarch64)
@@ -105,13 +105,14 @@ for arch in "${arches[@]}"; do
                 continue
             fi
             log "aarch64: glibc with +crt-static, cross-linked with aarch64-linux-gnu-gcc"
-            bin="$(CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+            CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
                 CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc \
                 AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar \
-                build aarch64-unknown-linux-gnu "-C target-feature=+crt-static")"
+                build aarch64-unknown-linux-gnu "-C target-feature=+crt-static"
             ;;
     esac
     assert_static "$bin"
+    mkdir -p "$out"
     install -m 0755 "$bin" "$out/cordon-$arch-linux"
     built+=("cordon-$arch-linux")
     log "$out/cordon-$arch-linux ($(stat -c %s "$bin") bytes, commit $CORDON_COMMIT)"

@@ -1511,9 +1511,13 @@ const SEM_STAT_ANY: c_int = 20;
 /// of the calling process's IPC namespace (what commands left behind). Best effort; needs no
 /// capability for objects of the caller's own uid, which is what commands create.
 pub(crate) fn remove_sysv_ipc() {
+    // `struct seminfo` (40 bytes) and `struct semid64_ds` (at most 120 bytes on the 64-bit
+    // targets) are what `semctl(SEM_INFO / SEM_STAT_ANY)` writes; libc declares neither on musl,
+    // so one aligned buffer larger than both serves for the two commands.
+    let mut sem = [0u64; 32];
     // SAFETY: every call gets a writable buffer at least as large as the structure the
-    // command writes (shmid_ds > shm_info, msqid_ds > msginfo, seminfo / semid_ds as asked);
-    // IPC_RMID takes no buffer.
+    // command writes (shmid_ds > shm_info, msqid_ds > msginfo, 256 bytes > seminfo and
+    // semid64_ds); IPC_RMID takes no buffer.
     unsafe {
         let mut shm: libc::shmid_ds = std::mem::zeroed();
         let max = libc::shmctl(0, SHM_INFO, &mut shm);
@@ -1531,11 +1535,9 @@ pub(crate) fn remove_sysv_ipc() {
                 libc::msgctl(id, libc::IPC_RMID, std::ptr::null_mut());
             }
         }
-        let mut info: libc::seminfo = std::mem::zeroed();
-        let max = libc::semctl(0, 0, libc::SEM_INFO, &mut info as *mut libc::seminfo);
-        let mut sem: libc::semid_ds = std::mem::zeroed();
+        let max = libc::semctl(0, 0, libc::SEM_INFO, sem.as_mut_ptr());
         for index in 0..=max.max(-1) {
-            let id = libc::semctl(index, 0, SEM_STAT_ANY, &mut sem as *mut libc::semid_ds);
+            let id = libc::semctl(index, 0, SEM_STAT_ANY, sem.as_mut_ptr());
             if id >= 0 {
                 libc::semctl(id, 0, libc::IPC_RMID);
             }
