@@ -33,8 +33,9 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use cordon_ops::{BackendId, DirEntry, FileKind, FileMeta, FileOperations, FsError, SpillWriter};
+use cordon_sandbox::RenameMode;
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, RenameFlags, ResolveFlag, readlinkat, renameat, renameat2};
+use nix::fcntl::{AtFlags, OFlag, ResolveFlag, readlinkat, renameat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
@@ -687,6 +688,19 @@ pub(crate) fn write_replace(
     Ok(())
 }
 
+/// `renameat2(2)` with nix's error type (through the sandbox crate's raw system call, which
+/// the static musl build has too).
+pub(crate) fn renameat2(
+    old_dir: impl AsFd,
+    old: &OsStr,
+    new_dir: impl AsFd,
+    new: &OsStr,
+    mode: RenameMode,
+) -> Result<(), Errno> {
+    cordon_sandbox::rename_at(old_dir.as_fd(), old, new_dir.as_fd(), new, mode)
+        .map_err(|error| Errno::from_raw(error.raw_os_error().unwrap_or(nix::libc::EIO)))
+}
+
 /// Exchange the temp file with the existing `name`, then unlink the old file (now under the
 /// temp name), keeping an `O_PATH` descriptor of it: the inode is released when that is
 /// closed, off the caller's path (releasing an inode whose writeback is in flight waits for
@@ -702,7 +716,7 @@ fn swap_in(
     // A failed exchange changed nothing: whatever the reason (no support on this filesystem,
     // `name` gone, a cross-layer overlayfs file, …) the plain rename runs and reports its own
     // error, if any.
-    if renameat2(dir, tmp, dir, name, RenameFlags::RENAME_EXCHANGE).is_err() {
+    if renameat2(dir, tmp, dir, name, RenameMode::Exchange).is_err() {
         return Ok(None);
     }
     let old = nix::fcntl::openat(
@@ -718,8 +732,7 @@ fn swap_in(
         .is_some_and(|stat| file_type(&stat) == SFlag::S_IFDIR);
     if is_dir {
         // Put the directory back; the guard then removes our file.
-        renameat2(dir, tmp, dir, name, RenameFlags::RENAME_EXCHANGE)
-            .map_err(|e| ("rename", e.into()))?;
+        renameat2(dir, tmp, dir, name, RenameMode::Exchange).map_err(|e| ("rename", e.into()))?;
         return Err(("rename", Errno::EISDIR.into()));
     }
     // From here on the new content is in place.

@@ -42,8 +42,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use cordon_sandbox::RenameMode;
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, RenameFlags, ResolveFlag, renameat2};
+use nix::fcntl::{OFlag, ResolveFlag};
 use nix::sys::stat::{SFlag, fstat};
 
 use crate::roots::{open_beneath, open_root_dir, strip_root};
@@ -609,12 +610,12 @@ fn rename_aside(dir: &OwnedFd, name: &OsStr) -> Result<OsString, Errno> {
         if attempt > 1 {
             new_name.push(format!("-{attempt}"));
         }
-        match renameat2(
+        match crate::files::renameat2(
             dir.as_fd(),
             name,
             dir.as_fd(),
             new_name.as_os_str(),
-            RenameFlags::RENAME_NOREPLACE,
+            RenameMode::NoReplace,
         ) {
             Ok(()) => return Ok(new_name),
             Err(Errno::EEXIST) => continue,

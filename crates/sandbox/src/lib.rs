@@ -54,13 +54,22 @@ mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::{
     PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home,
-    is_placeholder_dir, is_placeholder_mode, probe, start_writeback,
+    is_placeholder_dir, is_placeholder_mode, probe, rename_at, start_writeback,
 };
+
+/// What [`rename_at`] does when the target name exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenameMode {
+    /// Fail with `EEXIST` (`RENAME_NOREPLACE`).
+    NoReplace,
+    /// Swap the two names atomically; both must exist (`RENAME_EXCHANGE`).
+    Exchange,
+}
 
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
 #[cfg(not(target_os = "linux"))]
 pub use unsupported::{
     PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home,
-    is_placeholder_dir, is_placeholder_mode, probe, start_writeback,
+    is_placeholder_dir, is_placeholder_mode, probe, rename_at, start_writeback,
 };

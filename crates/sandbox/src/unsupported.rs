@@ -45,6 +45,17 @@ pub fn start_writeback(_file: &std::fs::File) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `renameat2(2)` is Linux's: unsupported elsewhere.
+pub fn rename_at(
+    _old_dir: std::os::fd::BorrowedFd<'_>,
+    _old: &std::ffi::OsStr,
+    _new_dir: std::os::fd::BorrowedFd<'_>,
+    _new: &std::ffi::OsStr,
+    _mode: crate::RenameMode,
+) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
 /// Never constructed outside Linux.
 #[derive(Debug)]
 pub struct PreparedSandbox {

@@ -67,6 +67,22 @@ pub fn start_writeback(file: &std::fs::File) -> io::Result<()> {
     sys::start_writeback(file.as_fd())
 }
 
+/// Rename `old` in `old_dir` to `new` in `new_dir` (`renameat2(2)`), for the local backend's
+/// atomic writes and quarantines. A raw system call, so the static (musl) build has it too.
+pub fn rename_at(
+    old_dir: std::os::fd::BorrowedFd<'_>,
+    old: &std::ffi::OsStr,
+    new_dir: std::os::fd::BorrowedFd<'_>,
+    new: &std::ffi::OsStr,
+    mode: crate::RenameMode,
+) -> io::Result<()> {
+    let flags = match mode {
+        crate::RenameMode::NoReplace => libc::RENAME_NOREPLACE,
+        crate::RenameMode::Exchange => libc::RENAME_EXCHANGE,
+    };
+    sys::renameat2(old_dir, old, new_dir, new, flags)
+}
+
 /// A sandbox built once from a [`SandboxConfig`]; spawn any number of commands from it,
 /// concurrently if needed.
 #[derive(Debug)]
@@ -170,6 +186,64 @@ mod tests {
     use super::*;
 
     fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn rename_at_refuses_to_replace_and_exchanges() {
+        use std::ffi::OsStr;
+        use std::os::fd::AsFd;
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("a"), "A").expect("write");
+        std::fs::write(dir.path().join("b"), "B").expect("write");
+        let fd = std::fs::File::open(dir.path()).expect("open dir");
+        let fd = fd.as_fd();
+        let error = rename_at(
+            fd,
+            OsStr::new("a"),
+            fd,
+            OsStr::new("b"),
+            crate::RenameMode::NoReplace,
+        )
+        .expect_err("b exists");
+        assert_eq!(error.raw_os_error(), Some(libc::EEXIST));
+        rename_at(
+            fd,
+            OsStr::new("a"),
+            fd,
+            OsStr::new("b"),
+            crate::RenameMode::Exchange,
+        )
+        .expect("exchange");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a")).expect("a"),
+            "B"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("b")).expect("b"),
+            "A"
+        );
+        rename_at(
+            fd,
+            OsStr::new("a"),
+            fd,
+            OsStr::new("c"),
+            crate::RenameMode::NoReplace,
+        )
+        .expect("c is free");
+        assert!(!dir.path().join("a").exists());
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("c")).expect("c"),
+            "B"
+        );
+        let error = rename_at(
+            fd,
+            OsStr::new("a\0"),
+            fd,
+            OsStr::new("d"),
+            crate::RenameMode::NoReplace,
+        )
+        .expect_err("a NUL in a name");
+        assert_eq!(error.raw_os_error(), Some(libc::EINVAL));
+    }
 
     #[test]
     fn handles_can_be_shared_across_tasks() {

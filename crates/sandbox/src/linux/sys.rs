@@ -238,6 +238,34 @@ pub(crate) fn open_no_symlinks(
 
 /// `sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)`: start writeback of every dirty page
 /// of the file without waiting for it.
+/// `renameat2(old_dir, old, new_dir, new, flags)` as the raw system call: glibc wraps it, musl
+/// (the static release build) does not, and nix offers its wrapper on glibc only.
+pub(crate) fn renameat2(
+    old_dir: std::os::fd::BorrowedFd<'_>,
+    old: &std::ffi::OsStr,
+    new_dir: std::os::fd::BorrowedFd<'_>,
+    new: &std::ffi::OsStr,
+    flags: libc::c_uint,
+) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let nul = |_| io::Error::from_raw_os_error(libc::EINVAL);
+    let old = CString::new(old.as_bytes()).map_err(nul)?;
+    let new = CString::new(new.as_bytes()).map_err(nul)?;
+    // SAFETY: both paths are NUL-terminated strings that outlive the call and the descriptors
+    // are borrowed, so open for its duration; the kernel only reads the paths.
+    check_io(unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            old_dir.as_raw_fd(),
+            old.as_ptr(),
+            new_dir.as_raw_fd(),
+            new.as_ptr(),
+            flags,
+        )
+    })
+    .map(drop)
+}
+
 pub(crate) fn start_writeback(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: plain syscall on a borrowed, open descriptor; no memory is passed.
     check_io(
