@@ -590,6 +590,52 @@ fn project_config_is_never_writable(extra: &[&str], env: &[(&str, &str)]) {
     );
 }
 
+/// The user's Cordon config directory (where a later session may take its policy from) is
+/// read-only when the workspace holds it, whether or not it exists yet: here the workspace is
+/// the home directory, `~/.config/cordon` missing.
+#[test]
+fn the_users_cordon_config_dir_is_read_only_when_the_workspace_holds_it() {
+    let setup = Setup::new();
+    let policy = setup.outside.join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let home = setup.ws.to_str().unwrap().to_owned();
+    std::fs::create_dir(setup.ws.join(".config")).unwrap();
+    let calls = [
+        (
+            "write",
+            json!({"path": ".config/cordon/policy.toml", "content": "version = 1\n"}),
+        ),
+        (
+            "bash",
+            json!({"command": "mkdir -p .config/cordon && echo 'version = 1' > .config/cordon/policy.toml"}),
+        ),
+        (
+            "bash",
+            json!({"command": "mkdir -p .config/other && echo ok > .config/other/file"}),
+        ),
+    ];
+    let ends = replay(
+        &setup.outside,
+        &setup.ws,
+        &policy,
+        &calls,
+        &[],
+        &[("HOME", &home), ("XDG_CONFIG_HOME", "")],
+    );
+    assert_eq!(ends[0]["isError"], true, "{:#}", ends[0]);
+    let text = ends[0]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("which later sessions read"), "{text}");
+    assert_eq!(ends[1]["isError"], true, "{:#}", ends[1]);
+    assert_eq!(ends[2]["isError"], false, "{:#}", ends[2]);
+    assert!(!setup.ws.join(".config/cordon/policy.toml").exists());
+    assert_eq!(
+        std::fs::read_to_string(setup.ws.join(".config/other/file")).unwrap(),
+        "ok\n"
+    );
+}
+
 #[test]
 fn the_project_cordon_dir_is_read_only_whatever_the_policy_protects() {
     project_config_is_never_writable(&[], &[]);

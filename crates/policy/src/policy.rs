@@ -51,6 +51,16 @@ pub fn read_policy_file(path: &Path) -> Result<String, PolicyError> {
     })
 }
 
+/// A path the runtime keeps read-only for the session, and what it is (for the denial).
+#[derive(Clone, Debug)]
+pub(crate) struct SessionProtect {
+    pub glob: PathGlob,
+    /// The rule the denial cites (`builtin:…`).
+    pub rule: &'static str,
+    /// What the path is, as the denial names it.
+    pub what: &'static str,
+}
+
 /// A policy ready to judge tool calls. Immutable; cheap to share behind an `Arc`.
 #[derive(Clone, Debug)]
 pub struct CompiledPolicy {
@@ -67,8 +77,9 @@ pub struct CompiledPolicy {
     write_at: RuleRef,
     deny: Vec<PathGlob>,
     protect: Vec<PathGlob>,
-    /// Files protected for the session by the runtime ([`CompiledPolicy::protect_literal`]).
-    session_protect: Vec<PathGlob>,
+    /// Paths protected for the session by the runtime ([`CompiledPolicy::protect_literal`],
+    /// [`CompiledPolicy::protect_config_dir`]).
+    session_protect: Vec<SessionProtect>,
     rules: Vec<Rule>,
     redactor: Redactor,
     spec: SandboxSpec,

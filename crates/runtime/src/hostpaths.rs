@@ -4,7 +4,9 @@
 //! - the audit log and the `--save` transcript are refused there (a command could replace
 //!   them with a symlink, a FIFO or a forged copy);
 //! - the policy file is allowed there but made read-only to the session (commands and file
-//!   tools), the way `.git` is: the policy a session runs with is never writable by it.
+//!   tools), the way `.git` is: the policy a session runs with is never writable by it;
+//! - directories later sessions read their policy and defaults from (the user's Cordon config
+//!   directory) are made read-only the same way, whether or not they exist yet.
 //!
 //! Paths are compared canonically: the canonical parent directory of the file against the
 //! canonical writable roots on the host.
@@ -54,6 +56,32 @@ pub(crate) fn canonical_location(path: &Path) -> Option<PathBuf> {
     std::fs::canonicalize(parent).ok().map(|dir| dir.join(name))
 }
 
+/// `path` with its deepest existing ancestor canonicalised and the missing rest appended
+/// (`None` when the rest holds `..` or the path is relative): where a directory that may not
+/// exist yet would be created.
+pub(crate) fn canonical_future_location(path: &Path) -> Option<PathBuf> {
+    if !path.is_absolute() {
+        return None;
+    }
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(canonical) = std::fs::canonicalize(existing) {
+            let mut out = canonical;
+            for part in rest.iter().rev() {
+                out.push(part);
+            }
+            return Some(out);
+        }
+        let name = existing.file_name()?;
+        if name == ".." {
+            return None;
+        }
+        rest.push(name.to_owned());
+        existing = existing.parent()?;
+    }
+}
+
 /// The writable root `path` lies in, if any.
 pub(crate) fn writable_root_of<'a>(roots: &'a [PathBuf], path: &Path) -> Option<&'a Path> {
     let location = canonical_location(path)?;
@@ -78,6 +106,23 @@ pub(crate) fn protected_name(workspace: &Path, policy: &Path) -> Option<String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_directory_is_located_through_its_deepest_existing_ancestor() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(base.join("real")).unwrap();
+        std::os::unix::fs::symlink(base.join("real"), base.join("link")).unwrap();
+        assert_eq!(
+            canonical_future_location(&base.join("link/.config/cordon")),
+            Some(base.join("real/.config/cordon"))
+        );
+        assert_eq!(
+            canonical_future_location(&base.join("real")),
+            Some(base.join("real"))
+        );
+        assert_eq!(canonical_future_location(Path::new("relative/x")), None);
+    }
 
     #[test]
     fn files_are_located_through_their_canonical_parent() {

@@ -25,7 +25,9 @@ use cordon_policy::{CompiledPolicy, EnvMap, PolicyError, PolicySource};
 use crate::approval::Approver;
 use crate::audit::AuditLog;
 use crate::hooks::RuntimeHooks;
-use crate::hostpaths::{protected_name, writable_host_roots, writable_root_of};
+use crate::hostpaths::{
+    canonical_future_location, protected_name, writable_host_roots, writable_root_of,
+};
 use crate::registry::build_tools;
 
 /// Which backend a session runs on. `Docker` and `Ssh` exist only with the crate's `docker` and
@@ -98,6 +100,10 @@ pub struct SessionOptions {
     /// The operator accepts a weaker sandbox when a layer is unavailable (stated in every
     /// result's details).
     pub allow_degraded: bool,
+    /// Host directories later sessions read their policy and defaults from (the user's Cordon
+    /// config directory): read-only to this session when they lie in a writable root, whether
+    /// or not they exist yet.
+    pub config_dirs: Vec<PathBuf>,
 }
 
 impl SessionOptions {
@@ -110,6 +116,7 @@ impl SessionOptions {
             audit: None,
             approver: None,
             allow_degraded: false,
+            config_dirs: Vec::new(),
         }
     }
 }
@@ -191,6 +198,7 @@ impl Session {
             audit,
             approver,
             allow_degraded,
+            config_dirs,
         } = options;
         let env: EnvMap = std::env::vars().collect();
         let source = match &policy {
@@ -226,6 +234,26 @@ impl Session {
                 root: inside.to_path_buf(),
             })?;
             compiled.protect_literal(&name)?;
+        }
+        let workspace = std::fs::canonicalize(&root).unwrap_or_else(|_| root.clone());
+        for dir in &config_dirs {
+            let Some(location) = canonical_future_location(dir) else {
+                tracing::debug!(dir = %dir.display(), "config directory not absolute; not protected");
+                continue;
+            };
+            if !writable_roots.iter().any(|root| location.starts_with(root)) {
+                continue;
+            }
+            let name = match location.strip_prefix(&workspace) {
+                Ok(rel) if !rel.as_os_str().is_empty() => rel.to_str(),
+                _ => location.to_str(),
+            };
+            let name = name.ok_or_else(|| RuntimeError::PolicyName {
+                path: location.clone(),
+                root: workspace.clone(),
+            })?;
+            tracing::info!(dir = %location.display(), "a Cordon config directory is in a writable root: read-only for the session");
+            compiled.protect_config_dir(name)?;
         }
         let policy = Arc::new(compiled);
         let mut spec = policy.sandbox_spec();

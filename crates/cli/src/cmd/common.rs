@@ -261,6 +261,11 @@ impl CommonArgs {
             audit: self.audit.clone(),
             approver: None,
             allow_degraded: self.allow_degraded,
+            // A later session's policy may come from here: never writable by this one.
+            config_dirs: crate::config::Environment::from_process()
+                .user_dir()
+                .into_iter()
+                .collect(),
         })
     }
 

@@ -13,7 +13,7 @@ use cordon_core::sandbox::{
 use cordon_ops::ToolKind;
 use toml::Spanned;
 
-use super::{CompiledPolicy, EnvMap, Rule, RuleKind};
+use super::{CompiledPolicy, EnvMap, Rule, RuleKind, SessionProtect};
 use crate::decision::{Decision, RuleRef};
 use crate::error::{PolicyError, SourceMap};
 use crate::format::{CommandPattern, OneOrMany, RawPolicy, RawRule, SpannedList};
@@ -29,6 +29,34 @@ impl CompiledPolicy {
     /// exactly). The runtime uses it for the policy file itself when that lies in a writable
     /// root.
     pub fn protect_literal(&mut self, path: &str) -> Result<(), PolicyError> {
+        self.protect_for_session(
+            path,
+            false,
+            "builtin:policy-file",
+            "the policy file this session runs with",
+        )
+    }
+
+    /// Keep the directory `path` and everything under it read-only for the session, whether
+    /// or not it exists yet (as [`CompiledPolicy::protect_literal`] does for a file). The
+    /// runtime uses it for the directories later sessions read their policy and defaults from
+    /// (the user's Cordon config directory) when they lie in a writable root.
+    pub fn protect_config_dir(&mut self, path: &str) -> Result<(), PolicyError> {
+        self.protect_for_session(
+            path,
+            true,
+            "builtin:cordon-config",
+            "Cordon's configuration, which later sessions read",
+        )
+    }
+
+    fn protect_for_session(
+        &mut self,
+        path: &str,
+        tree: bool,
+        rule: &'static str,
+        what: &'static str,
+    ) -> Result<(), PolicyError> {
         let builtin = SourceMap::new(&self.file, "");
         if path.contains(['*', '?', '[', ']', '{', '}', '\\', '\n']) {
             return Err(builtin.bad_glob(
@@ -38,14 +66,24 @@ impl CompiledPolicy {
                     .to_owned(),
             ));
         }
-        let mut glob = PathGlob::compile(path, 0, &builtin)?;
-        glob.line = 0;
-        if !self.spec.protected.iter().any(|known| known == path) {
-            self.spec.protected.push(path.to_owned());
-            // Not a line of the file: Cordon protects it on its own.
-            self.spec.sources.protected.push(0);
+        let path = if tree {
+            path.trim_end_matches('/')
+        } else {
+            path
+        };
+        let subtree = format!("{path}/**");
+        let entries: &[&str] = if tree { &[path, &subtree] } else { &[path] };
+        for entry in entries {
+            let mut glob = PathGlob::compile(entry, 0, &builtin)?;
+            glob.line = 0;
+            if !self.spec.protected.iter().any(|known| known == entry) {
+                self.spec.protected.push((*entry).to_owned());
+                // Not a line of the file: Cordon protects it on its own.
+                self.spec.sources.protected.push(0);
+            }
+            self.session_protect
+                .push(SessionProtect { glob, rule, what });
         }
-        self.session_protect.push(glob);
         Ok(())
     }
 

@@ -180,19 +180,20 @@ impl CompiledPolicy {
         }
         match access.op {
             Op::Write => {
-                if self
+                if let Some(held) = self
                     .session_protect
                     .iter()
-                    .any(|g| g.matches(path, context, true))
+                    .find(|p| p.glob.matches(path, context, true))
                 {
                     return decided(
                         Decision::Deny,
                         &RuleRef {
-                            file: Arc::from("builtin:policy-file"),
+                            file: Arc::from(held.rule),
                             line: 0,
                         },
                         format!(
-                            "{verb} {shown} is not allowed: it is the policy file this session runs with, which stays read-only for the whole session; do not try to change it another way"
+                            "{verb} {shown} is not allowed: it is {}, which stays read-only for the whole session; do not try to change it another way",
+                            held.what
                         ),
                     );
                 }
