@@ -398,3 +398,36 @@ async fn a_client_that_is_not_a_socket_is_relayed_by_copying() {
     );
     assert_eq!(event.reason, "relayed until both sides closed");
 }
+
+#[tokio::test]
+async fn the_system_resolver_answer_is_checked_like_any_other() {
+    let addresses = SystemResolver
+        .resolve("localhost", 80)
+        .await
+        .expect("localhost resolves");
+    assert!(
+        !addresses.is_empty() && addresses.iter().all(IpAddr::is_loopback),
+        "{addresses:?}"
+    );
+    let allow = [EntrySpec::new("localhost:8080", "p:3")];
+    let (events, mut rx) = EventSink::channel(4);
+    let config = ProxyConfig {
+        session: "system".into(),
+        rules: Arc::new(Rules::compile(&allow, &[]).expect("rules")),
+        resolver: Arc::new(SystemResolver),
+        events,
+        limits: Limits::default(),
+    };
+    let proxy = Proxy::new(config);
+    let (answer, event) =
+        exchange(&proxy, &mut rx, b"CONNECT localhost:8080 HTTP/1.1\r\n\r\n").await;
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 403 Forbidden\r\n"));
+    assert_eq!(event.outcome, Outcome::Denied);
+    assert!(
+        event
+            .reason
+            .contains(", a loopback address, which a name entry alone does not allow"),
+        "{}",
+        event.reason
+    );
+}
