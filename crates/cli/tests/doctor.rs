@@ -151,6 +151,57 @@ fn doctor_inside_the_sandbox_names_the_missing_layers_and_exits_one() {
     assert!(!text.contains("local: ready"), "{text}");
 }
 
+/// How the docker engine would be reached: TLS from DOCKER_TLS_VERIFY/DOCKER_CERT_PATH, a
+/// missing certificate named, plaintext TCP warned about (no engine is contacted).
+#[test]
+fn doctor_says_how_the_docker_engine_is_reached() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    for name in ["ca.pem", "cert.pem"] {
+        std::fs::write(certs.join(name), "pem").unwrap();
+    }
+    let doctor = |vars: &[(&str, &std::ffi::OsStr)]| {
+        let output = Command::new(CORDON)
+            .arg("doctor")
+            .current_dir(dir.path())
+            .env("DOCKER_HOST", "tcp://127.0.0.1:9")
+            .env_remove("DOCKER_TLS_VERIFY")
+            .env_remove("DOCKER_CERT_PATH")
+            .envs(vars.iter().copied())
+            .output()
+            .expect("run cordon doctor");
+        let text = stdout(&output);
+        text.lines()
+            .find(|line| line.starts_with("docker: tls:"))
+            .unwrap_or_else(|| panic!("no tls line: {text}"))
+            .to_owned()
+    };
+    let verify = std::ffi::OsStr::new("1");
+    let line = doctor(&[
+        ("DOCKER_TLS_VERIFY", verify),
+        ("DOCKER_CERT_PATH", certs.as_os_str()),
+    ]);
+    assert!(
+        line.contains("missing") && line.contains("key.pem is missing"),
+        "{line}"
+    );
+    std::fs::write(certs.join("key.pem"), "pem").unwrap();
+    let line = doctor(&[
+        ("DOCKER_TLS_VERIFY", verify),
+        ("DOCKER_CERT_PATH", certs.as_os_str()),
+    ]);
+    assert!(
+        line.contains("ok") && line.contains(certs.to_str().unwrap()),
+        "{line}"
+    );
+    let line = doctor(&[]);
+    assert!(
+        line.contains("warning") && line.contains("plaintext TCP"),
+        "{line}"
+    );
+}
+
 #[test]
 fn doctor_rejects_an_unknown_backend() {
     let dir = tempfile::tempdir().unwrap();

@@ -32,6 +32,9 @@ mod session;
 
 pub use approval::{Approval, ApprovalRequest, Approver};
 pub use audit::{AuditLog, head_file_path};
+/// How the Docker engine is reached (`DOCKER_HOST`, TLS), for reports such as `cordon doctor`.
+#[cfg(feature = "docker")]
+pub use cordon_backend_docker::client::Engine as DockerEngine;
 pub use cordon_ops::ShutdownError;
 #[cfg(feature = "ssh")]
 pub use session::SshOptions;

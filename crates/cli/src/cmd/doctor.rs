@@ -348,11 +348,47 @@ async fn check(
     }
 }
 
+/// How the engine is reached: a socket, TLS with which certificates, or plaintext TCP.
+#[cfg(feature = "docker")]
+fn engine_tls(report: &mut Report) {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let engine = cordon_runtime::DockerEngine::resolve(
+        None,
+        &|name| std::env::var(name).ok(),
+        home.as_deref(),
+    );
+    match engine {
+        Ok(engine) => match &engine.tls {
+            Some(dir) => report.line(
+                "tls",
+                Status::Ok,
+                format!(
+                    "the engine is verified with ca.pem, cert.pem and key.pem from {}",
+                    dir.display()
+                ),
+            ),
+            None if engine.host.starts_with("unix://") => {
+                report.line("tls", Status::Info, "not used (a local socket)")
+            }
+            None => report.line(
+                "tls",
+                Status::Warning,
+                "plaintext TCP: set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH to verify the engine",
+            ),
+        },
+        Err(error) => report.needed("tls", false, error.to_string()),
+    }
+}
+
+#[cfg(not(feature = "docker"))]
+fn engine_tls(_report: &mut Report) {}
+
 async fn check_docker(selected: bool, common: &CommonArgs, settings: &Settings) -> Report {
     let mut report = Report::new();
     let host =
         std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_owned());
     report.line("engine", Status::Info, format!("DOCKER_HOST={host}"));
+    engine_tls(&mut report);
     report.line("image", Status::Info, settings.image.clone());
     if !selected {
         report.line(
