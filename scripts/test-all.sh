@@ -31,6 +31,7 @@ need unshare util-linux
 need script util-linux              # cordon run approvals on a pseudo-terminal
 need getent libc-bin
 need python3 python3
+need openssl openssl                # test certificates: a TLS docker engine, the egress proxy over https
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing ${need_pkgs[*]}"
   as_root apt-get update -qq
