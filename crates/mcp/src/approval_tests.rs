@@ -181,3 +181,42 @@ async fn calls_without_a_registered_client_cannot_be_asked() {
         Approval::Unavailable
     );
 }
+
+#[test]
+fn invisible_characters_are_shown_as_escapes() {
+    // Each would make the path look like plain `a.txt` (or hide text) in the client's dialog.
+    for ch in [
+        '\u{00AD}',
+        '\u{034F}',
+        '\u{061C}',
+        '\u{115F}',
+        '\u{17B4}',
+        '\u{180E}',
+        '\u{2066}',
+        '\u{206A}',
+        '\u{3164}',
+        '\u{FE0F}',
+        '\u{FFA0}',
+        '\u{FFF9}',
+        '\u{1D173}',
+        '\u{E0041}',
+        '\u{E0100}',
+    ] {
+        let text = question(&request(json!({ "path": format!("a{ch}.txt") })));
+        assert!(!text.contains(ch), "{:04x} shown as is", u32::from(ch));
+        let mut units = [0u16; 2];
+        let escape: String = ch
+            .encode_utf16(&mut units)
+            .iter()
+            .map(|unit| format!("\\u{unit:04x}"))
+            .collect();
+        assert!(
+            text.contains(&format!("\"a{escape}.txt\"")),
+            "{:04x}: {text}",
+            u32::from(ch)
+        );
+    }
+    // Ordinary non-ASCII text stays readable.
+    let text = question(&request(json!({"path": "café/日本.txt"})));
+    assert!(text.contains("\"café/日本.txt\""), "{text}");
+}
