@@ -30,7 +30,7 @@ mod hostpaths;
 mod registry;
 mod session;
 
-pub use approval::{Approval, ApprovalRequest, Approver};
+pub use approval::{Approval, ApprovalRequest, Approver, escape_for_question};
 pub use audit::{AuditLog, head_file_path};
 /// How the Docker engine is reached (`DOCKER_HOST`, TLS), for reports such as `cordon doctor`.
 #[cfg(feature = "docker")]

@@ -11,10 +11,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cordon_core::CancellationToken;
-use cordon_runtime::{Approval, ApprovalRequest, Approver};
+use cordon_runtime::{Approval, ApprovalRequest, Approver, escape_for_question};
 use tokio::sync::{Mutex, mpsc};
 
-use crate::cmd::run::render::{call_summary, terminal_safe};
+use crate::cmd::run::render::call_summary;
+
+/// Longest rendering of a call's arguments in a question, in characters.
+const MAX_CALL_CHARS: usize = 2000;
 
 /// How many unclear answers are tolerated before the call is declined.
 const MAX_UNCLEAR_ANSWERS: usize = 3;
@@ -111,13 +114,26 @@ pub fn question(request: &ApprovalRequest) -> String {
     } = request;
     let summary = call_summary(tool, args);
     format!(
-        "? Allow {} {}? The policy asks ({}: {}).\n  [y]es, [N]o, [a]lways for this rule in \
-         this session: ",
-        terminal_safe(tool),
-        summary,
-        terminal_safe(rule),
-        terminal_safe(reason)
+        "? Allow {} {}? The policy asks ({}: {}).\n  call: {}\n  [y]es, [N]o, [a]lways for \
+         this rule in this session: ",
+        escape_for_question(tool),
+        escape_for_question(&summary),
+        escape_for_question(rule),
+        escape_for_question(reason),
+        call_line(args),
     )
+}
+
+/// The call's whole arguments on one line: the summary above shows only a command's first
+/// line, and the person must see everything the call would run before saying yes. JSON (a
+/// newline is `\n`), with what could draw or hide text escaped, cut at
+/// [`MAX_CALL_CHARS`] saying how much was left out.
+fn call_line(args: &serde_json::Value) -> String {
+    let text = escape_for_question(&args.to_string());
+    match text.char_indices().nth(MAX_CALL_CHARS) {
+        None => text,
+        Some((cut, _)) => format!("{}… ({} more bytes)", &text[..cut], text.len() - cut),
+    }
 }
 
 #[async_trait]
@@ -200,8 +216,41 @@ mod tests {
         assert_eq!(
             question(&request()),
             "? Allow write Cargo.lock? The policy asks (policy.toml:12: lock file changes need \
-             review).\n  [y]es, [N]o, [a]lways for this rule in this session: "
+             review).\n  call: {\"content\":\"x\",\"path\":\"Cargo.lock\"}\n  [y]es, [N]o, \
+             [a]lways for this rule in this session: "
         );
+    }
+
+    #[test]
+    fn the_question_shows_every_line_of_a_command_and_nothing_that_draws_or_hides() {
+        let text = question(&ApprovalRequest {
+            tool: "bash".into(),
+            args: json!({"command": "git status\nrm -rf ~ \u{202e}\u{1b}[2K"}),
+            reason: "needs review\n? Allow bash ls".into(),
+            ..request()
+        });
+        // The summary shows the first line; the call line shows all of it.
+        assert!(
+            text.contains("? Allow bash git status … (+1 lines)?"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"  call: {"command":"git status\nrm -rf ~ \u202e\u001b[2K"}"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r"needs review\u000a? Allow bash ls"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(!text.contains('\u{202e}') && !text.contains('\u{1b}'));
+
+        let long = question(&ApprovalRequest {
+            args: json!({"path": "a", "content": "x".repeat(5000)}),
+            ..request()
+        });
+        assert!(long.contains("… (3"), "{long}");
+        assert!(long.chars().count() < MAX_CALL_CHARS + 300);
     }
 
     #[tokio::test]
