@@ -190,6 +190,7 @@ macro_rules! sandboxed_tests {
                     protected_path,
                     read_only_path,
                     denied_path,
+                    denied_contents_do_not_change_the_note,
                     network_off,
                     timeout,
                     file_size,

@@ -411,14 +411,17 @@ impl BashOperations for LocalBash {
 
 /// Commands see the host's paths (the sandbox's mount namespace keeps them), so a path in an
 /// error message is resolved like a file operation's: confined to the roots, without
-/// following a symlink out of them, and with `O_PATH` (no FIFO blocks).
+/// following a symlink out of them, and with `O_PATH` (no FIFO blocks); nothing inside a
+/// denied directory is looked at ([`crate::roots::Roots::resolve_outside_denied`]).
 impl DenialLayout for Shared {
     fn spec(&self) -> &SandboxSpec {
         &self.spec
     }
 
     fn classify(&self, path: &Path) -> Option<PathEntry> {
-        let canonical = self.roots.canonicalize(path).ok()?;
+        // Nothing inside a denied directory is looked at, so whether a note comes and what
+        // it says never depends on what is in there.
+        let canonical = self.roots.resolve_outside_denied(path, &self.rules)?;
         if let Some(entry) = self.rules.entry_of(&canonical) {
             return Some(entry);
         }

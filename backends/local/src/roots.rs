@@ -13,7 +13,7 @@
 //! unprivileged-writability judgement ([`Identity`]). It does not do any file I/O beyond
 //! opening and naming fds.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -321,6 +321,111 @@ impl Roots {
             existing = existing.parent().ok_or_else(not_found)?;
         }
     }
+}
+
+/// Most path components [`Roots::resolve_outside_of`] looks at (the path's and every symlink
+/// target's together).
+const MAX_RESOLVE_COMPONENTS: usize = 4096;
+
+impl Roots {
+    /// The canonical path of `path` for explaining a message that names it, resolved one
+    /// component at a time (confined like [`Roots::open_canonical`], `O_PATH`, a symlink read
+    /// but never opened through) and never looking inside a directory `rules` deny: from
+    /// there on the rest of the path is taken as written, so the answer is the same whatever
+    /// is in there (a file, a directory, a symlink out of it, nothing). `None` outside the
+    /// roots, past [`MAX_SYMLINK_HOPS`] or [`MAX_RESOLVE_COMPONENTS`].
+    pub fn resolve_outside_denied(&self, path: &Path, rules: &PathRules) -> Option<PathBuf> {
+        let (root, rel) = self.select(path)?;
+        let mut real = root.path.clone();
+        // The components still to resolve, the next one last.
+        let mut pending: Vec<OsString> = Vec::new();
+        push_components(&mut pending, rel);
+        let mut seen = 0usize;
+        let mut hops = 0usize;
+        // Whether `real` and its ancestors are known not to be denied (reached one entry at a
+        // time), so a child needs judging only as an entry; after a jump (the start, `..`, a
+        // symlink) a child is judged whole.
+        let mut judged_ancestors = false;
+        while let Some(name) = pending.pop() {
+            seen += 1;
+            if seen > MAX_RESOLVE_COMPONENTS {
+                return None;
+            }
+            if name == ".." {
+                real.pop();
+                judged_ancestors = false;
+                continue;
+            }
+            if name == "." || name.is_empty() {
+                continue;
+            }
+            let candidate = real.join(&name);
+            let hidden = if judged_ancestors {
+                rules.is_denied_entry(&candidate)
+            } else {
+                rules.judge(&candidate) == Verdict::Denied
+            };
+            if hidden {
+                // A denied entry is not even opened: the rest as written.
+                return Some(rest_as_written(candidate, pending));
+            }
+            let opened =
+                match self.open_canonical(&candidate, OFlag::O_PATH | OFlag::O_NOFOLLOW, "resolve")
+                {
+                    Ok(opened) => opened,
+                    Err(FsError::OutsideRoot { .. }) => return None,
+                    Err(_) => {
+                        // Missing (or not a directory): the rest as written.
+                        return Some(rest_as_written(candidate, pending));
+                    }
+                };
+            let stat = nix::sys::stat::fstat(opened.fd.as_fd()).ok()?;
+            if file_type(&stat) != SFlag::S_IFLNK {
+                real = candidate;
+                judged_ancestors = true;
+                continue;
+            }
+            hops += 1;
+            if hops > MAX_SYMLINK_HOPS {
+                return None;
+            }
+            let target = PathBuf::from(nix::fcntl::readlinkat(opened.fd.as_fd(), "").ok()?);
+            judged_ancestors = false;
+            if target.is_absolute() {
+                let (root, rel) = self.select(&target)?;
+                real = root.path.clone();
+                push_components(&mut pending, rel);
+            } else {
+                push_components(&mut pending, &target);
+            }
+        }
+        Some(real)
+    }
+}
+
+/// `real` joined with the components still `pending`, taken as written (`..` lexically).
+fn rest_as_written(mut real: PathBuf, mut pending: Vec<OsString>) -> PathBuf {
+    while let Some(name) = pending.pop() {
+        if name == ".." {
+            real.pop();
+        } else if name != "." && !name.is_empty() {
+            real.push(name);
+        }
+    }
+    real
+}
+
+/// Push `rel`'s components onto `pending` so that its first component is popped first.
+fn push_components(pending: &mut Vec<OsString>, rel: &Path) {
+    let start = pending.len();
+    for component in rel.components() {
+        match component {
+            Component::Normal(name) => pending.push(name.to_os_string()),
+            Component::ParentDir => pending.push("..".into()),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    pending[start..].reverse();
 }
 
 impl Roots {

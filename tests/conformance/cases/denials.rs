@@ -110,6 +110,41 @@ pub async fn denied_path(h: Arc<dyn Harness>) {
     assert!(!ws.exists("secret/new.txt"));
 }
 
+/// What a denied directory holds is hidden from commands, and a note must not tell it either:
+/// a refusal naming a path inside one (directly, or through a symlink the model made to it)
+/// gets the same note whether the entry there is a file, a directory, a symlink out of the
+/// directory or nothing at all.
+pub async fn denied_contents_do_not_change_the_note(h: Arc<dyn Harness>) {
+    let mut ws = Workspace::open_with(&h, WorkspaceOptions::policy(DENY_POLICY)).await;
+    ws.put("secret/probe-file", "k\n");
+    ws.put("secret/probe-dir/inner", "k\n");
+    ws.put("public/x", "p\n");
+    ws.symlink("../public", "secret/probe-out");
+    ws.symlink("secret", "via");
+    ws.restart().await;
+    let names = ["probe-file", "probe-dir", "probe-out", "probe-missing"];
+    for prefix in ["secret", "via"] {
+        let mut seen: Vec<(String, String)> = Vec::new();
+        for name in names {
+            let run = ws
+                .call(
+                    "bash",
+                    json!({"command": format!("echo \"cat: '{prefix}/{name}/x': Permission denied\" >&2; exit 1")}),
+                )
+                .await;
+            assert!(run.is_error(), "{run:#?}");
+            seen.push((name.to_owned(), run.text.replace(name, "NAME")));
+        }
+        let (first, text) = &seen[0];
+        for (name, other) in &seen[1..] {
+            assert_eq!(
+                text, other,
+                "{prefix}/{first} and {prefix}/{name} are explained differently"
+            );
+        }
+    }
+}
+
 pub async fn network_off(h: Arc<dyn Harness>) {
     let ws = Workspace::open(&h).await;
     // TEST-NET-1: never routed, whatever the host's network.
