@@ -343,8 +343,8 @@ impl Roots {
         let mut seen = 0usize;
         let mut hops = 0usize;
         // Whether `real` and its ancestors are known not to be denied (reached one entry at a
-        // time), so a child needs judging only as an entry; after a jump (the start, `..`, a
-        // symlink) a child is judged whole.
+        // time), so a child needs judging only as an entry; after a jump (the start, a
+        // symlink) a child is judged whole, at most `MAX_SYMLINK_HOPS + 1` times.
         let mut judged_ancestors = false;
         while let Some(name) = pending.pop() {
             seen += 1;
@@ -352,8 +352,8 @@ impl Roots {
                 return None;
             }
             if name == ".." {
+                // The parent of a judged path is judged too.
                 real.pop();
-                judged_ancestors = false;
                 continue;
             }
             if name == "." || name.is_empty() {
