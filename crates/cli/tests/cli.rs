@@ -326,7 +326,7 @@ fn exec_json_prints_the_contract_tool_result() {
                "content": [{"type": "text", "text": "hi\n\n\nCommand exited with code 4"}],
                "details": null,
                "structuredContent": {"output": "hi\n", "exitCode": 4, "truncated": false,
-                                     "fullOutputPath": null},
+                                     "fullOutputPath": null, "notes": []},
                "isError": true})
     );
     // Images: base64 data and MIME type in JSON, a one-line note as text.

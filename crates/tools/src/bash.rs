@@ -546,7 +546,8 @@ fn build_result(
         Ok(ExecOutcome { notes, .. }) => notes.as_slice(),
         Err(_) => &[],
     };
-    for note in given.iter().chain(&explained) {
+    let notes: Vec<&String> = given.iter().chain(&explained).collect();
+    for note in &notes {
         text.push_str("\n\n");
         text.push_str(note);
     }
@@ -594,6 +595,9 @@ fn build_result(
             "exitCode": exit_code,
             "truncated": snapshot.truncation.truncated,
             "fullOutputPath": full_output_path,
+            // The notes after the output (the sandbox's explanations, what the backend did),
+            // which such clients would otherwise never show.
+            "notes": notes,
         })),
         is_error,
         terminate: false,
@@ -929,7 +933,7 @@ mod tests {
         assert_eq!(
             result.structured_content,
             Some(json!({"output": "hi\n", "exitCode": 0, "truncated": false,
-                        "fullOutputPath": null}))
+                        "fullOutputPath": null, "notes": []}))
         );
         let requests = bash.requests();
         assert_eq!(

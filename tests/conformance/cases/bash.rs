@@ -24,7 +24,7 @@ pub async fn merged_output_and_structured_content(h: Arc<dyn Harness>) {
     assert_eq!(
         run.structured(),
         json!({"output": "out\nerr\nout2\n", "exitCode": 0, "truncated": false,
-               "fullOutputPath": null})
+               "fullOutputPath": null, "notes": []})
     );
     // Multi-byte characters survive the stream.
     ws.call(
@@ -63,7 +63,8 @@ pub async fn exit_code(h: Arc<dyn Harness>) {
     run.assert_error("out\n\n\nCommand exited with code 3");
     assert_eq!(
         run.structured(),
-        json!({"output": "out\n", "exitCode": 3, "truncated": false, "fullOutputPath": null})
+        json!({"output": "out\n", "exitCode": 3, "truncated": false, "fullOutputPath": null,
+               "notes": []})
     );
     ws.call("bash", json!({"command": "exit 1"}))
         .await

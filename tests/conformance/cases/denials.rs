@@ -29,6 +29,17 @@ fn assert_explained(run: &Called, note: &str) {
         "expected the result to end with\n{note}\ngot\n{}",
         run.text
     );
+    // MCP clients that show the model the structured copy instead of the text show it too.
+    let structured = run.structured();
+    let last = structured["notes"]
+        .as_array()
+        .and_then(|notes| notes.last())
+        .and_then(|note| note.as_str())
+        .unwrap_or_else(|| panic!("no notes in {structured}"));
+    assert!(
+        last.starts_with("Sandbox: ") && run.result.text().ends_with(&format!("\n\n{last}")),
+        "the structured notes end with {last:?}, not with the note the text ends with"
+    );
 }
 
 /// Panics if any sandbox note is in `run`.
