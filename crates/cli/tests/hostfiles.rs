@@ -795,3 +795,34 @@ fn verifying_a_huge_sparse_audit_log_is_refused_without_reading_it() {
     assert_ne!(run.code, 0, "{run:#?}");
     assert!(run.stderr.contains("larger than"), "{run:#?}");
 }
+
+/// A subdirectory's `.cordon/` is the configuration of a later session rooted there: the
+/// shipped policies protect it like the other files host programs trust later (the file tools
+/// at once, commands from the command after the one that created the directory on).
+#[test]
+fn a_subdirectory_cordon_dir_is_protected_by_the_default_policy() {
+    let setup = Setup::new();
+    let calls = [
+        (
+            "write",
+            json!({"path": "pkg/.cordon/policy.toml", "content": "version = 1\n"}),
+        ),
+        ("bash", json!({"command": "mkdir -p pkg/.cordon"})),
+        (
+            "bash",
+            json!({"command": "echo 'version = 1' > pkg/.cordon/policy.toml"}),
+        ),
+    ];
+    let ends = replay(
+        &setup.outside,
+        &setup.ws,
+        Path::new("builtin:default"),
+        &calls,
+        &[],
+        &[],
+    );
+    assert_eq!(ends[0]["isError"], true, "{:#}", ends[0]);
+    assert_eq!(ends[1]["isError"], false, "{:#}", ends[1]);
+    assert_eq!(ends[2]["isError"], true, "{:#}", ends[2]);
+    assert!(!setup.ws.join("pkg/.cordon/policy.toml").exists());
+}

@@ -127,7 +127,7 @@ pub async fn timeout_kills_process_tree(h: Arc<dyn Harness>) {
         "ssh" => String::new(),
         _ => "\n\nSandbox: the command was stopped at the timeout of 5 s it was given. Pass a \
               larger `timeout` (at most 1800 s, `[limits] max_timeout` \
-              (builtin:default.toml:90))."
+              (builtin:default.toml:91))."
             .to_owned(),
     };
     run.assert_error(&format!(

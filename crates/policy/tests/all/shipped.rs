@@ -480,6 +480,7 @@ const DANGEROUS_FILES: &[&str] = &[
     "**/.mcp.json",
     "**/.claude/**",
     "**/.codex/**",
+    "**/.cordon/**",
 ];
 
 #[test]
@@ -506,6 +507,8 @@ fn every_shipped_policy_protects_the_dangerous_files() {
         "deep/er/.bashrc",
         ".mcp.json",
         ".gitmodules",
+        "pkg/.cordon/policy.toml",
+        "a/b/.cordon/config.toml",
     ] {
         assert_eq!(
             call(&p, "write", &json!({"path": path, "content": "x"})).decision,
