@@ -884,11 +884,15 @@ impl Pool {
                 tracing::debug!(%error, "ssh: failed to close the sftp session");
             }
             tracing::info!(host = %self.label(), "ssh: disconnecting");
-            let _ = live
+            if let Err(error) = live
                 .session
                 .handle
                 .disconnect(russh::Disconnect::ByApplication, "cordon shutdown", "en")
-                .await;
+                .await
+            {
+                // The connection is dropped right after either way.
+                tracing::debug!(%error, "ssh: the disconnect message was not sent");
+            }
         }
     }
 }

@@ -341,6 +341,7 @@ impl Proxy {
                 "egress proxy: connection refused, at the limit"
             );
             let reply = http_response(503, "Service Unavailable", &format!("cordon: {reason}\n"));
+            // A client gone before its refusal is read needs no answer; the event says why.
             let _ = client.inner.write_all(reply.as_bytes()).await;
             attempt.fail(reason);
             return;
@@ -536,7 +537,9 @@ impl Proxy {
         };
         match tokio::time::timeout(timeout, attempts).await {
             Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
+                if let Err(error) = stream.set_nodelay(true) {
+                    tracing::debug!(%error, "egress proxy: TCP_NODELAY not set on the upstream");
+                }
                 Ok(stream)
             }
             Ok(Err(())) => {

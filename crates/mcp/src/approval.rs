@@ -364,6 +364,7 @@ fn render_value(out: &mut String, value: &Value) {
                 render_value(out, item);
             }
             if items.len() > MAX_ARRAY_ITEMS {
+                // Writing to a String cannot fail.
                 let _ = write!(out, ", … {} more", items.len() - MAX_ARRAY_ITEMS);
             }
             out.push(']');
@@ -393,6 +394,7 @@ fn render_string(out: &mut String, text: &str) {
     }
     let head: String = text.chars().take(MAX_STRING_CHARS).collect();
     out.push_str(&escaped(&Value::from(head.as_str()).to_string()));
+    // Writing to a String cannot fail.
     let _ = write!(out, "… ({} more bytes)", text.len() - head.len());
 }
 

@@ -215,6 +215,7 @@ async fn serve(mut socket: TcpStream, state: &Shared) -> std::io::Result<()> {
                     Ok(_) => {}
                 }
             }
+            // The test may have stopped waiting for the hang-up.
             let _ = hung_up.send(());
             Ok(())
         }

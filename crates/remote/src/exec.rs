@@ -420,7 +420,9 @@ impl<W: AsyncWrite + Unpin> Driver<W> {
             if let Err(error) = self.control.write_all(KILL_LINE).await {
                 tracing::debug!(%error, "remote: kill line not delivered");
             }
-            let _ = self.control.flush().await;
+            if let Err(error) = self.control.flush().await {
+                tracing::debug!(%error, "remote: kill line not flushed");
+            }
             self.give_up_at = Some(Instant::now() + self.kill_grace + Duration::from_secs(15));
         }
     }

@@ -95,11 +95,15 @@ pub struct Settings {
     pub backend: BackendKind,
     /// docker: the image.
     pub image: String,
-    /// docker: how the workspace reaches the container.
+    /// docker: how the workspace reaches the container (resolved in every build so that a
+    /// bad value is reported the same way; read only where the docker backend is built in).
+    #[cfg_attr(not(feature = "docker"), allow(dead_code))]
     pub workspace_mode: WorkspaceModeArg,
-    /// ssh: the host.
+    /// ssh: the host (read only where the ssh backend is built in).
+    #[cfg_attr(not(feature = "ssh"), allow(dead_code))]
     pub host: Option<String>,
-    /// ssh: the remote workspace.
+    /// ssh: the remote workspace (read only where the ssh backend is built in).
+    #[cfg_attr(not(feature = "ssh"), allow(dead_code))]
     pub remote_root: Option<PathBuf>,
     /// The policy discovery chose and why.
     pub policy: PolicyChoice,

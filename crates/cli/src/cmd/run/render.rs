@@ -257,7 +257,7 @@ impl<W: Write> Renderer<W> {
     fn start_item(&mut self, tight: bool) {
         self.end_line();
         if !tight && self.last != Last::Nothing {
-            let _ = self.out.write_all(b"\n");
+            self.put(b"\n");
         }
     }
 
@@ -265,11 +265,10 @@ impl<W: Write> Renderer<W> {
         match self.colour {
             Colour::On => {
                 let (name, rest) = header.split_once("  ").unwrap_or((header, ""));
-                let _ = write!(self.out, "\x1b[36m●\x1b[0m \x1b[1m{name}\x1b[0m  {rest}");
-                let _ = self.out.write_all(b"\n");
+                self.put(format!("\x1b[36m●\x1b[0m \x1b[1m{name}\x1b[0m  {rest}\n").as_bytes());
             }
             Colour::Off => {
-                let _ = writeln!(self.out, "● {header}");
+                self.put(format!("● {header}\n").as_bytes());
             }
         }
         self.at_line_start = true;
@@ -277,7 +276,7 @@ impl<W: Write> Renderer<W> {
 
     fn line(&mut self, text: &str, tone: Tone) {
         if text.is_empty() && self.at_line_start {
-            let _ = self.out.write_all(b"\n");
+            self.put(b"\n");
             return;
         }
         self.write_raw(text, tone);
@@ -286,7 +285,7 @@ impl<W: Write> Renderer<W> {
 
     fn end_line(&mut self) {
         if !self.at_line_start {
-            let _ = self.out.write_all(b"\n");
+            self.put(b"\n");
             self.at_line_start = true;
         }
     }
@@ -301,17 +300,25 @@ impl<W: Write> Renderer<W> {
         }
     }
 
+    /// Write to the terminal. A failed write (the terminal went away) has nowhere to be
+    /// shown; the session goes on and its result still reaches the transcript and audit log.
+    fn put(&mut self, bytes: &[u8]) {
+        if let Err(error) = self.out.write_all(bytes) {
+            tracing::debug!(%error, "run view: failed to write to the terminal");
+        }
+    }
+
     fn write_raw(&mut self, text: &str, tone: Tone) {
         if text.is_empty() {
             return;
         }
         let coloured = self.colour == Colour::On && tone != Tone::Plain;
         if coloured {
-            let _ = self.out.write_all(tone.ansi().as_bytes());
+            self.put(tone.ansi().as_bytes());
         }
-        let _ = self.out.write_all(text.as_bytes());
+        self.put(text.as_bytes());
         if coloured {
-            let _ = self.out.write_all(b"\x1b[0m");
+            self.put(b"\x1b[0m");
         }
         self.at_line_start = text.ends_with('\n');
     }
