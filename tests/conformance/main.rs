@@ -207,6 +207,15 @@ mod sandboxed {
     sandboxed_tests!(docker, cordon_tests::Docker);
 }
 
+/// Explanations that depend on what only the local backend judges on the host.
+mod sandboxed_local_only {
+    mod local {
+        conformance_tests!(@groups cordon_tests::Local;
+            denials: [host_permissions_are_not_blamed_on_the_sandbox],
+        );
+    }
+}
+
 mod without_sandbox {
     mod ssh {
         conformance_tests!(@groups cordon_tests::Ssh;

@@ -19,7 +19,7 @@
 //! allows a degraded sandbox; [`missing_layers`] then names what is not in force.
 
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -431,9 +431,34 @@ impl DenialLayout for Shared {
         }
         let (root, _) = self.roots.select_canonical(&canonical)?;
         match root.access {
-            Access::ReadOnly => Some(PathEntry::ReadOnly),
+            Access::ReadOnly => self
+                .mode_allows_write(&canonical)
+                .then_some(PathEntry::ReadOnly),
             Access::ReadWrite => None,
         }
+    }
+}
+
+impl Shared {
+    /// Whether the mode bits of `canonical` (or, when it is missing, of its nearest existing
+    /// directory) let the sandbox's user write it. When they do not, the host's own
+    /// permissions refuse the command (a read of a file nobody may read, a write the owner
+    /// may not make) whatever the sandbox does, so a refusal there is not the sandbox's.
+    fn mode_allows_write(&self, canonical: &Path) -> bool {
+        for candidate in canonical.ancestors() {
+            match self
+                .roots
+                .open_canonical(candidate, OFlag::O_PATH | OFlag::O_NOFOLLOW, "resolve")
+            {
+                Ok(opened) => {
+                    return nix::sys::stat::fstat(opened.fd.as_fd())
+                        .is_ok_and(|stat| self.ident.can_write(&stat));
+                }
+                Err(FsError::NotFound { .. }) => {}
+                Err(_) => return false,
+            }
+        }
+        false
     }
 }
 
