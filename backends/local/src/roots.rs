@@ -1019,6 +1019,55 @@ mod tests {
     /// rename over its name (the fd's inode is then `… (deleted)`) is opened again, so the
     /// verdict is taken on the file now at the name, never on a stale or temp name.
     #[test]
+    fn resolving_for_a_note_stops_at_denied_entries_and_bounds_symlink_loops() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = std::fs::canonicalize(dir.path()).unwrap();
+        let roots = Roots::new(vec![Root {
+            fd: open_root_dir(&path).unwrap(),
+            path: path.clone(),
+            alias: None,
+            access: Access::ReadWrite,
+            kind: RootKind::Workspace,
+            grants: None,
+        }]);
+        let spec = SandboxSpec {
+            denied: vec!["secret/**".into()],
+            ..SandboxSpec::default()
+        };
+        let rules = PathRules::new(&path, None, &spec, Vec::new()).unwrap();
+        std::fs::create_dir_all(path.join("secret")).unwrap();
+        std::fs::create_dir_all(path.join("public")).unwrap();
+        std::fs::write(path.join("secret/file"), "k").unwrap();
+        std::os::unix::fs::symlink("../public", path.join("secret/out")).unwrap();
+        std::os::unix::fs::symlink("secret", path.join("via")).unwrap();
+        std::os::unix::fs::symlink("loop-b", path.join("loop-a")).unwrap();
+        std::os::unix::fs::symlink("loop-a", path.join("loop-b")).unwrap();
+        // Inside the denied directory the path is taken as written, whatever is there.
+        for name in ["file", "out", "missing"] {
+            for prefix in ["secret", "via"] {
+                assert_eq!(
+                    roots.resolve_outside_denied(&path.join(prefix).join(name).join("x"), &rules),
+                    Some(path.join("secret").join(name).join("x")),
+                    "{prefix}/{name}/x"
+                );
+            }
+        }
+        // Outside it, symlinks are resolved and a missing tail is kept.
+        assert_eq!(
+            roots.resolve_outside_denied(&path.join("public/new"), &rules),
+            Some(path.join("public/new"))
+        );
+        assert_eq!(
+            roots.resolve_outside_denied(&path.join("loop-a/x"), &rules),
+            None
+        );
+        assert_eq!(
+            roots.resolve_outside_denied(Path::new("/elsewhere/x"), &rules),
+            None
+        );
+    }
+
+    #[test]
     fn open_named_trusts_the_asked_name_and_reopens_a_replaced_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = std::fs::canonicalize(dir.path()).unwrap();
