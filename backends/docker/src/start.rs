@@ -239,34 +239,64 @@ impl Launch {
         })
     }
 
-    /// Bind mode: make the project's `.cordon` directory exist so it can be mounted read-only
-    /// like every protected path. Later sessions read their policy and defaults from it, and a
-    /// missing protected path is not pinned by this backend: without this a command could
-    /// create `.cordon/policy.toml` and choose the next session's policy. The directory is
-    /// left, empty, after the session.
+    /// Bind mode: make every protected directory of the root (a literal `DIR/**` pattern:
+    /// the project's `.cordon`, the user's Cordon directory when the workspace holds it, a
+    /// policy's `.github/**`) exist so it can be mounted read-only like every protected path.
+    /// This backend mounts only what exists: without this a command could create
+    /// `.cordon/policy.toml` and choose the next session's policy. Repositories (`.git`) are
+    /// the git guard's. Each missing level is created empty (and left after the session); a
+    /// symlink on the way is refused rather than followed.
     pub(crate) fn pin_project_config(&self) -> Result<(), DockerError> {
         if !matches!(self.mode, WorkspaceMode::Bind) {
             return Ok(());
         }
-        let path = self.host_root.join(PROJECT_CONFIG_DIR);
-        match std::fs::symlink_metadata(&path) {
-            Ok(_) => return Ok(()),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(DockerError::PinProtected { path, source }),
-        }
-        // `create_dir` does not follow a symlink planted at the last moment (EEXIST), and
-        // the root itself is the canonical host directory.
-        match std::fs::create_dir(&path) {
-            Ok(()) => {
-                tracing::info!(
-                    path = %path.display(),
-                    "docker: created an empty .cordon so that it can be kept read-only"
-                );
-                Ok(())
+        let dirs: Vec<String> = self
+            .spec
+            .protected
+            .iter()
+            .filter(|glob| glob.ends_with("/**"))
+            .cloned()
+            .collect();
+        let mut pinned = vec![PathBuf::from(PROJECT_CONFIG_DIR)];
+        for rel in plan::mountable_protected(&dirs) {
+            if !pinned.contains(&rel) {
+                pinned.push(rel);
             }
-            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-            Err(source) => Err(DockerError::PinProtected { path, source }),
         }
+        for rel in pinned {
+            if rel.components().any(|c| c.as_os_str() == ".git") {
+                continue;
+            }
+            let mut path = self.host_root.clone();
+            for component in rel.components() {
+                path.push(component);
+                match std::fs::symlink_metadata(&path) {
+                    Ok(meta) if meta.is_dir() => continue,
+                    Ok(_) => {
+                        // A file or a symlink where a protected directory belongs: nothing
+                        // to create; the file rules still protect the path.
+                        tracing::warn!(
+                            path = %path.display(),
+                            "docker: a protected directory's path is not a directory; not pinned"
+                        );
+                        break;
+                    }
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(source) => return Err(DockerError::PinProtected { path, source }),
+                }
+                // `create_dir` does not follow a symlink planted at the last moment (EEXIST),
+                // and every level above was just seen to be a real directory.
+                match std::fs::create_dir(&path) {
+                    Ok(()) => tracing::info!(
+                        path = %path.display(),
+                        "docker: created an empty protected directory so that it can be kept read-only"
+                    ),
+                    Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(source) => return Err(DockerError::PinProtected { path, source }),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The protected paths (relative to the root) that exist and can be mounted read-only,

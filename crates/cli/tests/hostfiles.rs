@@ -593,8 +593,7 @@ fn project_config_is_never_writable(extra: &[&str], env: &[(&str, &str)]) {
 /// The user's Cordon config directory (where a later session may take its policy from) is
 /// read-only when the workspace holds it, whether or not it exists yet: here the workspace is
 /// the home directory, `~/.config/cordon` missing.
-#[test]
-fn the_users_cordon_config_dir_is_read_only_when_the_workspace_holds_it() {
+fn users_config_dir_is_read_only(extra: &[&str], env: &[(&str, &str)]) {
     let setup = Setup::new();
     let policy = setup.outside.join("policy.toml");
     std::fs::write(&policy, POLICY).unwrap();
@@ -619,8 +618,8 @@ fn the_users_cordon_config_dir_is_read_only_when_the_workspace_holds_it() {
         &setup.ws,
         &policy,
         &calls,
-        &[],
-        &[("HOME", &home), ("XDG_CONFIG_HOME", "")],
+        extra,
+        &[env, &[("HOME", &home), ("XDG_CONFIG_HOME", "")]].concat(),
     );
     assert_eq!(ends[0]["isError"], true, "{:#}", ends[0]);
     let text = ends[0]["result"]["content"][0]["text"]
@@ -634,6 +633,22 @@ fn the_users_cordon_config_dir_is_read_only_when_the_workspace_holds_it() {
         std::fs::read_to_string(setup.ws.join(".config/other/file")).unwrap(),
         "ok\n"
     );
+}
+
+#[test]
+fn the_users_cordon_config_dir_is_read_only_when_the_workspace_holds_it() {
+    users_config_dir_is_read_only(&[], &[]);
+}
+
+#[test]
+fn docker_the_users_cordon_config_dir_is_read_only_when_the_workspace_holds_it() {
+    if std::env::var("CORDON_SKIP_DOCKER").as_deref() == Ok("1") {
+        eprintln!("CORDON_SKIP_DOCKER=1: not testing the docker backend");
+        return;
+    }
+    let host = cordon_tests::infra::docker_host().unwrap_or_else(|error| panic!("{error}"));
+    // The docker backend mounts only what exists: it creates the missing directory.
+    users_config_dir_is_read_only(&["--backend", "docker"], &[("DOCKER_HOST", &host)]);
 }
 
 #[test]
