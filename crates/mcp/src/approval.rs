@@ -343,7 +343,15 @@ fn render_args(args: &Value) -> String {
                 }
                 render_string(&mut out, &key);
                 out.push_str(": ");
-                render_value(&mut out, &map[&key]);
+                match &map[&key] {
+                    // What the call touches is shown whole (up to the question's bound): a
+                    // command cut after its first 300 characters could hide what it runs
+                    // behind padding.
+                    Value::String(text) if FIRST.contains(&key.as_str()) => {
+                        render_string_up_to(&mut out, text, MAX_ARGS_CHARS);
+                    }
+                    value => render_value(&mut out, value),
+                }
             }
             out.push('}');
         }
@@ -387,12 +395,17 @@ fn render_value(out: &mut String, value: &Value) {
 
 /// A JSON string, escaped, cut at [`MAX_STRING_CHARS`] with the size of the rest.
 fn render_string(out: &mut String, text: &str) {
+    render_string_up_to(out, text, MAX_STRING_CHARS);
+}
+
+/// A JSON string, escaped, cut at `max` characters with the size of the rest.
+fn render_string_up_to(out: &mut String, text: &str, max: usize) {
     let chars = text.chars().count();
-    if chars <= MAX_STRING_CHARS {
+    if chars <= max {
         out.push_str(&escaped(&Value::from(text).to_string()));
         return;
     }
-    let head: String = text.chars().take(MAX_STRING_CHARS).collect();
+    let head: String = text.chars().take(max).collect();
     out.push_str(&escaped(&Value::from(head.as_str()).to_string()));
     // Writing to a String cannot fail.
     let _ = write!(out, "… ({} more bytes)", text.len() - head.len());

@@ -220,3 +220,23 @@ fn invisible_characters_are_shown_as_escapes() {
     let text = question(&request(json!({"path": "café/日本.txt"})));
     assert!(text.contains("\"café/日本.txt\""), "{text}");
 }
+
+#[test]
+fn what_the_call_touches_is_not_cut_at_the_string_bound() {
+    // Padding cannot push the end of a command out of the question.
+    let command = format!("echo ok{}; rm -rf ~", " ".repeat(400));
+    let rendered = render_args(&json!({"command": command, "note": "n".repeat(400)}));
+    assert!(
+        rendered.starts_with(&format!("{{\"command\": \"{command}\", ")),
+        "{rendered}"
+    );
+    // Other arguments are still cut.
+    assert!(rendered.contains("… (100 more bytes)"), "{rendered}");
+    // The question's bound still holds.
+    let rendered = render_args(&json!({"command": "x".repeat(10_000)}));
+    assert!(
+        rendered.chars().count() <= MAX_ARGS_CHARS + 40,
+        "{rendered}"
+    );
+    assert!(rendered.ends_with("more bytes)"), "{rendered}");
+}
