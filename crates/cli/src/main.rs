@@ -18,6 +18,13 @@ use clap::Parser;
 
 use crate::args::Cli;
 
+/// musl's allocator hands memory back to the kernel eagerly and serialises threads on one lock:
+/// a static musl `cordon exec read` made ten times the `mmap`/`munmap`/`futex` calls of the
+/// glibc build (BENCHMARKS.md, "Static binary"). The static release build uses mimalloc.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit code of a usage or configuration error.
 const EXIT_USAGE: u8 = 2;
 
