@@ -431,20 +431,16 @@ impl DenialLayout for Shared {
         }
         let (root, _) = self.roots.select_canonical(&canonical)?;
         match root.access {
-            Access::ReadOnly => self
-                .mode_allows_write(&canonical)
-                .then_some(PathEntry::ReadOnly),
+            Access::ReadOnly => Some(PathEntry::ReadOnly),
             Access::ReadWrite => None,
         }
     }
-}
 
-impl Shared {
-    /// Whether the mode bits of `canonical` (or, when it is missing, of its nearest existing
-    /// directory) let the sandbox's user write it. When they do not, the host's own
-    /// permissions refuse the command (a read of a file nobody may read, a write the owner
-    /// may not make) whatever the sandbox does, so a refusal there is not the sandbox's.
-    fn mode_allows_write(&self, canonical: &Path) -> bool {
+    /// The mode bits as the sandbox's user (without capabilities) meets them.
+    fn mode_allows_write(&self, path: &Path) -> bool {
+        let Some(canonical) = self.roots.resolve_outside_denied(path, &self.rules) else {
+            return true;
+        };
         for candidate in canonical.ancestors() {
             match self
                 .roots

@@ -64,6 +64,16 @@ pub trait DenialLayout: Send + Sync {
     /// out of it and never block on a file; `None` when the path is unrestricted, unknown or
     /// cannot be resolved.
     fn classify(&self, path: &Path) -> Option<PathEntry>;
+
+    /// Whether the host's own permissions (the mode bits of `path`, or of its nearest existing
+    /// directory when it is missing) let a command write it; `true` when the backend cannot
+    /// tell. An `EACCES`/`EPERM` on a protected or read-only path they would refuse anyway (a
+    /// read of a file nobody may read, a write the owner may not make) is the host's doing,
+    /// not the sandbox's: no note.
+    fn mode_allows_write(&self, path: &Path) -> bool {
+        let _ = path;
+        true
+    }
 }
 
 /// How the command ended and what it printed last.
@@ -178,10 +188,22 @@ pub fn explain(evidence: &Evidence<'_>, layout: &dyn DenialLayout) -> Vec<String
             let Some(path) = absolute(evidence.cwd, candidate) else {
                 continue;
             };
-            if let Some(entry) = layout.classify(&path) {
+            let Some(entry) = layout.classify(&path) else {
+                continue;
+            };
+            let host_refuses = match (entry, refusal) {
+                // Only the sandbox's read-only mounts make a write fail with EROFS, and a
+                // denied path is refused for reading too.
+                (_, Refusal::ReadOnly) | (PathEntry::Denied(_), _) => false,
+                (PathEntry::Protected(_) | PathEntry::ReadOnly, Refusal::Access)
+                | (PathEntry::Protected(_) | PathEntry::ReadOnly, Refusal::NotPermitted) => {
+                    !layout.mode_allows_write(&path)
+                }
+            };
+            if !host_refuses {
                 notes.push(path_note(&path, entry, refusal, spec));
-                break;
             }
+            break;
         }
     }
     notes.0

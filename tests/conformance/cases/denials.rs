@@ -160,18 +160,21 @@ pub async fn denied_contents_do_not_change_the_note(h: Arc<dyn Harness>) {
 const READ_ONLY_POLICY: &str = r#"version = 1
 [filesystem]
 write = []
+protect = ["guarded"]
 "#;
 
 /// In a read-only workspace a refused write is explained, but a file the host's own
 /// permissions refuse (mode 000: nobody without capabilities may read it) is not blamed on
-/// `[filesystem] write`: the command did not write, and the sandbox is not why it failed.
+/// `[filesystem] write` or `protect`: the command did not write, and the sandbox is not why
+/// it failed.
 /// (Local only: the local backend judges the mode bits on the host.)
 pub async fn host_permissions_are_not_blamed_on_the_sandbox(h: Arc<dyn Harness>) {
     let mut ws = Workspace::open_with(&h, WorkspaceOptions::policy(READ_ONLY_POLICY)).await;
-    ws.put("unreadable", "s\n");
-    let host = ws.host("unreadable");
-    std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o000))
-        .expect("failed to chmod the probe");
+    for name in ["unreadable", "guarded"] {
+        ws.put(name, "s\n");
+        std::fs::set_permissions(ws.host(name), std::fs::Permissions::from_mode(0o000))
+            .expect("failed to chmod the probe");
+    }
     ws.restart().await;
     let run = ws.call("bash", json!({"command": "touch new.txt"})).await;
     assert_explained(
@@ -180,10 +183,14 @@ pub async fn host_permissions_are_not_blamed_on_the_sandbox(h: Arc<dyn Harness>)
          ($POLICY:3) grants, so writing it was refused. Write inside the workspace instead; \
          the operator can add a glob covering it there.",
     );
-    let run = ws.call("bash", json!({"command": "cat unreadable"})).await;
-    assert!(run.is_error(), "{run:#?}");
-    assert!(run.text.contains("Permission denied"), "{}", run.text);
-    assert_unexplained(&run);
+    for name in ["unreadable", "guarded"] {
+        let run = ws
+            .call("bash", json!({"command": format!("cat {name}")}))
+            .await;
+        assert!(run.is_error(), "{run:#?}");
+        assert!(run.text.contains("Permission denied"), "{}", run.text);
+        assert_unexplained(&run);
+    }
 }
 
 pub async fn network_off(h: Arc<dyn Harness>) {
