@@ -65,13 +65,12 @@ pub trait DenialLayout: Send + Sync {
     /// cannot be resolved.
     fn classify(&self, path: &Path) -> Option<PathEntry>;
 
-    /// Whether the host's own permissions (the mode bits of `path`, or of its nearest existing
+    /// Whether the host's own permissions (the mode bits of the path, or of its nearest existing
     /// directory when it is missing) let a command write it; `true` when the backend cannot
     /// tell. An `EACCES`/`EPERM` on a protected or read-only path they would refuse anyway (a
     /// read of a file nobody may read, a write the owner may not make) is the host's doing,
     /// not the sandbox's: no note.
-    fn mode_allows_write(&self, path: &Path) -> bool {
-        let _ = path;
+    fn mode_allows_write(&self, _path: &Path) -> bool {
         true
     }
 }
