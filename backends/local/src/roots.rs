@@ -611,20 +611,21 @@ struct GlobPair {
 }
 
 impl GlobPair {
-    /// The spec entry of the first glob matching, if any.
+    /// The first spec entry (the earliest in the policy) with a glob matching, if any: the
+    /// same entry every backend names.
     fn first_entry(&self, rel: Option<&Path>, abs: &Path) -> Option<usize> {
-        let relative = rel.and_then(|rel| {
-            let found = self.relative.matches(rel);
-            found
-                .first()
-                .and_then(|&i| self.relative_entries.get(i).copied())
+        let relative = rel.into_iter().flat_map(|rel| {
+            self.relative
+                .matches(rel)
+                .into_iter()
+                .filter_map(|i| self.relative_entries.get(i).copied())
         });
-        relative.or_else(|| {
-            let found = self.absolute.matches(abs);
-            found
-                .first()
-                .and_then(|&i| self.absolute_entries.get(i).copied())
-        })
+        let absolute = self
+            .absolute
+            .matches(abs)
+            .into_iter()
+            .filter_map(|i| self.absolute_entries.get(i).copied());
+        relative.chain(absolute).min()
     }
 
     fn is_empty(&self) -> bool {
@@ -1132,6 +1133,13 @@ mod tests {
         assert_eq!(entry("/elsewhere/docs/x"), None);
         // The host's secrets are denied by no policy entry.
         assert_eq!(entry("/home/me/.cargo/credentials.toml"), None);
+        // Two entries match: the earlier in the policy is named, whether it is relative or
+        // absolute.
+        let both = super::tests::rules(&["**/.cordon/**", ".cordon/**"], &[]);
+        assert_eq!(
+            both.entry_of(Path::new("/ws/.cordon/policy.toml")),
+            Some(PathEntry::Protected(0))
+        );
         assert_eq!(
             rules.judge(Path::new("/home/me/.cargo/credentials.toml")),
             Verdict::Denied

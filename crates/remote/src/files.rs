@@ -498,20 +498,19 @@ impl PathRules {
         })
     }
 
-    /// The spec entry of the first glob of `set` matching `canonical` (absolute, or relative
-    /// to the workspace).
+    /// The first spec entry (the earliest in the policy) with a glob of `set` matching
+    /// `canonical`, absolute or relative to the workspace: the same entry every backend names.
     fn first_entry(&self, set: &GlobSet, entries: &[usize], canonical: &Path) -> Option<usize> {
-        let absolute = set.matches(canonical);
-        if let Some(&glob) = absolute.first() {
-            return entries.get(glob).copied();
+        let mut matched = set.matches(canonical);
+        if let Ok(rel) = canonical.strip_prefix(&self.workspace)
+            && !rel.as_os_str().is_empty()
+        {
+            matched.extend(set.matches(rel));
         }
-        match canonical.strip_prefix(&self.workspace) {
-            Ok(rel) if !rel.as_os_str().is_empty() => set
-                .matches(rel)
-                .first()
-                .and_then(|&glob| entries.get(glob).copied()),
-            _ => None,
-        }
+        matched
+            .into_iter()
+            .filter_map(|glob| entries.get(glob).copied())
+            .min()
     }
 
     /// The spec entry restricting `canonical`, judged with its ancestors: a denied entry
