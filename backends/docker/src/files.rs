@@ -50,6 +50,10 @@ impl FileHost for Inner {
         (self.uid, std::slice::from_ref(&self.gid))
     }
 
+    fn pinned(&self) -> &[PathBuf] {
+        &self.pinned_in_container
+    }
+
     fn generation(&self) -> u64 {
         self.recovery.generation()
     }

@@ -141,6 +141,11 @@ pub(crate) struct Inner {
     /// Bind mode without nested repositories allowed: the host-side git metadata guard of
     /// the workspace and the writable extra roots.
     git: Option<Arc<std::sync::Mutex<GitGuard>>>,
+    /// Protected directories this session created on the host to mount them read-only
+    /// (outermost first); removed at the end when still empty.
+    pinned: Vec<PathBuf>,
+    /// The same directories as the container sees them (left out of listings).
+    pinned_in_container: Vec<PathBuf>,
     /// The container's creation body: a dead container is replaced by one made from it.
     body: ContainerCreateBody,
     recovery: recovery::Recovery,
@@ -369,7 +374,7 @@ impl DockerBackend {
         let mut missing = Vec::new();
         let masks = launch.denied_masks(&rules, &mut missing)?;
         let git = launch.git_guard(&extra_roots, &rules)?;
-        launch.pin_project_config()?;
+        let pinned = launch.pin_project_config()?;
         let protected_rel = launch.protected_paths(git.as_ref());
         let (source, protected, copy_state) = launch.workspace(&protected_rel).await?;
         let passed_env = launch.passed_env();
@@ -415,6 +420,11 @@ impl DockerBackend {
             ..
         } = launch;
         let roots = rules.root_paths();
+        let pinned_in_container: Vec<PathBuf> = pinned
+            .iter()
+            .filter_map(|dir| dir.strip_prefix(&host_root).ok())
+            .map(|rel| workspace.join(rel))
+            .collect();
         let transport = DockerTransport {
             docker: docker.clone(),
             container: container.clone(),
@@ -441,6 +451,8 @@ impl DockerBackend {
             closed_flag: std::sync::atomic::AtomicBool::new(false),
             runner: Arc::new(Runner::new(transport, client::MAX_IDLE)),
             git: git.map(|guard| Arc::new(std::sync::Mutex::new(guard))),
+            pinned_in_container,
+            pinned,
             body,
             recovery: recovery::Recovery::default(),
         };
@@ -533,6 +545,13 @@ impl DockerBackend {
         // The container and every process in it are gone: this sweep is the last word.
         if let Some(note) = self.inner.sweep_git().await {
             tracing::warn!(note, "git guard: sweep at shutdown");
+        }
+        // The directories made only to be mounted read-only go again, innermost first; one
+        // that is not empty (the operator put something there meanwhile) stays.
+        for dir in self.inner.pinned.iter().rev() {
+            if let Err(error) = std::fs::remove_dir(dir) {
+                tracing::debug!(dir = %dir.display(), %error, "docker: a pinned directory stays");
+            }
         }
         *closed = true;
         self.inner

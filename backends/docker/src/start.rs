@@ -244,11 +244,13 @@ impl Launch {
     /// policy's `.github/**`) exist so it can be mounted read-only like every protected path.
     /// This backend mounts only what exists: without this a command could create
     /// `.cordon/policy.toml` and choose the next session's policy. Repositories (`.git`) are
-    /// the git guard's. Each missing level is created empty (and left after the session); a
+    /// the git guard's. Each missing level is created empty; the created ones are returned
+    /// (outermost first) so the session removes them again at its end when still empty. A
     /// symlink on the way is refused rather than followed.
-    pub(crate) fn pin_project_config(&self) -> Result<(), DockerError> {
+    pub(crate) fn pin_project_config(&self) -> Result<Vec<PathBuf>, DockerError> {
+        let mut created = Vec::new();
         if !matches!(self.mode, WorkspaceMode::Bind) {
-            return Ok(());
+            return Ok(created);
         }
         let dirs: Vec<String> = self
             .spec
@@ -287,16 +289,19 @@ impl Launch {
                 // `create_dir` does not follow a symlink planted at the last moment (EEXIST),
                 // and every level above was just seen to be a real directory.
                 match std::fs::create_dir(&path) {
-                    Ok(()) => tracing::info!(
-                        path = %path.display(),
-                        "docker: created an empty protected directory so that it can be kept read-only"
-                    ),
+                    Ok(()) => {
+                        tracing::info!(
+                            path = %path.display(),
+                            "docker: created an empty protected directory so that it can be kept read-only"
+                        );
+                        created.push(path.clone());
+                    }
                     Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
                     Err(source) => return Err(DockerError::PinProtected { path, source }),
                 }
             }
         }
-        Ok(())
+        Ok(created)
     }
 
     /// The protected paths (relative to the root) that exist and can be mounted read-only,

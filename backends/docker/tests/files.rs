@@ -75,12 +75,14 @@ async fn confinement_refuses_escapes_and_changes_nothing_outside() {
         std::fs::read_to_string(outside.path().join("secret")).expect("read"),
         "host secret"
     );
+    backend.shutdown().await.expect("shut the session down");
+    // After the session: no temp file, and the empty `.cordon` made to mount it read-only
+    // is gone again.
     let names: Vec<_> = std::fs::read_dir(ws.path())
         .expect("ls")
         .map(|e| e.expect("e").file_name())
         .collect();
-    assert_eq!(names.len(), 4, "no temp file left behind: {names:?}");
-    backend.shutdown().await.expect("shut the session down");
+    assert_eq!(names.len(), 4, "nothing left behind: {names:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1287,7 +1287,14 @@ fn a_write_in_a_docker_container_killed_mid_way_leaves_neither_temp_file_nor_tor
         .expect("failed to start cordon");
     let run = finish(child);
     assert_eq!(run.code, 0, "{run:#?}");
-    assert_eq!(run.stdout.trim(), "small.txt", "{run:#?}");
+    // The killed session could not remove the empty `.cordon` it made to mount it read-only;
+    // nothing else is left.
+    assert_eq!(run.stdout.trim(), ".cordon/\nsmall.txt", "{run:#?}");
+    assert_eq!(
+        std::fs::read_dir(ws.path(".cordon")).unwrap().count(),
+        0,
+        "the pinned directory stays empty"
+    );
 }
 
 #[test]

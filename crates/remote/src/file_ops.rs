@@ -57,6 +57,13 @@ pub trait FileHost: Send + Sync + 'static {
     /// The account commands run as (uid, groups): what `writable` is judged for.
     fn account(&self) -> (u32, &[u32]);
 
+    /// Empty directories the backend made only to mount them read-only (remote paths), left
+    /// out of listings: the file tools show the workspace as the operator left it, as on the
+    /// local backend. The default is none.
+    fn pinned(&self) -> &[PathBuf] {
+        &[]
+    }
+
     /// A marker of the remote side's life, taken before an operation (passed back to
     /// [`FileHost::explain`]).
     fn generation(&self) -> u64 {
@@ -561,7 +568,12 @@ impl<H: FileHost> FileOperations for RemoteFiles<H> {
             let mut entries = Vec::new();
             loop {
                 match exec.expect().await? {
-                    FsRecord::Ent(entry) => entries.push(entry),
+                    FsRecord::Ent(entry) => {
+                        let pinned = self.0.pinned();
+                        if pinned.is_empty() || !pinned.contains(&canon.join(&entry.name)) {
+                            entries.push(entry);
+                        }
+                    }
                     FsRecord::Ok => return Ok(entries),
                     other => {
                         return Err(exec.backend_err(format!("unexpected answer {other:?}")));

@@ -65,6 +65,8 @@ pub async fn overwrite_keeps_permissions(h: Arc<dyn Harness>) {
                 .to_string_lossy()
                 .into_owned()
         })
+        // An empty `.cordon` the docker backend made to mount it read-only is no temp file.
+        .filter(|name| name != ".cordon")
         .collect();
     assert_eq!(names, vec!["run.sh".to_owned()]);
 }
