@@ -51,7 +51,7 @@ impl FileHost for Inner {
     }
 
     fn pinned(&self) -> &[PathBuf] {
-        &self.pinned_in_container
+        &self.pinned
     }
 
     fn generation(&self) -> u64 {

@@ -143,9 +143,9 @@ pub(crate) struct Inner {
     git: Option<Arc<std::sync::Mutex<GitGuard>>>,
     /// Protected directories this session created on the host to mount them read-only
     /// (outermost first); removed at the end when still empty.
-    pinned: Vec<PathBuf>,
+    pinned_on_host: Vec<PathBuf>,
     /// The same directories as the container sees them (left out of listings).
-    pinned_in_container: Vec<PathBuf>,
+    pinned: Vec<PathBuf>,
     /// The container's creation body: a dead container is replaced by one made from it.
     body: ContainerCreateBody,
     recovery: recovery::Recovery,
@@ -451,8 +451,8 @@ impl DockerBackend {
             closed_flag: std::sync::atomic::AtomicBool::new(false),
             runner: Arc::new(Runner::new(transport, client::MAX_IDLE)),
             git: git.map(|guard| Arc::new(std::sync::Mutex::new(guard))),
-            pinned_in_container,
-            pinned,
+            pinned: pinned_in_container,
+            pinned_on_host: pinned,
             body,
             recovery: recovery::Recovery::default(),
         };
@@ -548,7 +548,7 @@ impl DockerBackend {
         }
         // The directories made only to be mounted read-only go again, innermost first; one
         // that is not empty (the operator put something there meanwhile) stays.
-        for dir in self.inner.pinned.iter().rev() {
+        for dir in self.inner.pinned_on_host.iter().rev() {
             if let Err(error) = std::fs::remove_dir(dir) {
                 tracing::debug!(dir = %dir.display(), %error, "docker: a pinned directory stays");
             }
