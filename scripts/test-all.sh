@@ -43,6 +43,11 @@ if ! python3 -c 'import mcp' >/dev/null 2>&1; then
   python3 -m pip install -q 'mcp>=1.9' || python3 -m pip install -q --break-system-packages 'mcp>=1.9'
 fi
 
+if ! python3 -c 'import yaml' >/dev/null 2>&1; then
+  log "installing PyYAML (the CI examples test parses their YAML)"
+  python3 -m pip install -q pyyaml || python3 -m pip install -q --break-system-packages pyyaml
+fi
+
 log "Docker engine"
 DOCKER_HOST="$(scripts/docker-start.sh)"
 export DOCKER_HOST
