@@ -573,6 +573,25 @@ pub struct Tokens<'a> {
 
 /// Expand `~` and the `%` tokens of a path-valued keyword.
 pub fn expand_tokens(text: &str, tokens: &Tokens<'_>) -> PathBuf {
+    let out = percent_expand(text, |token| match token {
+        'd' => Some(
+            tokens
+                .home
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        ),
+        'u' => Some(tokens.local_user.to_owned()),
+        'h' => Some(tokens.host.to_owned()),
+        'r' => Some(tokens.remote_user.to_owned()),
+        'p' => Some(tokens.port.to_string()),
+        _ => None,
+    });
+    expand_tilde(&out, tokens.home)
+}
+
+/// `text` with `%%` as `%` and every other `%X` replaced by `value(X)`; a token `value` does
+/// not know (and a trailing `%`) is kept as written.
+fn percent_expand(text: &str, value: impl Fn(char) -> Option<String>) -> String {
     let mut out = String::new();
     let mut chars = text.chars();
     while let Some(c) = chars.next() {
@@ -582,50 +601,29 @@ pub fn expand_tokens(text: &str, tokens: &Tokens<'_>) -> PathBuf {
         }
         match chars.next() {
             Some('%') => out.push('%'),
-            Some('d') => out.push_str(
-                &tokens
-                    .home
-                    .map(|h| h.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            ),
-            Some('u') => out.push_str(tokens.local_user),
-            Some('h') => out.push_str(tokens.host),
-            Some('r') => out.push_str(tokens.remote_user),
-            Some('p') => out.push_str(&tokens.port.to_string()),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
+            Some(token) => match value(token) {
+                Some(text) => out.push_str(&text),
+                None => {
+                    out.push('%');
+                    out.push(token);
+                }
+            },
             None => out.push('%'),
         }
     }
-    expand_tilde(&out, tokens.home)
+    out
 }
 
 /// `ProxyCommand` with its tokens expanded: `%h` host name, `%p` port, `%r` remote user, `%n`
 /// the alias as given, `%%`. Other `%` sequences are kept as written.
 pub fn expand_proxy_command(text: &str, host: &str, port: u16, user: &str, alias: &str) -> String {
-    let mut out = String::new();
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('%') => out.push('%'),
-            Some('h') => out.push_str(host),
-            Some('p') => out.push_str(&port.to_string()),
-            Some('r') => out.push_str(user),
-            Some('n') => out.push_str(alias),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
+    percent_expand(text, |token| match token {
+        'h' => Some(host.to_owned()),
+        'p' => Some(port.to_string()),
+        'r' => Some(user.to_owned()),
+        'n' => Some(alias.to_owned()),
+        _ => None,
+    })
 }
 
 #[cfg(test)]

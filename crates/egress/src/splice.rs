@@ -4,7 +4,7 @@
 //! for TCP and Unix clients to a TCP destination; other streams take the copying relay.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::fcntl::{OFlag, SpliceFFlags, splice};
@@ -23,7 +23,12 @@ pub(crate) trait SpliceSocket: AsFd {
         interest: Interest,
         f: impl FnOnce() -> io::Result<R>,
     ) -> io::Result<R>;
-    fn shutdown_write(&self) -> io::Result<()>;
+
+    /// End the write side (the peer reads EOF), the same for every socket.
+    fn shutdown_write(&self) -> io::Result<()> {
+        nix::sys::socket::shutdown(self.as_fd().as_raw_fd(), nix::sys::socket::Shutdown::Write)
+            .map_err(io::Error::from)
+    }
 }
 
 impl SpliceSocket for TcpStream {
@@ -38,14 +43,6 @@ impl SpliceSocket for TcpStream {
     ) -> io::Result<R> {
         self.try_io(interest, f)
     }
-
-    fn shutdown_write(&self) -> io::Result<()> {
-        nix::sys::socket::shutdown(
-            std::os::fd::AsRawFd::as_raw_fd(self),
-            nix::sys::socket::Shutdown::Write,
-        )
-        .map_err(io::Error::from)
-    }
 }
 
 impl SpliceSocket for UnixStream {
@@ -59,14 +56,6 @@ impl SpliceSocket for UnixStream {
         f: impl FnOnce() -> io::Result<R>,
     ) -> io::Result<R> {
         self.try_io(interest, f)
-    }
-
-    fn shutdown_write(&self) -> io::Result<()> {
-        nix::sys::socket::shutdown(
-            std::os::fd::AsRawFd::as_raw_fd(self),
-            nix::sys::socket::Shutdown::Write,
-        )
-        .map_err(io::Error::from)
     }
 }
 
