@@ -20,11 +20,24 @@ use crate::remote;
 /// One directory entry: its name and `lstat` attributes.
 type Listed = Vec<(String, FileAttributes)>;
 
-/// List `dir` (without `.` and `..`); `None` when it cannot be listed.
+/// The most entries one listing of the sweep reads: a directory filled with more (any process
+/// of the remote account can) is swept in part rather than read without end.
+const MAX_LISTED: usize = 100_000;
+
+/// List `dir` (without `.` and `..`, at most [`MAX_LISTED`] entries); `None` when it cannot be
+/// listed.
 async fn list(live: &Live, dir: &str) -> Option<Listed> {
     let handle = live.sftp.opendir(dir.to_owned()).await.ok()?.handle;
     let mut out = Vec::new();
     let listed = loop {
+        if out.len() >= MAX_LISTED {
+            tracing::warn!(
+                dir,
+                limit = MAX_LISTED,
+                "ssh: a spill directory holds more entries than the sweep reads; swept in part"
+            );
+            break true;
+        }
         match live.sftp.readdir(handle.as_str()).await {
             Ok(name) => out.extend(
                 name.files
