@@ -44,6 +44,16 @@ pub const KEYS: &[(&str, &str)] = &[
 /// Why the configuration could not be worked out (a configuration error: exit 2).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The project's `.cordon` is a symlink: what it points at is not protected like
+    /// `.cordon/` itself, so a session could have written the policy found through it.
+    #[error(
+        "failed to use {}: it is a symlink, and Cordon reads a project's policy and defaults only from a real .cordon directory and refuses to start beside a linked one; replace the link with a directory (or remove it)",
+        path.display()
+    )]
+    ProjectDirLink {
+        /// The project's `.cordon`.
+        path: PathBuf,
+    },
     /// `lstat` of a candidate failed for a reason other than its absence.
     #[error("failed to inspect {}: {source}", path.display())]
     Inspect {
@@ -200,6 +210,24 @@ fn exists(path: &Path) -> Result<bool, ConfigError> {
     }
 }
 
+/// `root`'s `.cordon` directory, refused when it is a symlink (absent is fine).
+fn project_dir(root: &Path) -> Result<PathBuf, ConfigError> {
+    let dir = root.join(PROJECT_DIR);
+    match std::fs::symlink_metadata(&dir) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(ConfigError::ProjectDirLink { path: dir }),
+        Ok(_) => Ok(dir),
+        Err(error)
+            if matches!(
+                error.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Ok(dir)
+        }
+        Err(source) => Err(ConfigError::Inspect { path: dir, source }),
+    }
+}
+
 /// Pick the policy for a session on `root`: `--policy` (`flag`) > `CORDON_POLICY` > the
 /// project's `.cordon/policy.toml` > the user's `cordon/policy.toml` > `builtin:default`.
 pub fn discover_policy(
@@ -259,7 +287,7 @@ pub fn discover_policy(
         }
         None => consider("CORDON_POLICY", None, None, &mut chosen),
     }
-    let project = root.join(PROJECT_DIR).join("policy.toml");
+    let project = project_dir(root)?.join("policy.toml");
     let user = env.user_dir().map(|dir| dir.join("policy.toml"));
     for (origin, path) in [("project", Some(project)), ("user", user)] {
         match path {
@@ -409,7 +437,7 @@ impl Config {
     pub fn load(root: &Path, env: &Environment) -> Result<Config, ConfigError> {
         let mut files = vec![read_config(
             "project",
-            root.join(PROJECT_DIR).join("config.toml"),
+            project_dir(root)?.join("config.toml"),
         )?];
         if let Some(dir) = env.user_dir() {
             files.push(read_config("user", dir.join("config.toml"))?);

@@ -400,6 +400,20 @@ fn project_files_that_are_symlinks_or_fifos_are_refused_not_skipped() {
     }
 }
 
+/// A linked `.cordon` is refused as a whole: what it points at is an ordinary directory a
+/// session could write, so a policy found through it could be the model's.
+#[test]
+fn a_project_cordon_dir_that_is_a_symlink_is_refused() {
+    let env = Env::new();
+    env.put("ws/x/policy.toml", "version = 1\ndefault = \"allow\"\n");
+    let link = env.ws().join(".cordon");
+    std::os::unix::fs::symlink("x", &link).unwrap();
+    env.exec_ls(&[]).assert_usage_error(&format!(
+        "failed to use {}: it is a symlink, and Cordon reads a project's policy and defaults only from a real .cordon directory",
+        link.display()
+    ));
+}
+
 #[test]
 fn an_oversized_config_file_is_an_error() {
     let env = Env::new();
