@@ -162,6 +162,7 @@ impl CommandHost for Inner {
                 status,
                 termination: outcome.termination,
                 notes,
+                egress: Vec::new(),
             });
         }
         self.runner.settle(&line.tag, &outcome).await;
@@ -198,6 +199,7 @@ impl CommandHost for Inner {
             status,
             termination: outcome.termination,
             notes,
+            egress: Vec::new(),
         })
     }
 

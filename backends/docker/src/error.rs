@@ -89,6 +89,16 @@ pub enum DockerError {
         #[source]
         source: std::io::Error,
     },
+    /// The spec asks for filtered network mode (`[network] allow`), which this backend cannot
+    /// enforce yet: refused rather than run with the network fully on or silently off.
+    #[error(
+        "failed to start the container: filtered network mode is not supported by the docker \
+         backend yet: remove `[network] allow` ({at}) or use --backend local"
+    )]
+    FilteredNetwork {
+        /// `FILE:LINE` of the first `[network] allow` entry.
+        at: String,
+    },
     /// The daemon does not answer.
     #[error("failed to reach the Docker daemon at {host}: {reason}. {next_step}")]
     Unreachable {

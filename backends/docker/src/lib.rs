@@ -38,7 +38,7 @@ use bollard::Docker;
 use bollard::models::{ContainerCreateBody, VolumeCreateRequest};
 use bollard::query_parameters::RemoveContainerOptions;
 use cordon_backend_local::git_guard::{self, GitGuard};
-use cordon_core::sandbox::SandboxSpec;
+use cordon_core::sandbox::{NetworkMode, SandboxSpec};
 use cordon_ops::BackendId;
 use cordon_ops::leftovers::{self, SpillBounds, SpillFile};
 use cordon_remote::files::PathRules;
@@ -339,6 +339,14 @@ impl DockerBackend {
             user,
             network,
         } = config;
+        match spec.network {
+            NetworkMode::Disabled | NetworkMode::Enabled => {}
+            NetworkMode::Filtered => {
+                let at = spec.sources.egress_allow_at();
+                tracing::warn!(%at, "docker: filtered network mode refused (not supported yet)");
+                return Err(DockerError::FilteredNetwork { at });
+            }
+        }
         let (host_root, meta) = start::open_root(&root)?;
         let user = match user {
             Some(ids) => ids,

@@ -164,7 +164,8 @@ pub fn container_body(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
         .memory_bytes
         .map(|m| i64::try_from(m).unwrap_or(i64::MAX));
     let network_mode = match plan.spec.network {
-        NetworkMode::Disabled => Some("none".to_owned()),
+        // Filtered is refused at start; should a plan still be built, it gets no network.
+        NetworkMode::Disabled | NetworkMode::Filtered => Some("none".to_owned()),
         NetworkMode::Enabled => plan.network.map(str::to_owned),
     };
     let mut tmpfs = HashMap::from([
@@ -191,7 +192,10 @@ pub fn container_body(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
         cmd: Some(Vec::new()),
         working_dir: Some(plan.workspace.to_string_lossy().into_owned()),
         labels: Some(plan.labels.clone()),
-        network_disabled: Some(matches!(plan.spec.network, NetworkMode::Disabled)),
+        network_disabled: Some(match plan.spec.network {
+            NetworkMode::Disabled | NetworkMode::Filtered => true,
+            NetworkMode::Enabled => false,
+        }),
         host_config: Some(HostConfig {
             init: Some(true),
             readonly_rootfs: Some(true),
@@ -230,7 +234,7 @@ pub fn host_socket_exposure(
         ));
     }
     match spec.network {
-        NetworkMode::Disabled => {}
+        NetworkMode::Disabled | NetworkMode::Filtered => {}
         NetworkMode::Enabled => {
             if let Some(mode) =
                 network.filter(|mode| *mode == "host" || mode.starts_with("container:"))

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cordon_core::sandbox::{NestedGit, SandboxSpec};
+use cordon_core::sandbox::{NestedGit, NetworkMode, SandboxSpec};
 use cordon_ops::paths::normalize_lexically;
 use cordon_ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
 
@@ -226,6 +226,14 @@ impl LocalBackend {
             home,
             state_base,
         } = config;
+        match spec.network {
+            NetworkMode::Disabled | NetworkMode::Enabled => {}
+            NetworkMode::Filtered => {
+                let at = spec.sources.egress_allow_at();
+                tracing::warn!(%at, "local: filtered network mode refused (not supported yet)");
+                return Err(LocalError::FilteredNetwork { at });
+            }
+        }
         let canonical = std::fs::canonicalize(&root).map_err(|source| LocalError::OpenRoot {
             path: root.clone(),
             source,

@@ -332,6 +332,7 @@ impl BashOperations for LocalBash {
                 status: None,
                 termination: Termination::Cancelled,
                 notes: Vec::new(),
+                egress: Vec::new(),
             });
         }
         if let Some(reason) = self.shared.git_failure() {
@@ -597,6 +598,7 @@ async fn supervise(run: Supervised<'_>) -> ExecOutcome {
         status: exited.flatten(),
         termination,
         notes: Vec::new(),
+        egress: Vec::new(),
     }
 }
 

@@ -201,7 +201,8 @@ impl Layout {
             protected: Vec::new(),
             denied: Vec::new(),
             network: match spec.network {
-                NetworkMode::Disabled => false,
+                // Filtered is refused when the backend is built (`LocalError::FilteredNetwork`).
+                NetworkMode::Disabled | NetworkMode::Filtered => false,
                 NetworkMode::Enabled => true,
             },
             unix_sockets: self.unix_sockets.clone(),

@@ -127,7 +127,10 @@ pub struct LayerStatus {
 pub fn sandbox_layers(spec: &SandboxSpec, support: &HostSupport) -> Vec<LayerStatus> {
     let config = cordon_sandbox::SandboxConfig {
         network: match spec.network {
-            cordon_core::sandbox::NetworkMode::Disabled => false,
+            // Filtered is refused when the backend is built; its layers are the ones that cut
+            // the network.
+            cordon_core::sandbox::NetworkMode::Disabled
+            | cordon_core::sandbox::NetworkMode::Filtered => false,
             cordon_core::sandbox::NetworkMode::Enabled => true,
         },
         limits: cordon_sandbox::Rlimits {
@@ -263,6 +266,17 @@ pub enum LocalError {
         /// The OS error.
         #[source]
         source: std::io::Error,
+    },
+    /// The spec asks for filtered network mode (`[network] allow`), which this backend cannot
+    /// enforce yet: refused rather than run commands with the network fully on or silently off.
+    #[error(
+        "failed to create local backend: filtered network mode is not supported by the local \
+         backend yet: remove `[network] allow` ({at}) or turn the network on or off with \
+         `[network] enabled`"
+    )]
+    FilteredNetwork {
+        /// `FILE:LINE` of the first `[network] allow` entry.
+        at: String,
     },
     /// The local backend only exists on Linux.
     #[error("failed to create local backend: only Linux is supported")]

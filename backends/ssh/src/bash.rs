@@ -116,6 +116,7 @@ impl CommandHost for Inner {
             status: outcome.status,
             termination: outcome.termination,
             notes: Vec::new(),
+            egress: Vec::new(),
         })
     }
 }

@@ -231,6 +231,14 @@ impl SshBackend {
             force_search_fallback,
             state_dir,
         } = config;
+        match spec.network {
+            NetworkMode::Disabled | NetworkMode::Enabled => {}
+            NetworkMode::Filtered => {
+                let at = spec.sources.egress_allow_at();
+                tracing::warn!(%at, "ssh: filtered network mode refused (not supported yet)");
+                return Err(SshError::FilteredNetwork { at });
+            }
+        }
         let target = Target::parse(&host)?;
         let options = ResolveOptions::new(ssh_config, identity, known_hosts);
         let endpoint = resolve_endpoint(&target, &options, true)?;
@@ -455,6 +463,11 @@ impl SshBackend {
         match self.inner.spec.network {
             NetworkMode::Disabled => layers.push(
                 "ssh: network is not disabled for remote commands (the policy asks for none)"
+                    .to_owned(),
+            ),
+            NetworkMode::Filtered => layers.push(
+                "ssh: network is not filtered for remote commands (the policy asks for an allow \
+                 list)"
                     .to_owned(),
             ),
             NetworkMode::Enabled => {}

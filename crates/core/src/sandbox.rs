@@ -20,6 +20,23 @@ pub enum NetworkMode {
     /// Network allowed; host Unix sockets stay unreachable unless listed in
     /// [`SandboxSpec::unix_sockets`].
     Enabled,
+    /// Commands reach the network only through Cordon's egress proxy, which allows the
+    /// destinations of [`SandboxSpec::egress`]; direct IP sockets stay blocked by the
+    /// backend's own layers. Host Unix sockets as with [`NetworkMode::Enabled`].
+    Filtered,
+}
+
+/// The destinations commands may reach in [`NetworkMode::Filtered`]: entries as the policy
+/// wrote them (`crates.io`, `*.crates.io`, `pypi.org:443`, `10.1.2.0/24:5432`), validated by
+/// the policy compiler and compiled by the backend that runs the egress proxy. A deny entry
+/// beats an allow entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressSpec {
+    /// `[network] allow`: the destinations commands may reach.
+    pub allow: Vec<String>,
+    /// `[network] deny`: destinations refused even when an allow entry matches.
+    pub deny: Vec<String>,
 }
 
 /// Access to the workspace root.
@@ -153,10 +170,14 @@ pub struct SandboxSpec {
     /// Network access for commands.
     pub network: NetworkMode,
     /// Host Unix sockets (absolute paths or `~/…`) commands may connect to when the network
-    /// is on. Every other host socket stays unreachable; sockets created inside the sandbox
-    /// are unaffected. Ignored with the network off, where no Unix socket can be connected.
+    /// is on or filtered. Every other host socket stays unreachable; sockets created inside
+    /// the sandbox are unaffected. Ignored with the network off, where no Unix socket can be
+    /// connected.
     #[serde(default)]
     pub unix_sockets: Vec<String>,
+    /// The destinations of [`NetworkMode::Filtered`] (empty in the other modes).
+    #[serde(default)]
+    pub egress: EgressSpec,
     /// Resource limits.
     pub limits: Limits,
     /// Environment of commands.
@@ -189,6 +210,12 @@ pub struct SpecSources {
     pub write: usize,
     /// `[network] enabled`.
     pub network: usize,
+    /// The line of each [`EgressSpec::allow`] entry, in the same order.
+    #[serde(default)]
+    pub egress_allow: Vec<usize>,
+    /// The line of each [`EgressSpec::deny`] entry, in the same order.
+    #[serde(default)]
+    pub egress_deny: Vec<usize>,
     /// `[limits] timeout`.
     pub timeout: usize,
     /// `[limits] max_timeout`.
@@ -210,6 +237,12 @@ impl SpecSources {
             (file, line) => format!("{file}:{line}"),
         }
     }
+
+    /// `FILE:LINE` of the first `[network] allow` entry: the line that turned filtered mode
+    /// on, for a backend that cannot provide it to name.
+    pub fn egress_allow_at(&self) -> String {
+        self.at(self.egress_allow.first().copied().unwrap_or(0))
+    }
 }
 
 impl Default for SandboxSpec {
@@ -222,6 +255,7 @@ impl Default for SandboxSpec {
             denied: Vec::new(),
             network: NetworkMode::Disabled,
             unix_sockets: Vec::new(),
+            egress: EgressSpec::default(),
             limits: Limits::default(),
             env: EnvSpec::default(),
             allow_degraded: false,
@@ -243,5 +277,55 @@ mod duration_secs {
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
         let secs = f64::deserialize(deserializer)?;
         Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn egress_allow_at_names_the_first_allow_line() {
+        let mut sources = SpecSources {
+            file: "policy.toml".to_owned(),
+            egress_allow: vec![8, 9],
+            ..SpecSources::default()
+        };
+        assert_eq!(sources.egress_allow_at(), "policy.toml:8");
+        sources.egress_allow.clear();
+        assert_eq!(
+            sources.egress_allow_at(),
+            "policy.toml, not set there: the built-in default"
+        );
+    }
+
+    #[test]
+    fn a_spec_without_the_egress_fields_still_reads() {
+        // A spec serialised before filtered mode existed (a remote helper of an older build).
+        let mut json = serde_json::to_value(SandboxSpec::default()).expect("serialise");
+        let object = json.as_object_mut().expect("an object");
+        object.remove("egress");
+        let sources = object["sources"].as_object_mut().expect("sources");
+        sources.remove("egressAllow");
+        sources.remove("egressDeny");
+        let back: SandboxSpec = serde_json::from_value(json).expect("deserialise");
+        assert_eq!(back, SandboxSpec::default());
+
+        let filtered = SandboxSpec {
+            network: NetworkMode::Filtered,
+            egress: EgressSpec {
+                allow: vec!["crates.io".to_owned()],
+                deny: vec!["evil.crates.io".to_owned()],
+            },
+            ..SandboxSpec::default()
+        };
+        let json = serde_json::to_value(&filtered).expect("serialise");
+        assert_eq!(json["network"], "filtered");
+        assert_eq!(
+            json["egress"],
+            serde_json::json!({"allow": ["crates.io"], "deny": ["evil.crates.io"]})
+        );
+        let back: SandboxSpec = serde_json::from_value(json).expect("deserialise");
+        assert_eq!(back, filtered);
     }
 }

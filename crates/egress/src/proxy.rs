@@ -156,6 +156,10 @@ pub struct ConnectionEvent {
     pub source: Option<Matched>,
     /// Why, in words (the text a denied client also gets).
     pub reason: String,
+    /// For a destination refused because no entry allows it (or its resolved address): the
+    /// allow entry that would let it through. `None` otherwise (allowed, failed, or refused
+    /// by a deny entry, which must be removed or narrowed instead).
+    pub suggestion: Option<String>,
     /// Bytes from the client to the destination.
     pub bytes_up: u64,
     /// Bytes from the destination to the client.
@@ -315,6 +319,7 @@ impl Proxy {
             outcome: attempt.outcome,
             source: attempt.source,
             reason: attempt.reason,
+            suggestion: attempt.suggestion,
             bytes_up: if relayed { client.read } else { 0 },
             bytes_down: if relayed { client.written } else { 0 },
             duration: started.elapsed(),
@@ -394,17 +399,16 @@ impl Proxy {
             Decision::Allowed(matched) => matched,
             Decision::Denied(matched) => {
                 let reason = format!("deny entry {matched} matches {destination}");
-                let fix =
-                    "to allow it, remove or narrow that deny entry in [network] deny".to_string();
-                return self.deny(client, attempt, Some(matched), reason, fix).await;
+                return self
+                    .deny(client, attempt, Some(matched), reason, None)
+                    .await;
             }
             Decision::NotAllowed => {
                 let reason = format!("no entry allows {destination}");
-                let fix = format!(
-                    "to allow it, add {:?} to [network] allow in the policy",
-                    suggested_entry(&host, port)
-                );
-                return self.deny(client, attempt, None, reason, fix).await;
+                let suggestion = suggested_entry(&host, port);
+                return self
+                    .deny(client, attempt, None, reason, Some(suggestion))
+                    .await;
             }
         };
         let addresses = match &host {
@@ -434,11 +438,11 @@ impl Proxy {
             attempt.address = first_refusal
                 .as_ref()
                 .map(|(ip, _)| SocketAddr::new(*ip, port));
-            let (source, reason, fix) = match first_refusal {
+            let (source, reason, suggestion) = match first_refusal {
                 Some((ip, AddressCheck::Denied(matched))) => (
                     Some(matched.clone()),
                     format!("{host} resolved to {ip}, which deny entry {matched} matches"),
-                    "to allow it, remove or narrow that deny entry in [network] deny".to_string(),
+                    None,
                 ),
                 Some((ip, AddressCheck::Special(range))) => (
                     None,
@@ -446,10 +450,7 @@ impl Proxy {
                         "{host} resolved to {ip}, {range}, which a name entry alone does not allow \
                          (the name is allowed by {decided})"
                     ),
-                    format!(
-                        "to allow it, add {:?} to [network] allow in the policy",
-                        suggested_address_entry(ip, port)
-                    ),
+                    Some(suggested_address_entry(ip, port)),
                 ),
                 Some((_, AddressCheck::Pass)) | None => {
                     attempt.source = Some(decided);
@@ -458,7 +459,7 @@ impl Proxy {
                     return attempt.fail(refusal.reason);
                 }
             };
-            return self.deny(client, attempt, source, reason, fix).await;
+            return self.deny(client, attempt, source, reason, suggestion).await;
         }
         tracing::debug!(%destination, by = %decided, "egress proxy: destination allowed");
         attempt.source = Some(decided);
@@ -482,7 +483,7 @@ impl Proxy {
         attempt: &mut Attempt,
         source: Option<Matched>,
         reason: String,
-        fix: String,
+        suggestion: Option<String>,
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -494,6 +495,10 @@ impl Proxy {
             %reason,
             "egress proxy: destination denied"
         );
+        let fix = match &suggestion {
+            Some(entry) => format!("to allow it, add {entry:?} to [network] allow in the policy"),
+            None => "to allow it, remove or narrow that deny entry in [network] deny".to_owned(),
+        };
         let body = format!(
             "cordon: connection to {}:{} refused by the network policy\n{reason}\n{fix}\n",
             attempt.host, attempt.port
@@ -509,6 +514,7 @@ impl Proxy {
         attempt.outcome = Outcome::Denied;
         attempt.source = source;
         attempt.reason = refusal.reason;
+        attempt.suggestion = suggestion;
     }
 
     async fn resolve(&self, name: &str, port: u16) -> Result<Vec<IpAddr>, String> {
@@ -648,6 +654,7 @@ struct Attempt {
     outcome: Outcome,
     source: Option<Matched>,
     reason: String,
+    suggestion: Option<String>,
 }
 
 impl Attempt {
@@ -660,6 +667,7 @@ impl Attempt {
             outcome: Outcome::Failed,
             source: None,
             reason: String::new(),
+            suggestion: None,
         }
     }
 

@@ -53,7 +53,8 @@ fn annotations_for(name: &str, network: NetworkMode) -> Option<ToolAnnotations> 
         ToolKind::Edit => hints.read_only(false).destructive(true).idempotent(false),
         ToolKind::Bash => {
             let open_world = match network {
-                NetworkMode::Enabled => true,
+                // Filtered still reaches the hosts the allow list names.
+                NetworkMode::Enabled | NetworkMode::Filtered => true,
                 NetworkMode::Disabled => false,
             };
             hints
@@ -175,6 +176,7 @@ mod tests {
                    "openWorldHint":false})
         );
         assert_eq!(hints(NetworkMode::Enabled)["openWorldHint"], true);
+        assert_eq!(hints(NetworkMode::Filtered)["openWorldHint"], true);
     }
 
     #[test]

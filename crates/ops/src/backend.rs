@@ -16,6 +16,8 @@ use tokio::io::AsyncWrite;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::EgressRecord;
+
 /// Identifies one backend instance; part of the mutation-queue key
 /// (docs/semantics.md#mutation-queue).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -345,6 +347,10 @@ pub struct ExecOutcome {
     /// quarantined), for the model: appended to the result.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The connection attempts the command made through the egress proxy (filtered network
+    /// mode), allowed and refused, in the order they ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<EgressRecord>,
 }
 
 /// Why a command could not be run at all.

@@ -23,6 +23,8 @@ impl Fake {
                 denied: vec![3],
                 write: 2,
                 network: 7,
+                egress_allow: vec![],
+                egress_deny: vec![],
                 timeout: 9,
                 max_timeout: 10,
                 memory: 11,

@@ -8,16 +8,19 @@
 //!   arguments are paths with the operation each implies ([`paths_of`], [`Op`]);
 //! - the one resolver for model-supplied paths ([`paths::resolve_model_path`]), used by the
 //!   tools, by the runtime for what it hands the policy, and by `cordon policy explain`;
+//! - the record of one connection attempt through the egress proxy ([`EgressRecord`]);
 //! - the names of the files Cordon itself leaves behind ([`leftovers`]) and the size bounds
 //!   on the tools' model-controlled arguments ([`bounds`]).
 //!
 //! It does not own any tool, backend or policy logic, and depends on nothing heavier than
-//! `cordon-core`, `serde` and `tokio`, so a backend compiles the vocabulary without the tools.
+//! `cordon-core`, `cordon-egress` (for the proxy's event type; itself only `tokio`), `serde` and
+//! `tokio`, so a backend compiles the vocabulary without the tools.
 #![warn(missing_docs)]
 
 mod backend;
 pub mod bounds;
 pub mod denial;
+mod egress;
 pub mod leftovers;
 pub mod paths;
 mod tool;
@@ -28,4 +31,5 @@ pub use backend::{
     GrepOutput, GrepRequest, SearchError, SearchOperations, ShutdownError, SpillWriter,
     Termination,
 };
+pub use egress::{EgressOutcome, EgressProtocol, EgressRecord};
 pub use tool::{Op, PathArg, ToolKind, paths_of};

@@ -33,6 +33,7 @@ pub fn check_summary(policy: &CompiledPolicy) -> String {
         match spec.network {
             cordon_core::sandbox::NetworkMode::Disabled => "disabled",
             cordon_core::sandbox::NetworkMode::Enabled => "enabled",
+            cordon_core::sandbox::NetworkMode::Filtered => "filtered",
         },
         match spec.workspace {
             cordon_core::sandbox::RootAccess::ReadOnly => "read-only",

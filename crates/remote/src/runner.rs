@@ -264,6 +264,7 @@ impl<H: CommandHost> BashOperations for RemoteBash<H> {
                 status: None,
                 termination: Termination::Cancelled,
                 notes: Vec::new(),
+                egress: Vec::new(),
             });
         }
         let line = ExecLine::new(command, cwd.clone(), self.0.command_env(env)).map_err(|e| {

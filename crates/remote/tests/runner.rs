@@ -172,6 +172,7 @@ impl CommandHost for Host {
             status: outcome.status,
             termination: outcome.termination,
             notes: Vec::new(),
+            egress: Vec::new(),
         })
     }
 }

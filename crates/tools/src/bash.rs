@@ -495,7 +495,9 @@ fn failure_message(
     let ExecOutcome {
         status,
         termination,
+        // Neither decides whether the call failed: they become notes after the output.
         notes: _,
+        egress: _,
     } = match outcome {
         Ok(outcome) => outcome,
         Err(error) => return Some(exec_message(error)),
@@ -663,6 +665,7 @@ mod tests {
                     status,
                     termination: Termination::Exited,
                     notes: Vec::new(),
+                    egress: Vec::new(),
                 }),
             )
         }
@@ -795,6 +798,7 @@ mod tests {
                 status,
                 termination,
                 notes: Vec::new(),
+                egress: Vec::new(),
             })
         }
     }
@@ -898,6 +902,7 @@ mod tests {
             status: Some(ExitStatus::Signal(9)),
             termination: Termination::TimedOut,
             notes: Vec::new(),
+            egress: Vec::new(),
         })
     }
 
@@ -956,6 +961,7 @@ mod tests {
                 status: Some(ExitStatus::Code(3)),
                 termination: Termination::Exited,
                 notes: vec!["quarantined src/.git".to_owned()],
+                egress: Vec::new(),
             }),
         );
         let h = Harness::new(bash);
@@ -1026,6 +1032,7 @@ mod tests {
                 status: Some(ExitStatus::Code(1)),
                 termination: Termination::Exited,
                 notes: vec!["quarantined src/.git".to_owned()],
+                egress: Vec::new(),
             }),
         );
         let h = Harness::new(sandboxed(bash));
@@ -1302,6 +1309,7 @@ mod tests {
                 status: Some(ExitStatus::Signal(15)),
                 termination: Termination::Cancelled,
                 notes: Vec::new(),
+                egress: Vec::new(),
             }),
         );
         let h = Harness::new(bash);

@@ -134,6 +134,7 @@ async fn stdout_and_stderr_keep_their_order_on_one_stream() {
             status: Some(ExitStatus::Code(0)),
             termination: Termination::Exited,
             notes: Vec::new(),
+            egress: Vec::new(),
         }
     );
 }
@@ -323,6 +324,7 @@ async fn background_child_holding_the_pipe_does_not_hang() {
             status: Some(ExitStatus::Code(0)),
             termination: Termination::Exited,
             notes: Vec::new(),
+            egress: Vec::new(),
         }
     );
     assert_eq!(output, "late\nmain-done\n");

@@ -689,6 +689,25 @@ async fn root_given_through_a_symlink() {
     assert_eq!(files.read_file(&fx.at("x.txt")).await.unwrap(), b"x");
 }
 
+/// Filtered network mode is refused, naming the policy line, until the backend enforces it.
+#[test]
+fn filtered_network_mode_is_refused_naming_the_allow_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = LocalConfig::new(dir.path());
+    config.spec.network = cordon_core::sandbox::NetworkMode::Filtered;
+    config.spec.egress.allow = vec!["crates.io".to_owned()];
+    config.spec.sources.file = "policy.toml".to_owned();
+    config.spec.sources.egress_allow = vec![3];
+    let err = LocalBackend::new(config).unwrap_err();
+    assert!(matches!(err, LocalError::FilteredNetwork { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "failed to create local backend: filtered network mode is not supported by the local \
+         backend yet: remove `[network] allow` (policy.toml:3) or turn the network on or off \
+         with `[network] enabled`"
+    );
+}
+
 /// A missing root or a file as root is a clear error naming it.
 #[test]
 fn bad_roots_are_clear_errors() {

@@ -170,6 +170,7 @@ fn check_json(policy: &CompiledPolicy) -> Value {
         "network": match spec.network {
             NetworkMode::Disabled => "disabled",
             NetworkMode::Enabled => "enabled",
+            NetworkMode::Filtered => "filtered",
         },
         "workspace": match spec.workspace {
             RootAccess::ReadOnly => "read-only",

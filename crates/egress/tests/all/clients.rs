@@ -367,6 +367,8 @@ async fn denials_name_the_deciding_entry_and_what_to_add() {
         (event.bytes_up, event.bytes_down, event.address),
         (0, 0, None)
     );
+    // a deny entry is removed or narrowed, not answered with an allow entry
+    assert_eq!(event.suggestion, None);
 
     // no entry
     let out = run(&mut fetch("other.test", o)).await;
@@ -380,6 +382,7 @@ async fn denials_name_the_deciding_entry_and_what_to_add() {
     );
     let event = h.event().await;
     assert_eq!((event.outcome, event.source), (Outcome::Denied, None));
+    assert_eq!(event.suggestion, Some(format!("other.test:{o}")));
 
     // the wildcard and the apex both work on their port, not on another one
     for host in ["pkg.test", "sub.pkg.test"] {
@@ -418,6 +421,7 @@ async fn an_allowed_name_resolving_to_loopback_needs_an_ip_entry() {
         (event.outcome, event.address),
         (Outcome::Denied, Some(SocketAddr::new(LOOPBACK, o)))
     );
+    assert_eq!(event.suggestion, Some(format!("127.0.0.1/32:{o}")));
     // the tunnel is refused the same way
     let out = run(curl().args(["-p", "-x", &proxy_url, &url])).await;
     assert_ne!(out.code, Some(0));
@@ -427,7 +431,8 @@ async fn an_allowed_name_resolving_to_loopback_needs_an_ip_entry() {
     let mut h = proxy(&[format!("pkg.test:{o}"), "127.0.0.0/8".to_string()], &[]).await;
     let out = run(curl().args(["-x", &format!("http://{}", h.proxy), &url])).await;
     assert_eq!(out.stdout, "hello from origin: /", "{}", out.stderr);
-    assert_eq!(h.event().await.outcome, Outcome::Allowed);
+    let event = h.event().await;
+    assert_eq!((event.outcome, event.suggestion), (Outcome::Allowed, None));
 }
 
 #[tokio::test]

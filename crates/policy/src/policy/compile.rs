@@ -197,7 +197,7 @@ fn compile_unix_sockets(
         return Ok(Vec::new());
     }
     match network {
-        NetworkMode::Enabled => {}
+        NetworkMode::Enabled | NetworkMode::Filtered => {}
         NetworkMode::Disabled => {
             return Err(map.bad_value(
                 list.span().start,

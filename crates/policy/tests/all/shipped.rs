@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use cordon_core::sandbox::{EnvSpec, Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec};
+use cordon_core::sandbox::{
+    EgressSpec, EnvSpec, Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec,
+};
 use cordon_core::tool::AgentToolResult;
 use cordon_policy::{CompiledPolicy, DEFAULT_POLICY_TOML, Decision, EnvMap};
 use serde_json::json;
@@ -229,6 +231,7 @@ fn default_policy_sandbox_spec() {
             ]),
             network: NetworkMode::Disabled,
             unix_sockets: vec![],
+            egress: EgressSpec::default(),
             limits: Limits {
                 default_timeout: Duration::from_secs(120),
                 max_timeout: Duration::from_secs(1800),

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use cordon_core::sandbox::{
-    EnvSpec, Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec, SpecSources,
+    EgressSpec, EnvSpec, Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec, SpecSources,
 };
 use cordon_policy::CompiledPolicy;
 
@@ -57,6 +57,7 @@ set = { RUST_BACKTRACE = "1", LANG = "C.UTF-8" }
             denied: strings(&["**/*.key", "~/.ssh/**"]),
             network: NetworkMode::Enabled,
             unix_sockets: strings(&["/run/postgresql/.s.PGSQL.5432", "~/.gnupg/S.gpg-agent"]),
+            egress: EgressSpec::default(),
             limits: Limits {
                 default_timeout: Duration::from_millis(30_500),
                 max_timeout: Duration::from_secs(60),
@@ -85,6 +86,8 @@ set = { RUST_BACKTRACE = "1", LANG = "C.UTF-8" }
                 denied: vec![5, 5],
                 write: 4,
                 network: 9,
+                egress_allow: vec![],
+                egress_deny: vec![],
                 timeout: 13,
                 max_timeout: 14,
                 memory: 15,

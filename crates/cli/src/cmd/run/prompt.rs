@@ -80,6 +80,7 @@ fn sandbox_facts(spec: &SandboxSpec) -> Vec<String> {
         denied,
         network,
         unix_sockets,
+        egress,
         limits,
         env: _,
         allow_degraded: _,
@@ -102,6 +103,7 @@ fn sandbox_facts(spec: &SandboxSpec) -> Vec<String> {
             "Network: on for commands. Of the host's Unix sockets only these are reachable: {}.",
             unix_sockets.join(", ")
         ),
+        NetworkMode::Filtered => filtered_network_fact(&egress.allow, unix_sockets),
     });
     facts.push(match workspace {
         RootAccess::ReadWrite => "The workspace is readable and writable.".to_owned(),
@@ -150,6 +152,38 @@ fn sandbox_facts(spec: &SandboxSpec) -> Vec<String> {
         limits.max_timeout.as_secs()
     ));
     facts
+}
+
+/// Most allow entries the prompt lists; the rest are counted.
+const PROMPT_EGRESS_ENTRIES: usize = 20;
+
+/// The network fact in filtered mode: which destinations the proxy lets through.
+fn filtered_network_fact(allow: &[String], unix_sockets: &[String]) -> String {
+    let mut listed = allow
+        .iter()
+        .take(PROMPT_EGRESS_ENTRIES)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if allow.len() > PROMPT_EGRESS_ENTRIES {
+        listed.push_str(&format!(
+            " and {} more",
+            allow.len() - PROMPT_EGRESS_ENTRIES
+        ));
+    }
+    let sockets = if unix_sockets.is_empty() {
+        "Host Unix sockets (Docker, databases, agents) are out of reach.".to_owned()
+    } else {
+        format!(
+            "Of the host's Unix sockets only these are reachable: {}.",
+            unix_sockets.join(", ")
+        )
+    };
+    format!(
+        "Network: filtered. Commands reach only these destinations, through Cordon's proxy \
+         (HTTP_PROXY, HTTPS_PROXY and ALL_PROXY are set; ordinary tools use them): {listed}. \
+         Anything else is refused and the command's result says which entry to add. {sockets}"
+    )
 }
 
 /// Tool texts wrapped over several source lines become one line of the list.
@@ -297,6 +331,33 @@ mod tests {
                 "Commands time out after 120 s unless you pass a timeout (at most 1800 s)."
                     .to_owned(),
             ]
+        );
+    }
+
+    #[test]
+    fn filtered_network_lists_the_allowed_destinations_bounded() {
+        let spec = SandboxSpec {
+            network: NetworkMode::Filtered,
+            egress: cordon_core::sandbox::EgressSpec {
+                allow: vec!["crates.io".into(), "*.crates.io".into()],
+                deny: vec!["evil.crates.io".into()],
+            },
+            ..SandboxSpec::default()
+        };
+        assert_eq!(
+            sandbox_facts(&spec)[0],
+            "Network: filtered. Commands reach only these destinations, through Cordon's proxy \
+             (HTTP_PROXY, HTTPS_PROXY and ALL_PROXY are set; ordinary tools use them): \
+             crates.io, *.crates.io. Anything else is refused and the command's result says \
+             which entry to add. Host Unix sockets (Docker, databases, agents) are out of reach."
+        );
+        let many = (0..25).map(|i| format!("h{i}.test")).collect::<Vec<_>>();
+        let fact = filtered_network_fact(&many, &["/run/x.sock".to_owned()]);
+        assert!(fact.contains("h19.test and 5 more."), "{fact}");
+        assert!(!fact.contains("h20.test"), "{fact}");
+        assert!(
+            fact.ends_with("Of the host's Unix sockets only these are reachable: /run/x.sock."),
+            "{fact}"
         );
     }
 }

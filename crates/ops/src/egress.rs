@@ -1,0 +1,233 @@
+//! One network connection attempt a command made through the egress proxy in filtered network
+//! mode, as plain data: what the bash result's note, the audit log and the MCP result are built
+//! from. It owns the record and its conversion from the proxy's event; it does not run the
+//! proxy (a backend does) nor decide anything (the proxy's rules did).
+
+use std::net::SocketAddr;
+
+use cordon_egress::proxy::{ConnectionEvent, Outcome, Protocol};
+use serde::{Deserialize, Serialize};
+
+/// How the command asked the proxy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum EgressProtocol {
+    /// HTTP `CONNECT host:port` (HTTPS and other tunnels).
+    HttpConnect,
+    /// A plain-HTTP request forwarded by the proxy.
+    HttpForward,
+    /// SOCKS5 `CONNECT`.
+    Socks5,
+    /// The request could not be read far enough to tell.
+    Unknown,
+}
+
+/// How an attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum EgressOutcome {
+    /// Allowed by an entry and connected; bytes were relayed.
+    Allowed,
+    /// Refused by the network policy: a deny entry, no allow entry, or a resolved address a
+    /// name entry alone does not allow.
+    Denied,
+    /// Nothing was decided or connected: a malformed request, a name that did not resolve, a
+    /// destination that did not answer, too many connections.
+    Failed,
+}
+
+/// One connection attempt of a command through the egress proxy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressRecord {
+    /// How the command asked.
+    pub protocol: EgressProtocol,
+    /// The destination host as requested (normalised; empty when none was read).
+    pub host: String,
+    /// The destination port (0 when none was read).
+    pub port: u16,
+    /// The address connected to, or the resolved address that was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<SocketAddr>,
+    /// How it ended.
+    pub outcome: EgressOutcome,
+    /// The entry that decided, as written (`*.crates.io`), if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
+    /// Where that entry is written (`FILE:LINE`), if one decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// For a destination no entry allows: the `[network] allow` entry that would.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suggestion: Option<String>,
+    /// Why, in words (what a refused command was also told).
+    pub reason: String,
+    /// Bytes relayed from the command to the destination.
+    pub bytes_up: u64,
+    /// Bytes relayed from the destination to the command.
+    pub bytes_down: u64,
+    /// From the proxy accepting the connection to closing it, in milliseconds.
+    pub duration_ms: u64,
+}
+
+impl EgressRecord {
+    /// Whether the network policy refused it (the attempts a command is told about).
+    pub fn is_denied(&self) -> bool {
+        match self.outcome {
+            EgressOutcome::Denied => true,
+            EgressOutcome::Allowed | EgressOutcome::Failed => false,
+        }
+    }
+
+    /// `host:port`, with an IPv6 literal in brackets (the proxy already writes it so).
+    pub fn destination(&self) -> String {
+        if self.host.contains(':') && !self.host.starts_with('[') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl From<&ConnectionEvent> for EgressRecord {
+    fn from(event: &ConnectionEvent) -> Self {
+        let ConnectionEvent {
+            session: _,
+            protocol,
+            host,
+            port,
+            address,
+            outcome,
+            source,
+            reason,
+            suggestion,
+            bytes_up,
+            bytes_down,
+            duration,
+        } = event;
+        EgressRecord {
+            protocol: match protocol {
+                Protocol::HttpConnect => EgressProtocol::HttpConnect,
+                Protocol::HttpForward => EgressProtocol::HttpForward,
+                Protocol::Socks5 => EgressProtocol::Socks5,
+                Protocol::Unknown => EgressProtocol::Unknown,
+            },
+            host: host.clone(),
+            port: *port,
+            address: *address,
+            outcome: match outcome {
+                Outcome::Allowed => EgressOutcome::Allowed,
+                Outcome::Denied => EgressOutcome::Denied,
+                Outcome::Failed => EgressOutcome::Failed,
+            },
+            entry: source.as_ref().map(|m| m.entry.to_string()),
+            source: source.as_ref().map(|m| m.source.to_string()),
+            suggestion: suggestion.clone(),
+            reason: reason.clone(),
+            bytes_up: *bytes_up,
+            bytes_down: *bytes_down,
+            duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use cordon_egress::rules::Matched;
+
+    use super::*;
+
+    fn event() -> ConnectionEvent {
+        ConnectionEvent {
+            session: Arc::from("s1"),
+            protocol: Protocol::HttpConnect,
+            host: "static.crates.io".to_owned(),
+            port: 443,
+            address: Some("203.0.113.7:443".parse().expect("address")),
+            outcome: Outcome::Allowed,
+            source: Some(Matched {
+                entry: Arc::from("*.crates.io"),
+                source: Arc::from("policy.toml:7"),
+            }),
+            reason: "relayed until both sides closed".to_owned(),
+            suggestion: None,
+            bytes_up: 517,
+            bytes_down: 40_960,
+            duration: Duration::from_micros(12_345),
+        }
+    }
+
+    #[test]
+    fn an_event_becomes_a_record() {
+        assert_eq!(
+            EgressRecord::from(&event()),
+            EgressRecord {
+                protocol: EgressProtocol::HttpConnect,
+                host: "static.crates.io".to_owned(),
+                port: 443,
+                address: Some("203.0.113.7:443".parse().expect("address")),
+                outcome: EgressOutcome::Allowed,
+                entry: Some("*.crates.io".to_owned()),
+                source: Some("policy.toml:7".to_owned()),
+                suggestion: None,
+                reason: "relayed until both sides closed".to_owned(),
+                bytes_up: 517,
+                bytes_down: 40_960,
+                duration_ms: 12,
+            }
+        );
+    }
+
+    #[test]
+    fn a_refusal_keeps_the_suggestion_and_serialises_without_empty_fields() {
+        let refused = ConnectionEvent {
+            protocol: Protocol::Socks5,
+            host: "evil.test".to_owned(),
+            port: 22,
+            address: None,
+            outcome: Outcome::Denied,
+            source: None,
+            reason: "no entry allows evil.test:22".to_owned(),
+            suggestion: Some("evil.test:22".to_owned()),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration: Duration::from_millis(3),
+            ..event()
+        };
+        let record = EgressRecord::from(&refused);
+        assert!(record.is_denied());
+        assert_eq!(record.destination(), "evil.test:22");
+        let json = serde_json::to_value(&record).expect("serialise");
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "protocol": "socks5",
+                "host": "evil.test",
+                "port": 22,
+                "outcome": "denied",
+                "suggestion": "evil.test:22",
+                "reason": "no entry allows evil.test:22",
+                "bytesUp": 0,
+                "bytesDown": 0,
+                "durationMs": 3,
+            })
+        );
+        let back: EgressRecord = serde_json::from_value(json).expect("deserialise");
+        assert_eq!(back, record);
+    }
+
+    #[test]
+    fn only_policy_refusals_count_as_denied() {
+        let mut record = EgressRecord::from(&event());
+        assert!(!record.is_denied());
+        record.outcome = EgressOutcome::Failed;
+        assert!(!record.is_denied());
+        record.host = "2001:db8::1".to_owned();
+        assert_eq!(record.destination(), "[2001:db8::1]:443");
+        record.host = "[2001:db8::1]".to_owned();
+        assert_eq!(record.destination(), "[2001:db8::1]:443");
+    }
+}
