@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build `cordon` for installing: stripped, whole-program LTO, statically linked (no shared
-# libraries, not even libc), into dist/ with a SHA256SUMS file.
+# Build `cordon` and `cordon-helper` (the program remote hosts run, docs/helper.md) for
+# installing: stripped, whole-program LTO, statically linked (no shared libraries, not even
+# libc), into dist/ with a SHA256SUMS file.
 #
 #   scripts/release.sh                       # x86_64, plus aarch64 where its toolchain is present
 #   scripts/release.sh --arch x86_64         # one architecture (repeatable; an explicitly asked
@@ -63,12 +64,14 @@ ensure_target() {
 }
 
 bin=""
-build() { # $1 = rust target, $2 = extra RUSTFLAGS; sets bin to the binary's path
+helper=""
+build() { # $1 = rust target, $2 = extra RUSTFLAGS; sets bin and helper to the binaries' paths
     local target="$1" flags="$2"
     log "building $target (profile dist${flags:+, RUSTFLAGS=$flags})"
     RUSTFLAGS="${RUSTFLAGS:-}${flags:+ $flags}" nice -n 10 \
-        cargo build --locked --profile dist -p cordon --target "$target" >&2
+        cargo build --locked --profile dist -p cordon -p cordon-helper --target "$target" >&2
     bin="$target_dir/$target/dist/cordon"
+    helper="$target_dir/$target/dist/cordon-helper"
 }
 
 # A static binary has no program interpreter and needs no shared library.
@@ -112,10 +115,13 @@ for arch in "${arches[@]}"; do
             ;;
     esac
     assert_static "$bin"
+    assert_static "$helper"
     mkdir -p "$out"
     install -m 0755 "$bin" "$out/cordon-$arch-linux"
-    built+=("cordon-$arch-linux")
+    install -m 0755 "$helper" "$out/cordon-helper-$arch-linux"
+    built+=("cordon-$arch-linux" "cordon-helper-$arch-linux")
     log "$out/cordon-$arch-linux ($(stat -c %s "$bin") bytes, commit $CORDON_COMMIT)"
+    log "$out/cordon-helper-$arch-linux ($(stat -c %s "$helper") bytes)"
 done
 
 [ "${#built[@]}" -gt 0 ] || { log "nothing built"; exit 1; }

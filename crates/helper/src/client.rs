@@ -1,0 +1,912 @@
+//! The client side of the protocol: [`HelperConnection`] (a helper that said hello: probe it,
+//! start a session) and [`HelperClient`] (a started session, implementing the backend traits
+//! over the stream).
+//!
+//! One reader task routes answers to the call waiting for their request id, one writer task
+//! sends frames in the order calls queue them, so calls overlap on the one stream. When the
+//! stream ends or breaks, every waiting call fails with [`HelperError::Closed`] (as the
+//! operation's "backend unavailable" error) and [`HelperClient::is_dead`] turns true: the
+//! owner starts a new helper for the next call ([`crate::HelperBackend`] does).
+//!
+//! A call dropped before its answer (the caller gave up) sends `cancel` for it; `exec` also
+//! sends it when its cancellation token fires, and the helper kills the command's tree.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::task::{Context, Poll};
+
+use async_trait::async_trait;
+use cordon_ops::{
+    BackendId, BashOperations, DirEntry, ExecError, ExecOutcome, ExecRequest, FileMeta,
+    FileOperations, FindOutput, FindRequest, FsError, GrepOutput, GrepRequest, SearchError,
+    SearchOperations, SpillWriter,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::HelperError;
+use crate::frame::{Frame, FrameError, MAX_PAYLOAD_BYTES, read_frame, write_frame};
+use crate::protocol::{
+    Envelope, MAX_IN_FLIGHT, PROTOCOL_VERSION, ProbeReport, Request, Response, SessionInfo,
+    SessionStart, WireError, WirePath,
+};
+
+/// Answers queued for one call before the reader waits for it to take them (command output
+/// is the only long stream; awaiting it is the back-pressure).
+const CALL_QUEUE: usize = 32;
+
+/// Frames queued for the writer.
+const OUT_QUEUE: usize = 64;
+
+/// Bytes of spill output sent per request.
+const SPILL_CHUNK: usize = 256 * 1024;
+
+/// An answer and its payload.
+type Answer = (Response, Vec<u8>);
+
+/// What the reader and writer tasks share with the calls.
+struct Link {
+    out: mpsc::Sender<Frame>,
+    pending: Mutex<HashMap<u64, mpsc::Sender<Answer>>>,
+    next_id: AtomicU64,
+    in_flight: Arc<Semaphore>,
+    dead: CancellationToken,
+    death: Mutex<Option<String>>,
+}
+
+impl Link {
+    fn die(&self, reason: String) {
+        {
+            let mut death = self.death.lock().unwrap_or_else(PoisonError::into_inner);
+            if death.is_none() {
+                tracing::warn!(%reason, "helper connection lost");
+                *death = Some(reason);
+            }
+        }
+        self.dead.cancel();
+        // Waiting calls see their channel close.
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    async fn call(
+        self: &Arc<Self>,
+        request: Request,
+        payload: Vec<u8>,
+    ) -> Result<Call, HelperError> {
+        if payload.len() > MAX_PAYLOAD_BYTES {
+            return Err(FrameError::TooLarge {
+                op: "write",
+                what: "payload",
+                len: payload.len() as u64,
+                max: MAX_PAYLOAD_BYTES,
+            }
+            .into());
+        }
+        let permit = tokio::select! {
+            permit = Arc::clone(&self.in_flight).acquire_owned() => {
+                permit.map_err(|_| self.closed())?
+            }
+            () = self.dead.cancelled() => return Err(self.closed()),
+        };
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let header =
+            serde_json::to_vec(&Envelope { id, body: request }).map_err(HelperError::Encode)?;
+        let (sender, answers) = mpsc::channel(CALL_QUEUE);
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, sender);
+        let mut call = Call {
+            id,
+            answers,
+            link: Arc::clone(self),
+            finished: false,
+            _permit: permit,
+        };
+        if self.dead.is_cancelled() {
+            call.finished = true;
+            return Err(self.closed());
+        }
+        let sent = tokio::select! {
+            sent = self.out.send(Frame { header, payload }) => sent.is_ok(),
+            () = self.dead.cancelled() => false,
+        };
+        if !sent {
+            call.finished = true;
+            return Err(self.closed());
+        }
+        Ok(call)
+    }
+
+    fn closed(&self) -> HelperError {
+        let reason = self
+            .death
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .unwrap_or_else(|| "the helper stopped answering".to_owned());
+        HelperError::Closed { reason }
+    }
+}
+
+async fn read_answers<R: AsyncRead + Unpin>(mut reader: R, link: Weak<Link>) {
+    loop {
+        let read = read_frame(&mut reader).await;
+        // Nobody left to answer: the client is gone.
+        let Some(link) = link.upgrade() else {
+            return;
+        };
+        let frame = match read {
+            Ok(frame) => frame,
+            Err(FrameError::Eof) => return link.die("the helper exited".to_owned()),
+            Err(error) => return link.die(error.to_string()),
+        };
+        let envelope: Envelope<Response> = match serde_json::from_slice(&frame.header) {
+            Ok(envelope) => envelope,
+            Err(error) => return link.die(format!("unreadable answer from the helper: {error}")),
+        };
+        if envelope.id == 0 {
+            if let Response::Error { error } = &envelope.body {
+                tracing::warn!(error = %error.describe(), "helper reported a protocol error");
+            }
+            continue;
+        }
+        let sender = link
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&envelope.id)
+            .cloned();
+        drop(link);
+        if let Some(sender) = sender {
+            // A call that went away drops its receiver: the answer has nobody to go to.
+            let _ = sender.send((envelope.body, frame.payload)).await;
+        }
+    }
+}
+
+async fn write_requests<W: AsyncWrite + Unpin>(
+    mut writer: W,
+    mut queue: mpsc::Receiver<Frame>,
+    link: Weak<Link>,
+    dead: CancellationToken,
+) {
+    let die = |reason: String| {
+        if let Some(link) = link.upgrade() {
+            link.die(reason);
+        }
+    };
+    loop {
+        // The queue closes when the last holder of the link (client, calls) is gone.
+        let frame = tokio::select! {
+            frame = queue.recv() => frame,
+            () = dead.cancelled() => None,
+        };
+        let Some(frame) = frame else {
+            break;
+        };
+        if let Err(error) = write_frame(&mut writer, &frame).await {
+            return die(error.to_string());
+        }
+        if queue.is_empty()
+            && let Err(error) = writer.flush().await
+        {
+            return die(format!("failed to send to the helper: {error}"));
+        }
+    }
+    // Closing the helper's input ends its session.
+    let _ = writer.shutdown().await;
+}
+
+/// One call in flight: its answers, and a `cancel` for it if dropped unanswered.
+struct Call {
+    id: u64,
+    answers: mpsc::Receiver<Answer>,
+    link: Arc<Link>,
+    finished: bool,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Call {
+    async fn next(&mut self) -> Result<(Response, Vec<u8>), HelperError> {
+        match self.answers.recv().await {
+            Some(answer) => Ok(answer),
+            None => {
+                self.finished = true;
+                Err(self.link.closed())
+            }
+        }
+    }
+
+    fn cancel(&self) {
+        if self.link.dead.is_cancelled() {
+            return;
+        }
+        if let Ok(header) = serde_json::to_vec(&Envelope {
+            id: 0,
+            body: Request::Cancel { target: self.id },
+        }) {
+            // Best effort: a full queue means the helper is busy; the command still ends by
+            // its timeout.
+            let _ = self.link.out.try_send(Frame {
+                header,
+                payload: Vec::new(),
+            });
+        }
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        self.link
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+        if !self.finished {
+            self.cancel();
+        }
+    }
+}
+
+/// A helper that answered `hello` with our protocol version: probe it or start a session.
+pub struct HelperConnection {
+    link: Arc<Link>,
+    helper_version: String,
+}
+
+impl std::fmt::Debug for HelperConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HelperConnection")
+            .field("helper_version", &self.helper_version)
+            .field("dead", &self.link.dead.is_cancelled())
+            .finish()
+    }
+}
+
+impl HelperConnection {
+    /// Take over a helper's stream (`reader`: its output, `writer`: its input) and say hello.
+    /// A helper of another protocol version is refused with [`HelperError::Version`].
+    pub async fn open<R, W>(reader: R, writer: W) -> Result<HelperConnection, HelperError>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (out, queue) = mpsc::channel(OUT_QUEUE);
+        let link = Arc::new(Link {
+            out,
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            dead: CancellationToken::new(),
+            death: Mutex::new(None),
+        });
+        tokio::spawn(read_answers(reader, Arc::downgrade(&link)));
+        tokio::spawn(write_requests(
+            writer,
+            queue,
+            Arc::downgrade(&link),
+            link.dead.clone(),
+        ));
+        let connection = HelperConnection {
+            link,
+            helper_version: String::new(),
+        };
+        let answer = connection
+            .request(
+                Request::Hello {
+                    version: PROTOCOL_VERSION,
+                },
+                Vec::new(),
+            )
+            .await?;
+        match answer {
+            (Response::Hello { version, helper }, _) if version == PROTOCOL_VERSION => {
+                tracing::debug!(helper = %helper, "helper said hello");
+                Ok(HelperConnection {
+                    helper_version: helper,
+                    ..connection
+                })
+            }
+            (Response::Hello { version, .. }, _)
+            | (
+                Response::Error {
+                    error:
+                        WireError::Version {
+                            helper: version, ..
+                        },
+                },
+                _,
+            ) => Err(HelperError::Version {
+                helper: version,
+                client: PROTOCOL_VERSION,
+            }),
+            (Response::Error { error }, _) => Err(HelperError::Remote(error)),
+            (other, _) => Err(unexpected("hello", &other)),
+        }
+    }
+
+    /// The helper's package version (from `hello`).
+    pub fn helper_version(&self) -> &str {
+        &self.helper_version
+    }
+
+    /// Which sandbox layers the helper's kernel provides.
+    pub async fn probe(&self) -> Result<ProbeReport, HelperError> {
+        match self.request(Request::Probe, Vec::new()).await? {
+            (Response::Probe { support }, _) => Ok(support),
+            (Response::Error { error }, _) => Err(HelperError::Remote(error)),
+            (other, _) => Err(unexpected("probe", &other)),
+        }
+    }
+
+    /// Open the session: the helper builds the local backend for `start` on its host.
+    pub async fn start(self, start: SessionStart) -> Result<HelperClient, HelperError> {
+        let info = match self
+            .request(
+                Request::Start {
+                    session: Box::new(start),
+                },
+                Vec::new(),
+            )
+            .await?
+        {
+            (Response::Started { session }, _) => *session,
+            (Response::Error { error }, _) => return Err(HelperError::Remote(error)),
+            (other, _) => return Err(unexpected("start", &other)),
+        };
+        let SessionInfo {
+            backend_id,
+            root,
+            home,
+            spill_dir,
+            missing_layers,
+        } = info;
+        Ok(HelperClient {
+            connection: self,
+            id: BackendId::new(format!("helper:{backend_id}")),
+            root: root.0,
+            home: home.map(WirePath::into_path),
+            spill_dir: spill_dir.0,
+            missing_layers,
+            shut_down: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether the stream has ended: every call fails; start a new helper.
+    pub fn is_dead(&self) -> bool {
+        self.link.dead.is_cancelled()
+    }
+
+    /// Resolves when the stream has ended.
+    pub async fn closed(&self) {
+        self.link.dead.cancelled().await;
+    }
+
+    async fn call(&self, request: Request, payload: Vec<u8>) -> Result<Call, HelperError> {
+        self.link.call(request, payload).await
+    }
+
+    async fn request(
+        &self,
+        request: Request,
+        payload: Vec<u8>,
+    ) -> Result<(Response, Vec<u8>), HelperError> {
+        let mut call = self.call(request, payload).await?;
+        let answer = call.next().await?;
+        call.finished = true;
+        Ok(answer)
+    }
+}
+
+fn unexpected(what: &str, answer: &Response) -> HelperError {
+    let name = serde_json::to_value(answer)
+        .ok()
+        .and_then(|value| {
+            value
+                .get("type")
+                .and_then(|t| t.as_str())
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "?".to_owned());
+    HelperError::Unexpected(format!("`{name}` in answer to `{what}`"))
+}
+
+/// A started helper session: the local backend on the helper's host, through the traits the
+/// backends implement.
+pub struct HelperClient {
+    connection: HelperConnection,
+    id: BackendId,
+    root: PathBuf,
+    home: Option<PathBuf>,
+    spill_dir: PathBuf,
+    missing_layers: Vec<String>,
+    shut_down: AtomicBool,
+}
+
+impl std::fmt::Debug for HelperClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HelperClient")
+            .field("id", &self.id)
+            .field("connection", &self.connection)
+            .finish()
+    }
+}
+
+impl HelperClient {
+    /// Say hello over the helper's stream and start a session: the usual way in.
+    pub async fn start<R, W>(
+        reader: R,
+        writer: W,
+        start: SessionStart,
+    ) -> Result<HelperClient, HelperError>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        HelperConnection::open(reader, writer)
+            .await?
+            .start(start)
+            .await
+    }
+
+    /// Which sandbox layers the helper's kernel provides.
+    pub async fn probe(&self) -> Result<ProbeReport, HelperError> {
+        self.connection.probe().await
+    }
+
+    /// The canonical workspace root on the helper's host.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The layers commands run without (the spec allowed a degraded sandbox).
+    pub fn missing_layers(&self) -> &[String] {
+        &self.missing_layers
+    }
+
+    /// Whether the stream has ended: every call fails; start a new helper.
+    pub fn is_dead(&self) -> bool {
+        self.connection.is_dead()
+    }
+
+    /// Resolves when the stream has ended.
+    pub async fn closed(&self) {
+        self.connection.closed().await;
+    }
+
+    /// End the session: the helper shuts its backend down (idempotent; a dead helper has
+    /// nothing left to shut down).
+    pub async fn shutdown(&self) -> Result<(), HelperError> {
+        if self.shut_down.swap(true, Ordering::SeqCst) || self.is_dead() {
+            return Ok(());
+        }
+        match self
+            .connection
+            .request(Request::Shutdown, Vec::new())
+            .await?
+        {
+            (Response::Ok, _) => Ok(()),
+            (Response::Error { error }, _) => Err(HelperError::Remote(error)),
+            (other, _) => Err(unexpected("shutdown", &other)),
+        }
+    }
+
+    async fn file_request(
+        &self,
+        op: &'static str,
+        path: &Path,
+        request: Request,
+        payload: Vec<u8>,
+    ) -> Result<(Response, Vec<u8>), FsError> {
+        match self.connection.request(request, payload).await {
+            Ok((Response::Error { error }, _)) => Err(error.into_fs(op, path)),
+            Ok(answer) => Ok(answer),
+            Err(error) => Err(FsError::Backend {
+                op,
+                path: path.to_path_buf(),
+                reason: error.to_string(),
+            }),
+        }
+    }
+
+    async fn expect_bytes(
+        &self,
+        op: &'static str,
+        path: &Path,
+        request: Request,
+    ) -> Result<Vec<u8>, FsError> {
+        match self.file_request(op, path, request, Vec::new()).await? {
+            (Response::Bytes, data) => Ok(data),
+            (other, _) => Err(fs_unexpected(op, path, &other)),
+        }
+    }
+
+    async fn expect_ok(
+        &self,
+        op: &'static str,
+        path: &Path,
+        request: Request,
+        payload: Vec<u8>,
+    ) -> Result<(), FsError> {
+        match self.file_request(op, path, request, payload).await? {
+            (Response::Ok, _) => Ok(()),
+            (other, _) => Err(fs_unexpected(op, path, &other)),
+        }
+    }
+
+    async fn search_request(
+        &self,
+        request: Request,
+        cancel: CancellationToken,
+    ) -> Result<Response, SearchError> {
+        if cancel.is_cancelled() {
+            return Err(SearchError::Cancelled);
+        }
+        let mut call = self
+            .connection
+            .call(request, Vec::new())
+            .await
+            .map_err(|error| SearchError::Backend {
+                reason: error.to_string(),
+            })?;
+        let answer = tokio::select! {
+            answer = call.next() => answer,
+            () = cancel.cancelled() => {
+                // Dropping the call sends `cancel`; the helper stops the walk.
+                return Err(SearchError::Cancelled);
+            }
+        };
+        call.finished = true;
+        match answer {
+            Ok((Response::Error { error }, _)) => Err(error.into_search()),
+            Ok((response, _)) => Ok(response),
+            Err(error) => Err(SearchError::Backend {
+                reason: error.to_string(),
+            }),
+        }
+    }
+}
+
+fn fs_unexpected(op: &'static str, path: &Path, answer: &Response) -> FsError {
+    FsError::Backend {
+        op,
+        path: path.to_path_buf(),
+        reason: unexpected(op, answer).to_string(),
+    }
+}
+
+fn path(path: &Path) -> WirePath {
+    WirePath::from(path)
+}
+
+#[async_trait]
+impl FileOperations for HelperClient {
+    fn backend_id(&self) -> &BackendId {
+        &self.id
+    }
+
+    fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn home(&self) -> Option<&Path> {
+        self.home.as_deref()
+    }
+
+    async fn read_file(&self, file: &Path) -> Result<Vec<u8>, FsError> {
+        self.expect_bytes("read", file, Request::ReadFile { path: path(file) })
+            .await
+    }
+
+    async fn read_head(&self, file: &Path, max_bytes: usize) -> Result<Vec<u8>, FsError> {
+        self.expect_bytes(
+            "read",
+            file,
+            Request::ReadHead {
+                path: path(file),
+                max_bytes: max_bytes as u64,
+            },
+        )
+        .await
+    }
+
+    async fn read_range(
+        &self,
+        file: &Path,
+        offset: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, FsError> {
+        self.expect_bytes(
+            "read",
+            file,
+            Request::ReadRange {
+                path: path(file),
+                offset,
+                max_bytes: max_bytes as u64,
+            },
+        )
+        .await
+    }
+
+    async fn write_file(&self, file: &Path, data: &[u8]) -> Result<(), FsError> {
+        self.expect_ok(
+            "write",
+            file,
+            Request::WriteFile { path: path(file) },
+            data.to_vec(),
+        )
+        .await
+    }
+
+    async fn create_dir_all(&self, dir: &Path) -> Result<(), FsError> {
+        self.expect_ok(
+            "create directory",
+            dir,
+            Request::CreateDirAll { path: path(dir) },
+            Vec::new(),
+        )
+        .await
+    }
+
+    async fn metadata(&self, file: &Path) -> Result<FileMeta, FsError> {
+        match self
+            .file_request(
+                "inspect",
+                file,
+                Request::Metadata { path: path(file) },
+                Vec::new(),
+            )
+            .await?
+        {
+            (Response::Metadata { meta }, _) => Ok(meta),
+            (other, _) => Err(fs_unexpected("inspect", file, &other)),
+        }
+    }
+
+    async fn read_dir(&self, dir: &Path) -> Result<Vec<DirEntry>, FsError> {
+        match self
+            .file_request(
+                "list",
+                dir,
+                Request::ReadDir { path: path(dir) },
+                Vec::new(),
+            )
+            .await?
+        {
+            (Response::Entries { entries }, _) => Ok(entries),
+            (other, _) => Err(fs_unexpected("list", dir, &other)),
+        }
+    }
+
+    async fn canonicalize(&self, file: &Path) -> Result<PathBuf, FsError> {
+        match self
+            .file_request(
+                "resolve",
+                file,
+                Request::Canonicalize { path: path(file) },
+                Vec::new(),
+            )
+            .await?
+        {
+            (Response::Path { path }, _) => Ok(path.0),
+            (other, _) => Err(fs_unexpected("resolve", file, &other)),
+        }
+    }
+
+    async fn create_spill_file(&self) -> Result<(PathBuf, SpillWriter), FsError> {
+        let dir = self.spill_dir.clone();
+        let (spill, created) = match self
+            .file_request("create spill file", &dir, Request::SpillCreate, Vec::new())
+            .await?
+        {
+            (Response::Spill { spill, path }, _) => (spill, path.0),
+            (other, _) => return Err(fs_unexpected("create spill file", &dir, &other)),
+        };
+        let (pipe, reader) = tokio::io::duplex(SPILL_CHUNK);
+        let link = HelperConnectionRef {
+            link: Arc::clone(&self.connection.link),
+        };
+        let done = tokio::spawn(pump_spill(link, spill, reader));
+        Ok((
+            created,
+            Box::new(HelperSpill {
+                pipe,
+                done: Some(done),
+            }),
+        ))
+    }
+
+    fn spill_dir(&self) -> Option<&Path> {
+        Some(&self.spill_dir)
+    }
+}
+
+/// What a spill pump needs of the connection (the link outlives the client's borrow).
+struct HelperConnectionRef {
+    link: Arc<Link>,
+}
+
+impl HelperConnectionRef {
+    async fn request(&self, request: Request, payload: Vec<u8>) -> io::Result<()> {
+        let failed = |error: HelperError| io::Error::other(error.to_string());
+        let mut call = self.link.call(request, payload).await.map_err(failed)?;
+        let answer = call.next().await.map_err(failed)?;
+        call.finished = true;
+        match answer {
+            (Response::Ok, _) => Ok(()),
+            (Response::Error { error }, _) => Err(io::Error::other(error.describe())),
+            (other, _) => Err(io::Error::other(unexpected("spill", &other).to_string())),
+        }
+    }
+}
+
+/// Send what the spill writer receives to the helper, in order, then close the file.
+async fn pump_spill(
+    link: HelperConnectionRef,
+    spill: u64,
+    mut pipe: DuplexStream,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; SPILL_CHUNK];
+    let written = async {
+        loop {
+            let read = pipe.read(&mut buf).await?;
+            if read == 0 {
+                return Ok(());
+            }
+            link.request(Request::SpillWrite { spill }, buf[..read].to_vec())
+                .await?;
+        }
+    }
+    .await;
+    let closed = link
+        .request(Request::SpillClose { spill }, Vec::new())
+        .await;
+    if let Err(error) = &written {
+        tracing::warn!(%error, "failed to write to the helper's spill file");
+    }
+    written.and(closed)
+}
+
+/// The spill writer handed to the bash tool: a pipe to [`pump_spill`]; its shutdown returns
+/// once the helper has stored everything and closed the file.
+struct HelperSpill {
+    pipe: DuplexStream,
+    done: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl AsyncWrite for HelperSpill {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.pipe).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.pipe).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        std::task::ready!(Pin::new(&mut self.pipe).poll_shutdown(cx))?;
+        let Some(done) = self.done.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let joined = std::task::ready!(Pin::new(done).poll(cx));
+        self.done = None;
+        Poll::Ready(joined.unwrap_or_else(|error| Err(io::Error::other(error))))
+    }
+}
+
+#[async_trait]
+impl BashOperations for HelperClient {
+    fn backend_id(&self) -> &BackendId {
+        &self.id
+    }
+
+    async fn exec(
+        &self,
+        request: ExecRequest,
+        cancel: CancellationToken,
+        output: mpsc::Sender<Vec<u8>>,
+    ) -> Result<ExecOutcome, ExecError> {
+        let backend = |error: HelperError| ExecError::Backend {
+            reason: error.to_string(),
+        };
+        let mut call = self
+            .connection
+            .call(
+                Request::Exec {
+                    request: request.into(),
+                },
+                Vec::new(),
+            )
+            .await
+            .map_err(backend)?;
+        let mut cancel_sent = false;
+        loop {
+            let answer = tokio::select! {
+                answer = call.next() => answer,
+                () = cancel.cancelled(), if !cancel_sent => {
+                    // The helper kills the tree and answers with a cancelled outcome.
+                    call.cancel();
+                    cancel_sent = true;
+                    continue;
+                }
+            };
+            match answer.map_err(backend)? {
+                (Response::Output, chunk) => {
+                    // The tool stopped listening (it settled): the rest is not wanted.
+                    let _ = output.send(chunk).await;
+                }
+                (Response::Exec { outcome }, _) => {
+                    call.finished = true;
+                    return Ok(outcome);
+                }
+                (Response::Error { error }, _) => {
+                    call.finished = true;
+                    return Err(error.into_exec());
+                }
+                (other, _) => {
+                    call.finished = true;
+                    return Err(backend(unexpected("exec", &other)));
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl SearchOperations for HelperClient {
+    async fn grep(
+        &self,
+        request: GrepRequest,
+        cancel: CancellationToken,
+    ) -> Result<GrepOutput, SearchError> {
+        match self
+            .search_request(
+                Request::Grep {
+                    request: request.into(),
+                },
+                cancel,
+            )
+            .await?
+        {
+            Response::Grep { output } => Ok(output.into()),
+            other => Err(SearchError::Backend {
+                reason: unexpected("grep", &other).to_string(),
+            }),
+        }
+    }
+
+    async fn find(
+        &self,
+        request: FindRequest,
+        cancel: CancellationToken,
+    ) -> Result<FindOutput, SearchError> {
+        match self
+            .search_request(
+                Request::Find {
+                    request: request.into(),
+                },
+                cancel,
+            )
+            .await?
+        {
+            Response::Find { output } => Ok(output.into()),
+            other => Err(SearchError::Backend {
+                reason: unexpected("find", &other).to_string(),
+            }),
+        }
+    }
+}

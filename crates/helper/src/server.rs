@@ -1,0 +1,615 @@
+//! The helper's side of the protocol ([`serve`]): read requests from one stream, run each on
+//! the local backend of this host in its own task, write the answers to the other stream as
+//! they complete (so many reads overlap on one channel).
+//!
+//! Order of a session: `hello` first (a client of another protocol version is refused),
+//! `probe` whenever, `start` once (the client's spec and root become a `LocalBackend` here,
+//! with every layer of the local sandbox, failing closed as it does locally), then any
+//! number of operations, `cancel`s and finally `shutdown`. The end of the input stream ends
+//! the session: every command still running is cancelled (its process tree killed), open
+//! spill files are closed, the backend is shut down, and [`serve`] returns.
+//!
+//! Bounds: frames ([`crate::frame`]), requests in flight ([`MAX_IN_FLIGHT`]), open spill
+//! files ([`MAX_OPEN_SPILLS`]). A malformed or out-of-order request is answered with an error
+//! and the session goes on; a broken frame ends it.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use cordon_backend_local::{LocalBackend, LocalConfig};
+use cordon_ops::{Backend, FileOperations, SpillWriter};
+use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::frame::{Frame, FrameError, MAX_PAYLOAD_BYTES, read_frame, write_frame};
+use crate::protocol::{
+    Envelope, MAX_IN_FLIGHT, MAX_OPEN_SPILLS, PROTOCOL_VERSION, ProbeReport, Request, Response,
+    SessionInfo, SessionStart, WireError, WirePath,
+};
+
+/// Frames waiting for the writer.
+const OUT_QUEUE: usize = 64;
+
+/// Serve one client on `reader`/`writer` until the input ends. Returns the frame error that
+/// ended it early, if one did (the session is cleaned up either way).
+pub async fn serve<R, W>(mut reader: R, writer: W) -> Result<(), FrameError>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out, queue) = mpsc::channel(OUT_QUEUE);
+    let writer_task = tokio::spawn(write_frames(writer, queue));
+    let server = Arc::new(Server {
+        out,
+        hello: AtomicBool::new(false),
+        backend: OnceLock::new(),
+        starting: AtomicBool::new(false),
+        cancels: Mutex::new(HashMap::new()),
+        spills: Mutex::new(HashMap::new()),
+        next_spill: AtomicU64::new(1),
+        in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+    });
+    let mut tasks = JoinSet::new();
+    let ended = loop {
+        while tasks.try_join_next().is_some() {}
+        match read_frame(&mut reader).await {
+            Ok(frame) => server.dispatch(frame, &mut tasks),
+            Err(FrameError::Eof) => break Ok(()),
+            Err(error) => {
+                tracing::warn!(%error, "helper: unreadable frame; ending the session");
+                server
+                    .send(
+                        0,
+                        &Response::Error {
+                            error: WireError::Protocol {
+                                message: error.to_string(),
+                            },
+                        },
+                        Vec::new(),
+                    )
+                    .await;
+                break Err(error);
+            }
+        }
+    };
+    server.finish(&mut tasks).await;
+    drop(server);
+    // Every sender is gone once the tasks are: the writer drains what is queued and ends.
+    let _ = writer_task.await;
+    ended
+}
+
+async fn write_frames<W: AsyncWrite + Unpin>(mut writer: W, mut queue: mpsc::Receiver<Frame>) {
+    while let Some(frame) = queue.recv().await {
+        if let Err(error) = write_frame(&mut writer, &frame).await {
+            tracing::warn!(%error, "helper: failed to write an answer; the client is gone");
+            return;
+        }
+        if queue.is_empty()
+            && let Err(error) = writer.flush().await
+        {
+            tracing::warn!(%error, "helper: failed to flush answers; the client is gone");
+            return;
+        }
+    }
+    let _ = writer.shutdown().await;
+}
+
+/// An open spill file: writes to one are serialised by its lock.
+type OpenSpill = Arc<tokio::sync::Mutex<SpillWriter>>;
+
+struct Server {
+    out: mpsc::Sender<Frame>,
+    hello: AtomicBool,
+    backend: OnceLock<Arc<LocalBackend>>,
+    starting: AtomicBool,
+    cancels: Mutex<HashMap<u64, CancellationToken>>,
+    spills: Mutex<HashMap<u64, OpenSpill>>,
+    next_spill: AtomicU64,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Server {
+    /// Queue one answer. A response that cannot be encoded or is over the header bound
+    /// becomes an error answer naming why.
+    async fn send(&self, id: u64, response: &Response, payload: Vec<u8>) {
+        if payload.len() > MAX_PAYLOAD_BYTES {
+            let error = WireError::Protocol {
+                message: format!(
+                    "the answer's data is {} bytes, more than one frame holds ({MAX_PAYLOAD_BYTES}); read the file in ranges",
+                    payload.len()
+                ),
+            };
+            return Box::pin(self.send_error(id, error)).await;
+        }
+        let frame = match encode(id, response) {
+            Ok(header) => Frame { header, payload },
+            Err(message) => {
+                tracing::warn!(id, %message, "helper: answer could not be encoded");
+                let error = Response::Error {
+                    error: WireError::Protocol { message },
+                };
+                match encode(id, &error) {
+                    Ok(header) => Frame {
+                        header,
+                        payload: Vec::new(),
+                    },
+                    Err(_) => return,
+                }
+            }
+        };
+        // A closed queue means the writer is gone (client gone): nothing to tell.
+        let _ = self.out.send(frame).await;
+    }
+
+    async fn send_error(&self, id: u64, error: WireError) {
+        self.send(id, &Response::Error { error }, Vec::new()).await;
+    }
+
+    fn dispatch(self: &Arc<Self>, frame: Frame, tasks: &mut JoinSet<()>) {
+        let Frame { header, payload } = frame;
+        let value: serde_json::Value = match serde_json::from_slice(&header) {
+            Ok(value) => value,
+            Err(error) => {
+                let server = Arc::clone(self);
+                tasks.spawn(async move {
+                    server
+                        .send_error(
+                            0,
+                            WireError::Protocol {
+                                message: format!("malformed request header (not JSON): {error}"),
+                            },
+                        )
+                        .await;
+                });
+                return;
+            }
+        };
+        let id = value
+            .get("id")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        let request = match serde_json::from_value::<Envelope<Request>>(value) {
+            Ok(envelope) => envelope.body,
+            Err(error) => {
+                let server = Arc::clone(self);
+                tasks.spawn(async move {
+                    server
+                        .send_error(
+                            id,
+                            WireError::Protocol {
+                                message: format!("malformed request: {error}"),
+                            },
+                        )
+                        .await;
+                });
+                return;
+            }
+        };
+        if let Request::Cancel { target } = request {
+            if let Some(token) = self.lock_cancels().get(&target) {
+                tracing::debug!(target, "helper: request cancelled by the client");
+                token.cancel();
+            }
+            return;
+        }
+        let refusal = if id == 0 {
+            Some("request id 0 is reserved; number requests from 1".to_owned())
+        } else if !matches!(request, Request::Hello { .. }) && !self.hello.load(Ordering::SeqCst) {
+            Some("the first request must be hello".to_owned())
+        } else if self.lock_cancels().contains_key(&id) {
+            Some(format!("request id {id} is already in flight"))
+        } else {
+            None
+        };
+        let permit = match (refusal, Arc::clone(&self.in_flight).try_acquire_owned()) {
+            (Some(message), _) => Err(message),
+            (None, Ok(permit)) => Ok(permit),
+            (None, Err(_)) => Err(format!(
+                "too many requests in flight (limit {MAX_IN_FLIGHT}); wait for answers before sending more"
+            )),
+        };
+        let server = Arc::clone(self);
+        let token = CancellationToken::new();
+        if permit.is_ok() {
+            self.lock_cancels().insert(id, token.clone());
+        }
+        tasks.spawn(async move {
+            match permit {
+                Ok(_permit) => {
+                    server.handle(id, request, payload, token).await;
+                    server.lock_cancels().remove(&id);
+                }
+                Err(message) => {
+                    tracing::debug!(id, %message, "helper: request refused");
+                    server.send_error(id, WireError::Protocol { message }).await;
+                }
+            }
+        });
+    }
+
+    fn lock_cancels(&self) -> std::sync::MutexGuard<'_, HashMap<u64, CancellationToken>> {
+        self.cancels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_spills(&self) -> std::sync::MutexGuard<'_, HashMap<u64, OpenSpill>> {
+        self.spills.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn backend(&self) -> Result<&Arc<LocalBackend>, WireError> {
+        self.backend.get().ok_or_else(|| WireError::Protocol {
+            message: "no session: send start first".to_owned(),
+        })
+    }
+
+    async fn handle(&self, id: u64, request: Request, payload: Vec<u8>, cancel: CancellationToken) {
+        let answer = match request {
+            Request::Hello { version } => self.hello(version),
+            Request::Probe => Ok((
+                Response::Probe {
+                    support: ProbeReport::from(cordon_backend_local::probe_host()),
+                },
+                Vec::new(),
+            )),
+            Request::Start { session } => self.start(*session).await,
+            Request::Exec { request } => {
+                return self.exec(id, request.into(), cancel).await;
+            }
+            Request::Cancel { .. } => return,
+            other => self.operation(other, payload, cancel).await,
+        };
+        match answer {
+            Ok((response, payload)) => self.send(id, &response, payload).await,
+            Err(error) => self.send_error(id, error).await,
+        }
+    }
+
+    fn hello(&self, version: u32) -> Result<(Response, Vec<u8>), WireError> {
+        if version != PROTOCOL_VERSION {
+            tracing::warn!(
+                client = version,
+                helper = PROTOCOL_VERSION,
+                "helper: protocol version mismatch; refusing the client"
+            );
+            return Err(WireError::Version {
+                helper: PROTOCOL_VERSION,
+                client: version,
+            });
+        }
+        self.hello.store(true, Ordering::SeqCst);
+        Ok((
+            Response::Hello {
+                version: PROTOCOL_VERSION,
+                helper: env!("CARGO_PKG_VERSION").to_owned(),
+            },
+            Vec::new(),
+        ))
+    }
+
+    async fn start(&self, session: SessionStart) -> Result<(Response, Vec<u8>), WireError> {
+        if self.starting.swap(true, Ordering::SeqCst) {
+            return Err(WireError::Protocol {
+                message: "a session was already started on this helper".to_owned(),
+            });
+        }
+        let SessionStart {
+            root,
+            spec,
+            home,
+            state_base,
+            simulate_support,
+        } = session;
+        let config = LocalConfig {
+            root: root.0,
+            spec,
+            home: home.map(WirePath::into_path),
+            state_base: state_base.map(WirePath::into_path),
+        };
+        let built = tokio::task::spawn_blocking(move || match simulate_support {
+            None => LocalBackend::new(config),
+            Some(wish) => {
+                let real = ProbeReport::from(cordon_backend_local::probe_host());
+                LocalBackend::with_host_support(config, wish.intersect(real).into())
+            }
+        })
+        .await;
+        let backend = match built {
+            Ok(Ok(backend)) => backend,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "helper: the session could not start");
+                self.starting.store(false, Ordering::SeqCst);
+                return Err(WireError::Start {
+                    message: error.to_string(),
+                });
+            }
+            Err(error) => {
+                self.starting.store(false, Ordering::SeqCst);
+                return Err(WireError::Start {
+                    message: format!("the start task failed: {error}"),
+                });
+            }
+        };
+        let files = backend.files();
+        let info = SessionInfo {
+            backend_id: backend.id().to_string(),
+            root: WirePath::from(backend.root()),
+            home: files.home().map(WirePath::from),
+            spill_dir: WirePath::from(backend.spill_dir()),
+            missing_layers: backend.missing_layers(),
+        };
+        tracing::info!(
+            backend = %info.backend_id,
+            missing_layers = ?info.missing_layers,
+            "helper: session started"
+        );
+        // `starting` is set only once, so the cell is empty here.
+        let _ = self.backend.set(Arc::new(backend));
+        Ok((
+            Response::Started {
+                session: Box::new(info),
+            },
+            Vec::new(),
+        ))
+    }
+
+    async fn operation(
+        &self,
+        request: Request,
+        payload: Vec<u8>,
+        cancel: CancellationToken,
+    ) -> Result<(Response, Vec<u8>), WireError> {
+        let backend = self.backend()?;
+        let files = backend.files();
+        let fs = |error: cordon_ops::FsError| WireError::from(&error);
+        let bytes = |data: Vec<u8>| (Response::Bytes, data);
+        match request {
+            Request::ReadFile { path } => files.read_file(&path.0).await.map(bytes).map_err(fs),
+            Request::ReadHead { path, max_bytes } => files
+                .read_head(&path.0, payload_bound(max_bytes))
+                .await
+                .map(bytes)
+                .map_err(fs),
+            Request::ReadRange {
+                path,
+                offset,
+                max_bytes,
+            } => files
+                .read_range(&path.0, offset, payload_bound(max_bytes))
+                .await
+                .map(bytes)
+                .map_err(fs),
+            Request::WriteFile { path } => files
+                .write_file(&path.0, &payload)
+                .await
+                .map(|()| (Response::Ok, Vec::new()))
+                .map_err(fs),
+            Request::CreateDirAll { path } => files
+                .create_dir_all(&path.0)
+                .await
+                .map(|()| (Response::Ok, Vec::new()))
+                .map_err(fs),
+            Request::Metadata { path } => files
+                .metadata(&path.0)
+                .await
+                .map(|meta| (Response::Metadata { meta }, Vec::new()))
+                .map_err(fs),
+            Request::ReadDir { path } => files
+                .read_dir(&path.0)
+                .await
+                .map(|entries| (Response::Entries { entries }, Vec::new()))
+                .map_err(fs),
+            Request::Canonicalize { path } => files
+                .canonicalize(&path.0)
+                .await
+                .map(|path| (Response::Path { path: path.into() }, Vec::new()))
+                .map_err(fs),
+            Request::SpillCreate => self.spill_create(files.as_ref()).await,
+            Request::SpillWrite { spill } => self.spill_write(spill, &payload).await,
+            Request::SpillClose { spill } => self.spill_close(spill).await,
+            Request::Grep { request } => backend
+                .search()
+                .grep(request.into(), cancel)
+                .await
+                .map(|output| {
+                    (
+                        Response::Grep {
+                            output: output.into(),
+                        },
+                        Vec::new(),
+                    )
+                })
+                .map_err(|error| WireError::from(&error)),
+            Request::Find { request } => backend
+                .search()
+                .find(request.into(), cancel)
+                .await
+                .map(|output| {
+                    (
+                        Response::Find {
+                            output: output.into(),
+                        },
+                        Vec::new(),
+                    )
+                })
+                .map_err(|error| WireError::from(&error)),
+            Request::Shutdown => {
+                tracing::info!("helper: session shut down by the client");
+                self.close_spills().await;
+                backend
+                    .shutdown()
+                    .await
+                    .map(|()| (Response::Ok, Vec::new()))
+                    .map_err(|error| WireError::Backend {
+                        reason: error.to_string(),
+                    })
+            }
+            Request::Hello { .. }
+            | Request::Probe
+            | Request::Start { .. }
+            | Request::Exec { .. }
+            | Request::Cancel { .. } => Err(WireError::Protocol {
+                message: "request routed to the wrong handler".to_owned(),
+            }),
+        }
+    }
+
+    async fn spill_create(
+        &self,
+        files: &dyn FileOperations,
+    ) -> Result<(Response, Vec<u8>), WireError> {
+        if self.lock_spills().len() >= MAX_OPEN_SPILLS {
+            return Err(WireError::Protocol {
+                message: format!(
+                    "too many open spill files (limit {MAX_OPEN_SPILLS}); close one first"
+                ),
+            });
+        }
+        let (path, writer) = files
+            .create_spill_file()
+            .await
+            .map_err(|error| WireError::from(&error))?;
+        let spill = self.next_spill.fetch_add(1, Ordering::SeqCst);
+        self.lock_spills()
+            .insert(spill, Arc::new(tokio::sync::Mutex::new(writer)));
+        Ok((
+            Response::Spill {
+                spill,
+                path: path.into(),
+            },
+            Vec::new(),
+        ))
+    }
+
+    fn open_spill(&self, spill: u64) -> Result<OpenSpill, WireError> {
+        self.lock_spills()
+            .get(&spill)
+            .cloned()
+            .ok_or_else(|| WireError::Protocol {
+                message: format!("no open spill file with handle {spill}"),
+            })
+    }
+
+    async fn spill_write(&self, spill: u64, data: &[u8]) -> Result<(Response, Vec<u8>), WireError> {
+        let writer = self.open_spill(spill)?;
+        let mut writer = writer.lock().await;
+        writer
+            .write_all(data)
+            .await
+            .map(|()| (Response::Ok, Vec::new()))
+            .map_err(|error| spill_error("write spill file", &error))
+    }
+
+    async fn spill_close(&self, spill: u64) -> Result<(Response, Vec<u8>), WireError> {
+        let writer = self.open_spill(spill)?;
+        self.lock_spills().remove(&spill);
+        let mut writer = writer.lock().await;
+        writer
+            .shutdown()
+            .await
+            .map(|()| (Response::Ok, Vec::new()))
+            .map_err(|error| spill_error("write spill file", &error))
+    }
+
+    async fn close_spills(&self) {
+        let open: Vec<OpenSpill> = self.lock_spills().drain().map(|(_, spill)| spill).collect();
+        for spill in open {
+            if let Err(error) = spill.lock().await.shutdown().await {
+                tracing::warn!(%error, "helper: failed to close a spill file at the end");
+            }
+        }
+    }
+
+    async fn exec(&self, id: u64, request: cordon_ops::ExecRequest, cancel: CancellationToken) {
+        let backend = match self.backend() {
+            Ok(backend) => backend,
+            Err(error) => return self.send_error(id, error).await,
+        };
+        let bash = backend.bash();
+        let (chunks, mut received) = mpsc::channel::<Vec<u8>>(16);
+        let run = bash.exec(request, cancel, chunks);
+        tokio::pin!(run);
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                chunk = received.recv() => match chunk {
+                    Some(chunk) => self.send_output(id, chunk).await,
+                    None => break (&mut run).await,
+                },
+                outcome = &mut run => break outcome,
+            }
+        };
+        received.close();
+        while let Some(chunk) = received.recv().await {
+            self.send_output(id, chunk).await;
+        }
+        match outcome {
+            Ok(outcome) => self.send(id, &Response::Exec { outcome }, Vec::new()).await,
+            Err(error) => self.send_error(id, WireError::from(&error)).await,
+        }
+    }
+
+    async fn send_output(&self, id: u64, chunk: Vec<u8>) {
+        if chunk.len() <= MAX_PAYLOAD_BYTES {
+            return self.send(id, &Response::Output, chunk).await;
+        }
+        for part in chunk.chunks(MAX_PAYLOAD_BYTES) {
+            self.send(id, &Response::Output, part.to_vec()).await;
+        }
+    }
+
+    /// The end of the input: cancel what runs (commands' trees are killed), wait for every
+    /// task, close spill files, shut the backend down.
+    async fn finish(&self, tasks: &mut JoinSet<()>) {
+        let running: Vec<CancellationToken> = self.lock_cancels().values().cloned().collect();
+        if !running.is_empty() {
+            tracing::info!(
+                requests = running.len(),
+                "helper: input ended; cancelling what still runs"
+            );
+        }
+        for token in running {
+            token.cancel();
+        }
+        while tasks.join_next().await.is_some() {}
+        self.close_spills().await;
+        if let Some(backend) = self.backend.get() {
+            if let Err(error) = backend.shutdown().await {
+                tracing::warn!(%error, "helper: backend shutdown lost work");
+            }
+            tracing::info!("helper: session ended");
+        }
+    }
+}
+
+/// A `max_bytes` from the wire as a read bound (never more than one payload).
+fn payload_bound(max_bytes: u64) -> usize {
+    usize::try_from(max_bytes)
+        .unwrap_or(usize::MAX)
+        .min(MAX_PAYLOAD_BYTES)
+}
+
+fn spill_error(op: &'static str, error: &std::io::Error) -> WireError {
+    WireError::Io {
+        op: op.to_owned(),
+        path: WirePath::from(Path::new("spill file")),
+        io: error.into(),
+    }
+}
+
+fn encode<T: Serialize>(id: u64, body: &T) -> Result<Vec<u8>, String> {
+    let header = serde_json::to_vec(&Envelope { id, body })
+        .map_err(|error| format!("failed to encode the answer: {error}"))?;
+    if header.len() > crate::frame::MAX_HEADER_BYTES {
+        return Err(format!(
+            "the answer is {} bytes, more than one frame holds ({}); narrow the request",
+            header.len(),
+            crate::frame::MAX_HEADER_BYTES
+        ));
+    }
+    Ok(header)
+}

@@ -1,0 +1,3 @@
+//! Integration tests of the helper: the built `cordon-helper serve` as a child process.
+
+mod pipe;
