@@ -39,6 +39,7 @@ pub mod known_hosts;
 
 mod bash;
 mod files;
+pub mod helper;
 mod remote;
 mod search;
 mod sweep;
@@ -88,6 +89,11 @@ pub struct SshConfig {
     /// and it, `spill/` and the root's directory must be real directories owned by the remote
     /// user.
     pub state_dir: Option<PathBuf>,
+    /// The `cordon-helper` binary to run on the remote host (`--ssh-helper`); `None`: the one
+    /// next to the current executable, `cordon-helper-<arch>` for the host's architecture
+    /// first, then `cordon-helper`. It must be a 64-bit ELF executable for the host's
+    /// architecture (`uname -m`).
+    pub helper: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for SshConfig {
@@ -99,6 +105,8 @@ impl std::fmt::Debug for SshConfig {
             .field("ssh_config", &self.ssh_config)
             .field("remote_root", &self.remote_root)
             .field("agent", &self.agent)
+            .field("state_dir", &self.state_dir)
+            .field("helper", &self.helper)
             .field("passphrase", &self.passphrase.as_ref().map(|_| "<hook>"))
             .finish_non_exhaustive()
     }
@@ -122,6 +130,7 @@ impl SshConfig {
             passphrase: None,
             force_search_fallback: false,
             state_dir: None,
+            helper: None,
         }
     }
 }
@@ -133,6 +142,8 @@ pub(crate) struct RemoteIdentity {
     pub gids: Vec<u32>,
     pub home: Option<PathBuf>,
     pub has_rg: bool,
+    /// `uname -m`.
+    pub arch: String,
 }
 
 /// The shared state behind every operation set.
@@ -146,6 +157,10 @@ pub(crate) struct Inner {
     pub identity: RemoteIdentity,
     pub force_fallback: bool,
     pub runner: Arc<Runner<SshTransport>>,
+    /// The configured helper binary ([`SshConfig::helper`]).
+    pub helper_binary: Option<PathBuf>,
+    /// The configured state directory, as the start script takes it.
+    pub state_dir: Option<String>,
     this: Weak<Inner>,
 }
 
@@ -184,6 +199,7 @@ printf 'gids\0%s\0' "$(id -G)"
 printf 'home\0%s\0' "$HOME"
 if command -v rg >/dev/null 2>&1; then r=1; else r=0; fi
 printf 'rg\0%s\0' "$r"
+printf 'arch\0%s\0' "$(uname -m)"
 umask 077
 for d in "$base" "$base/spill" "$base/spill/$hash"; do
     mkdir -p "$d" 2>/dev/null
@@ -230,6 +246,7 @@ impl SshBackend {
             passphrase,
             force_search_fallback,
             state_dir,
+            helper,
         } = config;
         match spec.network {
             NetworkMode::Disabled | NetworkMode::Enabled => {}
@@ -295,7 +312,7 @@ impl SshBackend {
         let argv = cordon_remote::sh_argv(
             PROBE_SCRIPT,
             "cordon-probe",
-            [hash16(&root_text), state_arg],
+            [hash16(&root_text), state_arg.clone()],
         );
         let out = remote::run_collect(
             &pool,
@@ -358,6 +375,7 @@ impl SshBackend {
             gids,
             home: home.clone(),
             has_rg: get("rg").as_deref() == Some("1"),
+            arch: get("arch").unwrap_or_default(),
         };
 
         // Extra roots, canonical; missing ones give no access.
@@ -420,6 +438,8 @@ impl SshBackend {
             force_fallback: force_search_fallback,
             runner: Arc::new(Runner::new(SshTransport(Arc::clone(&pool)), bash::MAX_IDLE)),
             pool,
+            helper_binary: helper,
+            state_dir: (!state_arg.is_empty()).then_some(state_arg),
             this: this.clone(),
         });
         if inner.spec.allow_degraded {
@@ -432,6 +452,25 @@ impl SshBackend {
     /// The remote directory holding this root's spill files.
     pub fn spill_dir(&self) -> &Path {
         &self.inner.spill_dir
+    }
+
+    /// Choose the helper binary for the host, upload it to the remote cache unless it is
+    /// there, and run its hash-verified start once (then close it): what `cordon doctor`
+    /// reports.
+    pub async fn check_helper(&self) -> Result<helper::HelperReport, helper::RemoteHelperError> {
+        let local = helper::choose_blocking(
+            self.inner.helper_binary.clone(),
+            self.inner.identity.arch.clone(),
+        )
+        .await?;
+        let channel =
+            helper::start(&self.inner.pool, &local, self.inner.state_dir.as_deref()).await?;
+        Ok(helper::HelperReport {
+            arch: self.inner.identity.arch.clone(),
+            remote_path: channel.remote_path.clone(),
+            uploaded: channel.uploaded,
+            local,
+        })
     }
 
     /// Whether searches use `rg` on the remote host.

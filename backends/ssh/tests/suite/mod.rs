@@ -2,5 +2,6 @@
 mod connect;
 mod exec;
 mod files;
+mod helper;
 mod search;
 pub mod support;
