@@ -6,9 +6,10 @@
 //! stdin close, kills the tree on the remote side, and a sweep over a fresh connection makes
 //! sure of it.
 //!
-//! Fail closed: the remote host cannot enforce the policy's sandbox for commands in this phase
-//! (no network cut, no limits, no filesystem confinement), so commands are refused unless the
-//! operator accepted that with `allow_degraded` (`--allow-degraded`).
+//! These workers are the path without the helper (module `helper`: the policy's sandbox on the
+//! host). They confine nothing (no network cut, no limits, no filesystem confinement), so
+//! commands are refused unless the operator accepted that with `allow_degraded`
+//! (`--allow-degraded`).
 
 use cordon_ops::{BackendId, ExecError, ExecOutcome};
 use cordon_remote::runner::{Attempt, Command, CommandHost, Lease};
@@ -27,19 +28,25 @@ impl CommandHost for Inner {
         &self.id
     }
 
-    /// Commands are refused unless the operator accepted an unconfined remote account.
+    /// Without the helper, commands are refused unless the operator accepted an unconfined
+    /// remote account.
     fn admit(&self) -> Result<(), ExecError> {
         if self.spec.allow_degraded {
             return Ok(());
         }
+        let why = self
+            .helper_refusal
+            .as_deref()
+            .unwrap_or("the helper does not run");
+        tracing::info!(host = %self.pool.label(), reason = %why, "ssh: command refused: no remote sandbox");
         Err(ExecError::Sandbox {
             layer: REMOTE_SANDBOX_LAYER,
             reason: format!(
-                "the SSH backend cannot confine commands on {}: the remote host enforces none \
-                 of the policy's command sandbox in this phase (network off, resource limits, \
-                 filesystem confinement); pass --allow-degraded (allow_degraded in the sandbox \
-                 spec) to run commands there with the remote account's own rights. File tools \
-                 stay confined to the remote roots either way",
+                "the SSH backend cannot confine commands on {}: the Cordon helper, which runs \
+                 them under the policy's sandbox on the host, does not run there ({why}). Fix \
+                 that, or pass --allow-degraded (allow_degraded in the sandbox spec) to run \
+                 commands there with the remote account's own rights. File tools stay \
+                 confined to the remote roots either way",
                 self.pool.label()
             ),
         })

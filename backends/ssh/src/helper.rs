@@ -688,10 +688,14 @@ async fn upload(pool: &Pool, local: &LocalHelper, dir: &str) -> Result<(), Remot
         .map_err(|e| upload_error(format!("open {temp}: {e}")))?
         .handle;
     let written = async {
-        let writes = bytes.chunks(UPLOAD_CHUNK).enumerate().map(|(i, chunk)| {
-            live.sftp
-                .write(handle.as_str(), (i * UPLOAD_CHUNK) as u64, chunk.to_vec())
-        });
+        let pieces: Vec<(u64, Vec<u8>)> = bytes
+            .chunks(UPLOAD_CHUNK)
+            .enumerate()
+            .map(|(i, chunk)| ((i * UPLOAD_CHUNK) as u64, chunk.to_vec()))
+            .collect();
+        let writes = pieces
+            .into_iter()
+            .map(|(offset, chunk)| live.sftp.write(handle.as_str(), offset, chunk));
         futures::stream::iter(writes)
             .buffer_unordered(UPLOAD_PIPELINE)
             .try_collect::<Vec<_>>()
@@ -746,6 +750,46 @@ async fn upload(pool: &Pool, local: &LocalHelper, dir: &str) -> Result<(), Remot
         "ssh: helper uploaded"
     );
     Ok(())
+}
+
+/// Starts helpers on the SSH host for [`cordon_helper::HelperBackend`]: the first connect hands
+/// over the helper started while connecting, later ones (after a helper died) start a new one,
+/// verified (and uploaded again if the cached file changed) like the first.
+pub(crate) struct SshConnector {
+    pub pool: Arc<Pool>,
+    pub local: LocalHelper,
+    pub state_dir: Option<String>,
+    pub first: Mutex<Option<HelperChannel>>,
+}
+
+#[async_trait::async_trait]
+impl cordon_helper::Connector for SshConnector {
+    async fn connect(&self) -> Result<cordon_helper::Connection, cordon_helper::HelperError> {
+        let ready = self.first.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let channel = match ready {
+            Some(channel) => channel,
+            None => start(&self.pool, &self.local, self.state_dir.as_deref())
+                .await
+                .map_err(|error| cordon_helper::HelperError::Spawn {
+                    program: PathBuf::from(HELPER_NAME),
+                    source: std::io::Error::other(error.to_string()),
+                })?,
+        };
+        let HelperChannel {
+            reader,
+            writer,
+            cache_dir: _,
+            remote_path: _,
+            uploaded: _,
+            stderr,
+            pump,
+        } = channel;
+        Ok(cordon_helper::Connection {
+            reader: Box::new(reader),
+            writer: Box::new(writer),
+            keep: Box::new((pump, stderr)),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -161,6 +161,9 @@ pub(crate) struct Inner {
     pub helper_binary: Option<PathBuf>,
     /// The configured state directory, as the start script takes it.
     pub state_dir: Option<String>,
+    /// Why the helper does not run on the host (commands are then refused unless the spec
+    /// allows a degraded sandbox); `None` when it runs.
+    pub helper_refusal: Option<String>,
     this: Weak<Inner>,
 }
 
@@ -173,9 +176,14 @@ impl Inner {
     }
 }
 
-/// The SSH backend: one connection, SFTP files, exec commands, remote search.
+/// The SSH backend: one connection; with the helper running on the host every operation goes
+/// through it, else SFTP files, remote search and (with a degraded sandbox) shell workers.
 pub struct SshBackend {
     inner: Arc<Inner>,
+    /// The helper session, when the helper runs on the host.
+    helper: Option<cordon_helper::HelperBackend>,
+    /// Which helper was started, for reports.
+    helper_report: Option<helper::HelperReport>,
 }
 
 impl std::fmt::Debug for SshBackend {
@@ -246,7 +254,7 @@ impl SshBackend {
             passphrase,
             force_search_fallback,
             state_dir,
-            helper,
+            helper: helper_path,
         } = config;
         match spec.network {
             NetworkMode::Disabled | NetworkMode::Enabled => {}
@@ -428,6 +436,28 @@ impl SshBackend {
             endpoint.user, endpoint.host, endpoint.port, root_text
         ));
         drop(live);
+        let state_dir = (!state_arg.is_empty()).then_some(state_arg);
+        let started = start_helper(HelperSetup {
+            pool: &pool,
+            configured: helper_path.clone(),
+            arch: &identity.arch,
+            state_dir: state_dir.clone(),
+            root: &root,
+            spec: &spec,
+        })
+        .await;
+        let (helper, helper_report, helper_refusal) = match started {
+            Ok((backend, report)) => (Some(backend), Some(report), None),
+            Err(reason) => {
+                tracing::warn!(
+                    host = %label,
+                    %reason,
+                    allow_degraded = spec.allow_degraded,
+                    "ssh: the helper does not run; commands are refused unless the sandbox may be degraded"
+                );
+                (None, None, Some(reason))
+            }
+        };
         let inner = Arc::new_cyclic(|this| Inner {
             id,
             root,
@@ -438,15 +468,20 @@ impl SshBackend {
             force_fallback: force_search_fallback,
             runner: Arc::new(Runner::new(SshTransport(Arc::clone(&pool)), bash::MAX_IDLE)),
             pool,
-            helper_binary: helper,
-            state_dir: (!state_arg.is_empty()).then_some(state_arg),
+            helper_binary: helper_path,
+            state_dir,
+            helper_refusal,
             this: this.clone(),
         });
-        if inner.spec.allow_degraded {
+        if helper.is_none() && inner.spec.allow_degraded {
             // The first command then finds a worker ready.
             inner.runner.keep_a_spare();
         }
-        Ok(SshBackend { inner })
+        Ok(SshBackend {
+            inner,
+            helper,
+            helper_report,
+        })
     }
 
     /// The remote directory holding this root's spill files.
@@ -473,20 +508,156 @@ impl SshBackend {
         })
     }
 
+    /// The helper running on the host (binary, hash, cache path, whether this connect
+    /// uploaded it); `None` when it does not run ([`SshBackend::helper_refusal`] says why).
+    pub fn helper_report(&self) -> Option<&helper::HelperReport> {
+        self.helper_report.as_ref()
+    }
+
+    /// Why the helper does not run on the host; `None` when it runs.
+    pub fn helper_refusal(&self) -> Option<&str> {
+        self.inner.helper_refusal.as_deref()
+    }
+
+    /// The sandbox layers the host's kernel provides, as the running helper probes them.
+    pub async fn helper_probe(&self) -> Result<cordon_helper::ProbeReport, String> {
+        let Some(helper) = &self.helper else {
+            return Err(self
+                .inner
+                .helper_refusal
+                .clone()
+                .unwrap_or_else(|| "the helper does not run".to_owned()));
+        };
+        let client = helper
+            .ops()
+            .current()
+            .await
+            .ok_or_else(|| "the helper died; the next call starts a new one".to_owned())?;
+        client.probe().await.map_err(|e| e.to_string())
+    }
+
     /// Whether searches use `rg` on the remote host.
     pub fn has_rg(&self) -> bool {
         self.inner.identity.has_rg && !self.inner.force_fallback
     }
 }
 
-cordon_remote::impl_remote_backend!(SshBackend);
-
-impl SshBackend {
-    /// File operations over SFTP.
-    fn file_operations(&self) -> Arc<dyn cordon_ops::FileOperations> {
-        self.inner.clone()
+#[async_trait::async_trait]
+impl cordon_ops::Backend for SshBackend {
+    fn id(&self) -> &BackendId {
+        &self.inner.id
     }
 
+    fn files(&self) -> Arc<dyn cordon_ops::FileOperations> {
+        match &self.helper {
+            Some(helper) => helper.files(),
+            None => self.inner.clone(),
+        }
+    }
+
+    fn bash(&self) -> Arc<dyn cordon_ops::BashOperations> {
+        match &self.helper {
+            Some(helper) => helper.bash(),
+            None => Arc::new(cordon_remote::runner::RemoteBash(self.inner.clone())),
+        }
+    }
+
+    fn search(&self) -> Arc<dyn cordon_ops::SearchOperations> {
+        match &self.helper {
+            Some(helper) => helper.search(),
+            None => Arc::new(cordon_remote::search::host::RemoteSearch(
+                self.inner.clone(),
+            )),
+        }
+    }
+
+    fn missing_layers(&self) -> Vec<String> {
+        match &self.helper {
+            Some(helper) => helper
+                .missing_layers()
+                .into_iter()
+                .map(|layer| format!("ssh: {layer}"))
+                .collect(),
+            None => self.layers_missing(),
+        }
+    }
+
+    async fn shutdown(&self) -> Result<(), cordon_ops::ShutdownError> {
+        if let Some(helper) = &self.helper {
+            helper.shutdown().await?;
+        }
+        self.close_session().await
+    }
+}
+
+/// What [`start_helper`] needs.
+struct HelperSetup<'a> {
+    pool: &'a Arc<Pool>,
+    configured: Option<PathBuf>,
+    arch: &'a str,
+    state_dir: Option<String>,
+    root: &'a Path,
+    spec: &'a SandboxSpec,
+}
+
+/// Start the helper on the host and open the session in it: the binary for the host's
+/// architecture, uploaded unless cached, hash-verified, its cache denied to the session (a
+/// command must not replace the helper the next session runs). `Err` says why it cannot run.
+async fn start_helper(
+    setup: HelperSetup<'_>,
+) -> Result<(cordon_helper::HelperBackend, helper::HelperReport), String> {
+    let HelperSetup {
+        pool,
+        configured,
+        arch,
+        state_dir,
+        root,
+        spec,
+    } = setup;
+    let local = helper::choose_blocking(configured, arch.to_owned())
+        .await
+        .map_err(|e| e.to_string())?;
+    let channel = helper::start(pool, &local, state_dir.as_deref())
+        .await
+        .map_err(|e| e.to_string())?;
+    let report = helper::HelperReport {
+        arch: arch.to_owned(),
+        local: local.clone(),
+        remote_path: channel.remote_path.clone(),
+        uploaded: channel.uploaded,
+    };
+    let session = cordon_helper::SessionStart::new(root, helper_spec(spec, &channel.cache_dir));
+    let connector = helper::SshConnector {
+        pool: Arc::clone(pool),
+        local,
+        state_dir,
+        first: std::sync::Mutex::new(Some(channel)),
+    };
+    let backend = cordon_helper::HelperBackend::start(Box::new(connector), session)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((backend, report))
+}
+
+/// The spec the helper's session gets: the helper cache denied, and the variables passed by
+/// name taken from this process (as the shell workers do), not from the helper's scrubbed
+/// environment.
+fn helper_spec(spec: &SandboxSpec, cache_dir: &str) -> SandboxSpec {
+    let mut spec = spec.clone();
+    if spec.sources.denied.len() == spec.denied.len() {
+        // Not a policy line: Cordon protects its own helper.
+        spec.sources.denied.push(0);
+    }
+    spec.denied.push(format!("{cache_dir}/**"));
+    let passed: Vec<(String, String)> = std::mem::take(&mut spec.env.pass)
+        .into_iter()
+        .filter_map(|name| std::env::var(&name).ok().map(|value| (name, value)))
+        .collect();
+    spec.env.set.splice(0..0, passed);
+    spec
+}
+
+impl SshBackend {
     /// What commands run without on the remote host (only when they run at all).
     fn layers_missing(&self) -> Vec<String> {
         if !self.inner.spec.allow_degraded {
@@ -499,6 +670,12 @@ impl SshBackend {
                 .to_owned(),
             "ssh: no resource limits on remote commands".to_owned(),
         ];
+        if let Some(reason) = &self.inner.helper_refusal {
+            layers.push(format!(
+                "ssh: the Cordon helper does not run on the host, so commands run through a \
+                 plain shell: {reason}"
+            ));
+        }
         match self.inner.spec.network {
             NetworkMode::Disabled => layers.push(
                 "ssh: network is not disabled for remote commands (the policy asks for none)"

@@ -1,18 +1,23 @@
-//! The remote helper's cache: uploaded once per host and version, verified before every start
-//! (a changed file is uploaded again), unsafe cache directories refused, a noexec cache and a
-//! binary for another architecture refused with the reason. The binary here is a copy of
-//! `/bin/true` (an ELF executable of this machine's architecture that ends at once): these
-//! tests are about the cache, not about what runs from it.
+//! The remote helper. Its cache: uploaded once per host and version, verified before every
+//! start (a changed file is uploaded again), unsafe cache directories refused, a noexec cache
+//! and a binary for another architecture refused with the reason; there the binary is a copy
+//! of `/bin/true` (an ELF executable of this machine's architecture that ends at once). Then
+//! the real helper (`cargo build -p cordon-helper`): commands confined on the host without
+//! `allow_degraded`, a helper killed mid-call, a corrupted helper replaced, and failing closed
+//! (or today's shell worker with `allow_degraded`) when no helper can run.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use cordon_backend_ssh::SshBackend;
 use cordon_backend_ssh::helper::RemoteHelperError;
+use cordon_ops::{Backend, ExecError, ExecOutcome, ExitStatus};
 use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
 
-use super::support::{Server, server};
+use super::support::{Server, descendants, server};
 
 /// A copy of `/bin/true` with one appended byte per `variant` (so each test has its own hash).
 fn fake_helper(server: &Server, variant: &str) -> PathBuf {
@@ -44,10 +49,16 @@ async fn the_helper_is_uploaded_once_then_verified_from_the_cache() {
     let Some(server) = server() else { return };
     let helper = fake_helper(&server, "once");
     let state = server.dir.path().join("state");
+    // Connecting starts the helper: the first start uploads it (this one then exits at once,
+    // so the helper does not run and commands would be refused).
     let backend = connect_with(&server, &helper, &state).await;
+    assert!(backend.helper_report().is_none());
     let sha = sha256_hex(&helper);
     let first = backend.check_helper().await.expect("first start");
-    assert!(first.uploaded);
+    assert!(
+        !first.uploaded,
+        "the helper uploaded at connect was uploaded again"
+    );
     assert_eq!(first.local.sha256, sha);
     let cached = state.join("helper").join(&sha).join("cordon-helper");
     assert_eq!(first.remote_path, cached.to_string_lossy());
@@ -65,8 +76,10 @@ async fn the_helper_is_uploaded_once_then_verified_from_the_cache() {
         .collect();
     assert_eq!(names, vec![std::ffi::OsString::from("cordon-helper")]);
 
+    std::fs::remove_file(&cached).unwrap();
     let second = backend.check_helper().await.expect("second start");
-    assert!(!second.uploaded, "the cached helper was uploaded again");
+    assert!(second.uploaded, "a missing cached helper was not uploaded");
+    assert_eq!(sha256_hex(&cached), sha);
     // A new connection (a new session) finds it too.
     let again = connect_with(&server, &helper, &state).await;
     assert!(!again.check_helper().await.expect("third start").uploaded);
@@ -230,4 +243,269 @@ async fn a_helper_for_another_architecture_is_refused_before_any_upload() {
     let error = backend.check_helper().await.unwrap_err();
     assert!(error.to_string().contains("it is built for"), "{error}");
     assert!(!state.join("helper").exists(), "something was uploaded");
+}
+
+/// Run `command` in `cwd`, collecting its output.
+async fn bash(
+    backend: &SshBackend,
+    command: &str,
+    cwd: &Path,
+) -> (Result<ExecOutcome, ExecError>, String) {
+    super::exec::run(
+        backend,
+        command,
+        cwd,
+        Duration::from_secs(120),
+        CancellationToken::new(),
+    )
+    .await
+}
+
+fn succeeded(result: &Result<ExecOutcome, ExecError>) -> bool {
+    matches!(
+        result,
+        Ok(ExecOutcome {
+            status: Some(ExitStatus::Code(0)),
+            ..
+        })
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_run_confined_on_the_host_without_allow_degraded() {
+    let Some(server) = server() else { return };
+    let ws = server.workspace.clone();
+    std::fs::create_dir_all(ws.join(".git")).unwrap();
+    std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
+    let canary = server.dir.path().join("canary.txt");
+    std::fs::write(&canary, "canary\n").unwrap();
+    let config = server.helper_config();
+    assert!(!config.spec.allow_degraded);
+    let backend = SshBackend::connect(config).await.expect("connect");
+    assert_eq!(backend.helper_refusal(), None);
+    let report = backend.helper_report().expect("the helper runs").clone();
+    assert!(report.uploaded);
+    assert!(
+        backend.missing_layers().is_empty(),
+        "{:?}",
+        backend.missing_layers()
+    );
+
+    let (result, output) = bash(&backend, "echo inside > inside.txt && cat inside.txt", &ws).await;
+    assert!(succeeded(&result), "{result:?} {output}");
+    assert_eq!(output, "inside\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("inside.txt")).unwrap(),
+        "inside\n"
+    );
+
+    // Outside the remote root: refused, the canary untouched, nothing created.
+    let outside = server.dir.path().join("outside.txt");
+    let command = format!(
+        "echo changed > {canary}; echo new > {outside}; rm -f {canary}",
+        canary = canary.display(),
+        outside = outside.display()
+    );
+    let (result, output) = bash(&backend, &command, &ws).await;
+    assert!(!succeeded(&result), "{result:?} {output}");
+    assert_eq!(std::fs::read_to_string(&canary).unwrap(), "canary\n");
+    assert!(!outside.exists());
+
+    // A protected path is read-only.
+    let (result, output) = bash(&backend, "echo x >> .git/config", &ws).await;
+    assert!(!succeeded(&result), "{result:?} {output}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+
+    // The network is off: not even the sshd on 127.0.0.1 can be reached.
+    let command = format!(
+        "if (exec 3<>/dev/tcp/127.0.0.1/{}) 2>/dev/null; then echo connected; else echo refused; fi",
+        server.port
+    );
+    let (result, output) = bash(&backend, &command, &ws).await;
+    assert!(succeeded(&result), "{result:?} {output}");
+    assert_eq!(output, "refused\n");
+
+    // The helper cache is denied: a command cannot replace the next session's helper.
+    let command = format!(
+        "{{ rm -f {path} && cp /bin/true {path}; }} || echo refused; \
+         cat {path} > /dev/null || echo unreadable",
+        path = report.remote_path
+    );
+    let (_, output) = bash(&backend, &command, &ws).await;
+    assert!(output.contains("refused"), "{output}");
+    assert_eq!(
+        sha256_hex(Path::new(&report.remote_path)),
+        report.local.sha256
+    );
+    backend.shutdown().await.expect("shutdown");
+
+    // Even when the cache lies inside the workspace, it is denied to the session.
+    let mut config = server.helper_config();
+    config.remote_root = server.dir.path().to_path_buf();
+    let wide = SshBackend::connect(config).await.expect("connect");
+    assert!(
+        wide.helper_report().is_some(),
+        "{:?}",
+        wide.helper_refusal()
+    );
+    let (_, output) = bash(&wide, &command, server.dir.path()).await;
+    assert!(output.contains("refused"), "{output}");
+    assert!(output.contains("unreadable"), "{output}");
+    assert_eq!(
+        sha256_hex(Path::new(&report.remote_path)),
+        report.local.sha256
+    );
+    let (result, output) = bash(&wide, "echo x > ws/inside-wide.txt", server.dir.path()).await;
+    assert!(succeeded(&result), "{result:?} {output}");
+    wide.shutdown().await.expect("shutdown");
+}
+
+/// Pids of the processes running `./cordon-helper serve` (the helpers sshd started).
+fn helper_pids(server: &Server) -> Vec<u32> {
+    descendants(server.pid())
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline == b"./cordon-helper\0serve\0")
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helper_killed_mid_call_fails_the_call_and_the_next_call_starts_a_new_one() {
+    let Some(server) = server() else { return };
+    let ws = server.workspace.clone();
+    let backend = std::sync::Arc::new(
+        SshBackend::connect(server.helper_config())
+            .await
+            .expect("connect"),
+    );
+    let first = helper_pids(&server);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let started = ws.join("started.txt");
+    let running = {
+        let backend = backend.clone();
+        let ws = ws.clone();
+        tokio::spawn(
+            async move { bash(&backend, "echo $$ > started.txt; exec sleep 600", &ws).await },
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let sleeper: u32 = loop {
+        if let Ok(text) = std::fs::read_to_string(&started)
+            && let Ok(pid) = text.trim().parse()
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for pid in &first {
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+    }
+    let (result, _) = running.await.unwrap();
+    match result {
+        Err(ExecError::Backend { reason }) => {
+            assert!(
+                reason.contains("the next call starts a new helper"),
+                "{reason}"
+            )
+        }
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    // What the dead helper had started is not this test's subject (the sandbox's own
+    // business); do not leave it running.
+    let _ = Command::new("kill")
+        .args(["-KILL", &sleeper.to_string()])
+        .status();
+
+    let (result, output) = bash(&backend, "echo again", &ws).await;
+    assert!(succeeded(&result), "{result:?} {output}");
+    assert_eq!(output, "again\n");
+    let second = helper_pids(&server);
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_ne!(second, first);
+    backend.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupted_helper_is_replaced_before_the_next_session_runs_it() {
+    let Some(server) = server() else { return };
+    let first = SshBackend::connect(server.helper_config())
+        .await
+        .expect("connect");
+    let report = first.helper_report().expect("the helper runs").clone();
+    assert!(report.uploaded);
+    first.shutdown().await.expect("shutdown");
+    // Once per host and version: the next session runs the cached one.
+    let cached_run = SshBackend::connect(server.helper_config())
+        .await
+        .expect("connect");
+    assert!(
+        !cached_run
+            .helper_report()
+            .expect("the helper runs")
+            .uploaded
+    );
+    cached_run.shutdown().await.expect("shutdown");
+    let cached = PathBuf::from(&report.remote_path);
+    let mut bytes = std::fs::read(&cached).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0xff;
+    let flipped = cached.with_file_name("flipped");
+    std::fs::write(&flipped, &bytes).unwrap();
+    std::fs::set_permissions(&flipped, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::rename(&flipped, &cached).unwrap();
+
+    let second = SshBackend::connect(server.helper_config())
+        .await
+        .expect("connect");
+    assert!(second.helper_report().expect("the helper runs").uploaded);
+    assert_eq!(sha256_hex(&cached), report.local.sha256);
+    let (result, output) = bash(&second, "echo fine", &server.workspace).await;
+    assert!(succeeded(&result), "{result:?} {output}");
+    second.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_usable_helper_commands_fail_closed_unless_degraded() {
+    let Some(server) = server() else { return };
+    let script = server.dir.path().join("helper.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    let mut config = server.strict_config();
+    config.helper = Some(script.clone());
+    let backend = SshBackend::connect(config.clone()).await.expect("connect");
+    let refusal = backend.helper_refusal().expect("refused").to_owned();
+    assert!(refusal.contains("it is not an ELF executable"), "{refusal}");
+    let (result, _) = bash(&backend, "touch refused.txt", &server.workspace).await;
+    match result {
+        Err(ExecError::Sandbox { layer, reason }) => {
+            assert_eq!(layer, "remote-sandbox");
+            assert!(reason.contains("it is not an ELF executable"), "{reason}");
+            assert!(reason.contains("--allow-degraded"), "{reason}");
+        }
+        other => panic!("expected a sandbox refusal, got {other:?}"),
+    }
+    assert!(!server.workspace.join("refused.txt").exists());
+
+    // With a degraded sandbox accepted: today's shell worker, and the reason among the layers.
+    config.spec.allow_degraded = true;
+    let backend = SshBackend::connect(config).await.expect("connect");
+    let (result, output) = bash(&backend, "echo degraded", &server.workspace).await;
+    assert!(succeeded(&result), "{result:?} {output}");
+    assert_eq!(output, "degraded\n");
+    let layers = backend.missing_layers();
+    assert!(
+        layers
+            .iter()
+            .any(|l| l.contains("the Cordon helper does not run")
+                && l.contains("it is not an ELF executable")),
+        "{layers:?}"
+    );
 }

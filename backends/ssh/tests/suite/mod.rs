@@ -1,6 +1,6 @@
 //! Test modules; `support` starts the throwaway sshd.
 mod connect;
-mod exec;
+pub mod exec;
 mod files;
 mod helper;
 mod search;

@@ -244,6 +244,16 @@ impl Server {
         config
     }
 
+    /// [`Server::strict_config`] with this build's helper (see [`helper_binary`]) and a
+    /// state directory of this server's own (so the helper cache is per test): commands run
+    /// under the policy's sandbox on the host, without `allow_degraded`.
+    pub fn helper_config(&self) -> SshConfig {
+        let mut config = self.strict_config();
+        config.helper = Some(helper_binary(self.dir.path()));
+        config.state_dir = Some(self.dir.path().join("state"));
+        config
+    }
+
     /// Connect with [`Server::config`].
     pub async fn connect(&self) -> SshBackend {
         SshBackend::connect(self.config())
@@ -255,6 +265,31 @@ impl Server {
     pub fn host_fingerprint(&self) -> String {
         fingerprint_of(&self.host_pub)
     }
+}
+
+/// This build's `cordon-helper`, stripped into `dir` (the debug build carries ~100 MB of debug
+/// information the host does not need). It is built by `cargo build -p cordon-helper`; a test
+/// that needs it fails without it.
+pub fn helper_binary(dir: &Path) -> PathBuf {
+    let copy = dir.join("cordon-helper");
+    if copy.exists() {
+        return copy;
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/all-<hash> → target/<profile>/cordon-helper
+    let built = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|profile| profile.join("cordon-helper"))
+        .expect("target directory");
+    assert!(
+        built.is_file(),
+        "{} is missing: build the helper first (cargo build -p cordon-helper)",
+        built.display()
+    );
+    std::fs::copy(&built, &copy).expect("copy cordon-helper");
+    run(Command::new("strip").arg(&copy));
+    copy
 }
 
 /// `SHA256:…` of a public key file.
