@@ -519,6 +519,74 @@ fn policy_check_and_explain() {
 }
 
 #[test]
+fn policy_explain_net_and_check_show_filtered_mode() {
+    let ws = Ws::new();
+    let policy = ws.path("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[network]\nallow = [\"*.crates.io\"]\ndeny = [\"evil.crates.io\"]\n",
+    )
+    .expect("write");
+    let policy = policy.to_string_lossy().into_owned();
+    let explain = cordon_in(
+        ws.dir.path(),
+        &["policy", "explain", &policy, "net", "github.com:22"],
+        None,
+    );
+    assert_eq!(explain.code, 0, "{explain:#?}");
+    assert_eq!(
+        explain.stdout.trim_end(),
+        format!(
+            "decision: deny\nrule: no entry allows it\nreason: no entry allows github.com:22\n\
+             destination: github.com:22\nnetwork: filtered\nfix: add \"github.com:22\" to \
+             [network] allow in {policy}"
+        )
+    );
+    let json = cordon_in(
+        ws.dir.path(),
+        &[
+            "policy",
+            "explain",
+            &policy,
+            "net",
+            "evil.crates.io",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(json.code, 0, "{json:#?}");
+    let value = &json.json_lines()[0];
+    assert_eq!(value["decision"], json!("deny"));
+    assert_eq!(value["source"], json!(format!("{policy}:4")));
+    let bad = cordon_in(
+        ws.dir.path(),
+        &["policy", "explain", &policy, "net", "crates.io:99999"],
+        None,
+    );
+    assert_eq!(bad.code, 2, "{bad:#?}");
+    assert!(
+        bad.stderr
+            .contains("failed to parse destination \"crates.io:99999\": port \"99999\""),
+        "{bad:#?}"
+    );
+    let check = cordon_in(ws.dir.path(), &["policy", "check", &policy, "--json"], None);
+    assert_eq!(check.code, 0, "{check:#?}");
+    let value = &check.json_lines()[0];
+    assert_eq!(
+        (
+            &value["network"],
+            &value["networkAllow"],
+            &value["networkDeny"]
+        ),
+        (
+            &json!("filtered"),
+            &json!(["*.crates.io"]),
+            &json!(["evil.crates.io"])
+        )
+    );
+}
+
+#[test]
 fn policy_explain_shows_what_runs_each_command() {
     let ws = Ws::new();
     let policy = ws.path("policy.toml");

@@ -1,12 +1,43 @@
-//! One network connection attempt a command made through the egress proxy in filtered network
-//! mode, as plain data: what the bash result's note, the audit log and the MCP result are built
-//! from. It owns the record and its conversion from the proxy's event; it does not run the
-//! proxy (a backend does) nor decide anything (the proxy's rules did).
+//! Filtered network mode as the backends and the tools see it: the proxy's rules built from a
+//! [`SandboxSpec`] (each entry labelled with its `FILE:LINE`), and one connection attempt a
+//! command made through the egress proxy as plain data ([`EgressRecord`]), which the bash
+//! result's note, the audit log and the MCP result are built from. It does not run the proxy
+//! (a backend does) nor decide anything (the proxy's rules do).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
+use cordon_core::sandbox::SandboxSpec;
 use cordon_egress::proxy::{ConnectionEvent, Outcome, Protocol};
+use cordon_egress::rules::{EntrySpec, Rules, RulesError};
 use serde::{Deserialize, Serialize};
+
+/// The `[network] allow` and `deny` entries of `spec`, each with the `FILE:LINE` it was
+/// written at (the label the proxy's refusals and events name).
+pub fn egress_entry_specs(spec: &SandboxSpec) -> (Vec<EntrySpec>, Vec<EntrySpec>) {
+    let sources = &spec.sources;
+    let label = |lines: &[usize], index: usize| -> Arc<str> {
+        sources.at(lines.get(index).copied().unwrap_or(0)).into()
+    };
+    let list = |entries: &[String], lines: &[usize]| {
+        entries
+            .iter()
+            .enumerate()
+            .map(|(index, text)| EntrySpec::new(text.clone(), label(lines, index)))
+            .collect()
+    };
+    (
+        list(&spec.egress.allow, &sources.egress_allow),
+        list(&spec.egress.deny, &sources.egress_deny),
+    )
+}
+
+/// The egress proxy's compiled rules for `spec` (a policy-compiled spec always compiles: the
+/// policy checked every entry with the same parser).
+pub fn egress_rules(spec: &SandboxSpec) -> Result<Rules, RulesError> {
+    let (allow, deny) = egress_entry_specs(spec);
+    Rules::compile(&allow, &deny)
+}
 
 /// How the command asked the proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,7 +164,6 @@ impl From<&ConnectionEvent> for EgressRecord {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::time::Duration;
 
     use cordon_egress::rules::Matched;
@@ -217,6 +247,36 @@ mod tests {
         );
         let back: EgressRecord = serde_json::from_value(json).expect("deserialise");
         assert_eq!(back, record);
+    }
+
+    #[test]
+    fn entry_specs_carry_their_policy_lines() {
+        let mut spec = SandboxSpec::default();
+        spec.egress.allow = vec!["crates.io".to_owned(), "*.crates.io".to_owned()];
+        spec.egress.deny = vec!["evil.crates.io".to_owned()];
+        spec.sources.file = "p.toml".to_owned();
+        spec.sources.egress_allow = vec![4, 5];
+        spec.sources.egress_deny = vec![9];
+        let (allow, deny) = egress_entry_specs(&spec);
+        assert_eq!(
+            allow,
+            vec![
+                EntrySpec::new("crates.io", "p.toml:4"),
+                EntrySpec::new("*.crates.io", "p.toml:5"),
+            ]
+        );
+        assert_eq!(deny, vec![EntrySpec::new("evil.crates.io", "p.toml:9")]);
+        let rules = egress_rules(&spec).expect("compile");
+        let host = cordon_egress::rules::Host::parse("evil.crates.io").expect("host");
+        assert_eq!(
+            rules.decide(&host, 443),
+            cordon_egress::rules::Decision::Denied(Matched {
+                entry: Arc::from("evil.crates.io"),
+                source: Arc::from("p.toml:9"),
+            })
+        );
+        spec.egress.allow.push("B@d".to_owned());
+        assert!(egress_rules(&spec).is_err());
     }
 
     #[test]

@@ -1,8 +1,11 @@
-//! What `cordon policy check FILE` and `cordon policy explain FILE TOOL ARGS_JSON` print,
-//! as library functions; the CLI only prints their text (or JSON) and picks the exit code.
+//! What `cordon policy check FILE`, `cordon policy explain FILE TOOL ARGS_JSON` and `cordon
+//! policy explain FILE net HOST[:PORT]` print, as library functions; the CLI only prints their
+//! text (or JSON) and picks the exit code.
 
 use std::path::{Path, PathBuf};
 
+use cordon_core::sandbox::NetworkMode;
+use cordon_egress::rules::{Decision as EgressDecision, Host, suggested_entry};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -31,9 +34,13 @@ pub fn check_summary(policy: &CompiledPolicy) -> String {
         policy.rule_count(),
         policy.enabled_tools().join(", "),
         match spec.network {
-            cordon_core::sandbox::NetworkMode::Disabled => "disabled",
-            cordon_core::sandbox::NetworkMode::Enabled => "enabled",
-            cordon_core::sandbox::NetworkMode::Filtered => "filtered",
+            NetworkMode::Disabled => "disabled".to_owned(),
+            NetworkMode::Enabled => "enabled".to_owned(),
+            NetworkMode::Filtered => format!(
+                "filtered: {} allow and {} deny entries",
+                spec.egress.allow.len(),
+                spec.egress.deny.len()
+            ),
         },
         match spec.workspace {
             cordon_core::sandbox::RootAccess::ReadOnly => "read-only",
@@ -60,6 +67,214 @@ pub enum ExplainError {
     /// The workspace root given is relative.
     #[error("failed to resolve paths: the workspace root {} is not absolute", .0.display())]
     RelativeRoot(PathBuf),
+    /// `net HOST[:PORT]` names no valid destination.
+    #[error(
+        "failed to parse destination {destination:?}: {reason}; write HOST, HOST:PORT or \
+         [IPV6]:PORT"
+    )]
+    BadDestination {
+        /// The destination as given (cut to a bounded excerpt).
+        destination: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The policy's network lists do not compile (a policy that loaded always compiles).
+    #[error("failed to compile the network lists: {0}")]
+    Rules(#[source] cordon_egress::rules::RulesError),
+}
+
+/// The port `net HOST` means without one: HTTPS, what package managers use.
+pub const NET_DEFAULT_PORT: u16 = 443;
+
+/// Whether commands may reach one network destination, and what decides it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetExplanation {
+    /// `allow` or `deny`.
+    pub decision: Decision,
+    /// `host:port` as judged (a name lowercased, an IPv6 address in brackets).
+    pub destination: String,
+    /// The network mode: `disabled`, `enabled` or `filtered`.
+    pub network: &'static str,
+    /// The deciding `[network] allow`/`deny` entry as written, if one decides.
+    pub entry: Option<String>,
+    /// Where the deciding setting is written: the entry's `FILE:LINE`, or `[network] enabled`'s
+    /// (or where it would go) outside filtered mode; `None` when no entry allows it.
+    pub source: Option<String>,
+    /// Why, in words.
+    pub reason: String,
+    /// What to change in the policy to allow it, when it is denied.
+    pub fix: Option<String>,
+    /// What still applies when the connection is made (the proxy's address check for names).
+    pub note: Option<String>,
+}
+
+impl NetExplanation {
+    /// Human-readable lines, like the other explain forms: decision, rule, reason, then details.
+    pub fn to_text(&self) -> String {
+        let rule = match (&self.entry, &self.source) {
+            (Some(entry), Some(source)) => format!("{entry:?} ({source})"),
+            (Some(entry), None) => format!("{entry:?}"),
+            (None, Some(source)) => format!("[network] enabled ({source})"),
+            (None, None) => "no entry allows it".to_owned(),
+        };
+        let mut out = format!(
+            "decision: {}\nrule: {rule}\nreason: {}\ndestination: {}\nnetwork: {}\n",
+            self.decision, self.reason, self.destination, self.network
+        );
+        if let Some(fix) = &self.fix {
+            out.push_str(&format!("fix: {fix}\n"));
+        }
+        if let Some(note) = &self.note {
+            out.push_str(&format!("note: {note}\n"));
+        }
+        out
+    }
+
+    /// The JSON object `explain --json` prints.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_else(|error| json!({ "error": error.to_string() }))
+    }
+}
+
+/// Reads `HOST`, `HOST:PORT`, `[IPV6]`, `[IPV6]:PORT` or a bare IPv6 address.
+fn parse_destination(text: &str) -> Result<(Host, u16), ExplainError> {
+    let bad = |reason: String| ExplainError::BadDestination {
+        destination: cordon_core::excerpt::excerpt(text).into_owned(),
+        reason,
+    };
+    if text.is_empty() {
+        return Err(bad("nothing was given".to_owned()));
+    }
+    // A name, brackets and a port fit; anything longer is not a destination.
+    if text.len() > cordon_egress::rules::MAX_ENTRY_LEN {
+        return Err(bad(format!(
+            "it is {} bytes long, the limit is {}",
+            text.len(),
+            cordon_egress::rules::MAX_ENTRY_LEN
+        )));
+    }
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| bad("`[` without `]`".to_owned()))?;
+        match after {
+            "" => (host, None),
+            _ => match after.strip_prefix(':') {
+                Some(port) => (host, Some(port)),
+                None => return Err(bad(format!("unexpected {after:?} after `]`"))),
+            },
+        }
+    } else {
+        match text.matches(':').count() {
+            0 => (text, None),
+            1 => match text.split_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (text, None),
+            },
+            // More than one colon: an IPv6 address without a port.
+            _ => (text, None),
+        }
+    };
+    let port = match port {
+        None => NET_DEFAULT_PORT,
+        Some(port) => match port.parse::<u16>() {
+            Ok(port) if port > 0 => port,
+            Ok(_) | Err(_) => {
+                return Err(bad(format!(
+                    "port {port:?} is not a number from 1 to 65535"
+                )));
+            }
+        },
+    };
+    let host = Host::parse(host).map_err(|problem| bad(problem.to_string()))?;
+    Ok((host, port))
+}
+
+/// Explain whether commands under `policy` may reach `destination` (`HOST[:PORT]`, port 443
+/// when absent) and which setting decides, without connecting or resolving anything.
+pub fn explain_net(
+    policy: &CompiledPolicy,
+    destination: &str,
+) -> Result<NetExplanation, ExplainError> {
+    let (host, port) = parse_destination(destination)?;
+    let spec = policy.sandbox_spec();
+    let judged = format!("{host}:{port}");
+    let enabled_at = spec.sources.at(spec.sources.network);
+    let suggested = suggested_entry(&host, port);
+    let add = format!(
+        "add {suggested:?} to [network] allow in {}",
+        spec.sources.file
+    );
+    let explanation = match spec.network {
+        NetworkMode::Disabled => NetExplanation {
+            decision: Decision::Deny,
+            destination: judged,
+            network: "disabled",
+            entry: None,
+            source: Some(enabled_at),
+            reason: "the network is off for commands: no destination is reachable".to_owned(),
+            fix: Some(format!(
+                "{add} (filtered mode: commands then reach only the listed destinations, \
+                 through the egress proxy)"
+            )),
+            note: None,
+        },
+        NetworkMode::Enabled => NetExplanation {
+            decision: Decision::Allow,
+            destination: judged,
+            network: "enabled",
+            entry: None,
+            source: Some(enabled_at),
+            reason: "the network is on for commands (`enabled = true`): every destination is \
+                     reachable, no allow list filters it"
+                .to_owned(),
+            fix: None,
+            note: None,
+        },
+        NetworkMode::Filtered => {
+            let rules = cordon_ops::egress_rules(&spec).map_err(ExplainError::Rules)?;
+            let (decision, matched, reason, fix) = match rules.decide(&host, port) {
+                EgressDecision::Allowed(matched) => {
+                    let reason = format!("allow entry {matched} matches {judged}");
+                    (Decision::Allow, Some(matched), reason, None)
+                }
+                EgressDecision::Denied(matched) => {
+                    let reason = format!(
+                        "deny entry {matched} matches {judged}, whatever the allow list says"
+                    );
+                    let fix = format!(
+                        "remove or narrow that deny entry in [network] deny ({})",
+                        matched.source
+                    );
+                    (Decision::Deny, Some(matched), reason, Some(fix))
+                }
+                EgressDecision::NotAllowed => {
+                    let reason = format!("no entry allows {judged}");
+                    (Decision::Deny, None, reason, Some(add))
+                }
+            };
+            let note = match (&host, decision) {
+                (Host::Name(name), Decision::Allow) => Some(format!(
+                    "the proxy resolves {name} when a command connects; an address in a \
+                     loopback, private, link-local (cloud metadata) or other special range is \
+                     refused unless an IP/CIDR allow entry covers it (DNS-rebinding defence)"
+                )),
+                (Host::Name(_) | Host::Ip(_), _) => None,
+            };
+            NetExplanation {
+                decision,
+                destination: judged,
+                network: "filtered",
+                entry: matched.as_ref().map(|m| m.entry.to_string()),
+                source: matched.as_ref().map(|m| m.source.to_string()),
+                reason,
+                fix,
+                note,
+            }
+        }
+    };
+    Ok(explanation)
 }
 
 /// A decision with what led to it.

@@ -56,6 +56,8 @@ pub(crate) struct RawFilesystem {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawNetwork {
     pub enabled: Option<Spanned<bool>>,
+    pub allow: Option<SpannedList>,
+    pub deny: Option<SpannedList>,
     pub unix_sockets: Option<SpannedList>,
 }
 

@@ -36,6 +36,8 @@ const DEFAULTS: &[(&str, Option<&str>)] = &[
     ("filesystem.protect", Some("[\".git/**\", \".cordon/**\"]")),
     ("filesystem.nested_git", Some("\"quarantine\"")),
     ("network.enabled", Some("false")),
+    ("network.allow", Some("[]")),
+    ("network.deny", Some("[]")),
     ("network.unix_sockets", Some("[]")),
     ("limits.timeout", None),
     ("limits.max_timeout", None),
@@ -224,5 +226,28 @@ mod tests {
         assert_eq!(rule.line, Some(8));
         assert!(rule.value.contains("decision = \"deny\""), "{}", rule.value);
         assert_eq!(shown.len(), DEFAULTS.len() + 1);
+    }
+
+    #[test]
+    fn network_allow_and_deny_show_their_lines() {
+        let text = "version = 1\n[network]\nallow = [\"crates.io\", \"*.crates.io\"]\n\
+                    deny = [\"evil.crates.io\"]\n";
+        let shown = show_policy("p.toml", text, &EnvMap::new()).unwrap();
+        let get = |key: &str| {
+            let s = shown.iter().find(|s| s.key == key).unwrap();
+            (s.value.clone(), s.line)
+        };
+        assert_eq!(
+            get("network.allow"),
+            ("[\"crates.io\", \"*.crates.io\"]".into(), Some(3))
+        );
+        assert_eq!(
+            get("network.deny"),
+            ("[\"evil.crates.io\"]".into(), Some(4))
+        );
+        assert_eq!(get("network.enabled"), ("false".into(), None));
+        let bare = show_policy("p.toml", "version = 1\n", &EnvMap::new()).unwrap();
+        let allow = bare.iter().find(|s| s.key == "network.allow").unwrap();
+        assert_eq!((allow.value.as_str(), allow.line), ("[]", None));
     }
 }

@@ -49,13 +49,15 @@ pub enum PolicyCommand {
         #[arg(long, default_value = ".")]
         root: PathBuf,
     },
-    /// Show the decision a policy makes for a call, and the rule that makes it (no execution).
+    /// Show the decision a policy makes for a call, and the rule that makes it (no execution);
+    /// `explain FILE net HOST[:PORT]` shows whether commands may reach a network destination
+    /// (port 443 when absent) and which `[network]` entry decides.
     Explain {
         /// Policy file, or builtin:NAME.
         file: PathBuf,
-        /// Tool name.
+        /// Tool name, or `net` for a network destination.
         tool: String,
-        /// Arguments as a JSON object.
+        /// Arguments as a JSON object (for `net`: HOST[:PORT]).
         args_json: String,
         /// Workspace root used to resolve relative paths.
         #[arg(long, default_value = ".")]
@@ -138,6 +140,15 @@ pub fn policy(command: PolicyCommand) -> anyhow::Result<ExitCode> {
         } => {
             let source = PolicySource::parse(&file).map_err(PolicyError::from)?;
             let policy = cordon_policy::CompiledPolicy::load_source(&source, &env)?;
+            if tool == "net" {
+                let explanation = cordon_policy::explain::explain_net(&policy, &args_json)?;
+                if json {
+                    print_json_line(&explanation.to_json());
+                } else {
+                    println!("{}", explanation.to_text());
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let root = std::path::absolute(&root)
                 .with_context(|| format!("failed to resolve root {}", root.display()))?;
             let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
@@ -172,6 +183,9 @@ fn check_json(policy: &CompiledPolicy) -> Value {
             NetworkMode::Enabled => "enabled",
             NetworkMode::Filtered => "filtered",
         },
+        // The destinations of filtered mode (both empty otherwise).
+        "networkAllow": spec.egress.allow,
+        "networkDeny": spec.egress.deny,
         "workspace": match spec.workspace {
             RootAccess::ReadOnly => "read-only",
             RootAccess::ReadWrite => "read-write",

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cordon_core::sandbox::{
-    EnvSpec, Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec, SpecSources,
+    EgressSpec, EnvSpec, Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec, SpecSources,
 };
 use cordon_ops::ToolKind;
 use toml::Spanned;
@@ -16,7 +16,7 @@ use toml::Spanned;
 use super::{CompiledPolicy, EnvMap, Rule, RuleKind, SessionProtect};
 use crate::decision::{Decision, RuleRef};
 use crate::error::{PolicyError, SourceMap};
-use crate::format::{CommandPattern, OneOrMany, RawPolicy, RawRule, SpannedList};
+use crate::format::{CommandPattern, OneOrMany, RawNetwork, RawPolicy, RawRule, SpannedList};
 use crate::glob::{Anchor, PathGlob};
 use crate::paths::tool_names;
 use crate::redact::{MIN_ENV_VALUE_CHARS, Redactor};
@@ -179,6 +179,121 @@ fn is_variable_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// `[network]` as the sandbox sees it: the mode, the egress lists and their lines.
+struct CompiledNetwork {
+    mode: NetworkMode,
+    enabled_line: usize,
+    egress: EgressSpec,
+    allow_lines: Vec<usize>,
+    deny_lines: Vec<usize>,
+    unix_sockets: Vec<String>,
+}
+
+/// `[network]`: `enabled`, `allow`, `deny` and `unix_sockets` together.
+///
+/// A non-empty `allow` turns filtered mode on (commands reach the network only through the
+/// egress proxy); an empty one is as if absent. `allow` with `enabled = true` is an error (the
+/// network would be fully on and the list meaningless, or the list would silently win: the
+/// operator says which); `deny` without a non-empty `allow` is an error (deny only narrows an
+/// allow list). Every entry is checked with the proxy's own parser, so what compiles here is
+/// what the proxy enforces.
+fn compile_network(
+    raw: Option<RawNetwork>,
+    map: &SourceMap,
+) -> Result<CompiledNetwork, PolicyError> {
+    let RawNetwork {
+        enabled,
+        allow,
+        deny,
+        unix_sockets,
+    } = raw.unwrap_or(RawNetwork {
+        enabled: None,
+        allow: None,
+        deny: None,
+        unix_sockets: None,
+    });
+    let enabled_line = line_or_zero(enabled.as_ref(), map);
+    let allow = allow.filter(|list| !list.get_ref().is_empty());
+    let deny = deny.filter(|list| !list.get_ref().is_empty());
+    let mode = match (&enabled, &allow) {
+        (Some(on), Some(list)) if *on.get_ref() => {
+            return Err(map.bad_value(
+                list.span().start,
+                format!(
+                    "`allow` lists the only destinations commands may reach, but `enabled = true` \
+                     (line {enabled_line}) turns the whole network on; remove `enabled = true` \
+                     for filtered access through the egress proxy, or remove `allow` for \
+                     unfiltered access"
+                ),
+            ));
+        }
+        (_, Some(_)) => NetworkMode::Filtered,
+        (Some(on), None) if *on.get_ref() => NetworkMode::Enabled,
+        (Some(_) | None, None) => NetworkMode::Disabled,
+    };
+    if let (Some(list), None) = (&deny, &allow) {
+        return Err(map.bad_value(
+            list.span().start,
+            "`deny` only narrows an `allow` list: without one there is nothing to narrow \
+             (the network is fully on or fully off); add `allow` with the destinations commands \
+             may reach, or remove `deny`",
+        ));
+    }
+    let (allow, allow_lines) = compile_egress_list(allow.as_ref(), "allow", map)?;
+    let (deny, deny_lines) = compile_egress_list(deny.as_ref(), "deny", map)?;
+    let unix_sockets = compile_unix_sockets(unix_sockets.as_ref(), mode, map)?;
+    Ok(CompiledNetwork {
+        mode,
+        enabled_line,
+        egress: EgressSpec { allow, deny },
+        allow_lines,
+        deny_lines,
+        unix_sockets,
+    })
+}
+
+/// One of `[network] allow`/`deny`: each entry parsed as the egress proxy will parse it (an
+/// error names its line and column and what is wrong), with its line; at most
+/// [`cordon_egress::rules::MAX_ENTRIES`] entries.
+fn compile_egress_list(
+    raw: Option<&SpannedList>,
+    key: &str,
+    map: &SourceMap,
+) -> Result<(Vec<String>, Vec<usize>), PolicyError> {
+    let Some(list) = raw else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let max = cordon_egress::rules::MAX_ENTRIES;
+    if list.get_ref().len() > max {
+        return Err(map.bad_value(
+            list.span().start,
+            format!(
+                "`{key}` has {} entries, the limit is {max}",
+                list.get_ref().len()
+            ),
+        ));
+    }
+    let mut entries = Vec::new();
+    let mut lines = Vec::new();
+    for entry in list.get_ref() {
+        let text = entry.get_ref();
+        let line = map.line(entry.span().start);
+        let label: Arc<str> = format!("{}:{line}", map.file()).into();
+        if let Err(problem) = cordon_egress::rules::Entry::parse(text, label) {
+            return Err(map.bad_value(
+                entry.span().start,
+                format!(
+                    "network {key} entry {:?}: {problem}",
+                    cordon_core::excerpt::excerpt(text)
+                ),
+            ));
+        }
+        entries.push(text.clone());
+        lines.push(line);
+    }
+    Ok((entries, lines))
+}
+
 /// Most host Unix sockets one policy may name.
 const MAX_UNIX_SOCKETS: usize = 64;
 
@@ -201,8 +316,8 @@ fn compile_unix_sockets(
         NetworkMode::Disabled => {
             return Err(map.bad_value(
                 list.span().start,
-                "`unix_sockets` needs `enabled = true`: with the network off no Unix socket can \
-                 be connected; remove the list or turn the network on",
+                "`unix_sockets` needs `enabled = true` or an `allow` list: with the network off \
+                 no Unix socket can be connected; remove the list or turn the network on",
             ));
         }
     }
@@ -356,19 +471,19 @@ pub(super) fn compile(
         protect.push(glob);
     }
 
-    let (network_enabled, raw_unix_sockets) = match network {
-        Some(network) => (network.enabled, network.unix_sockets),
-        None => (None, None),
-    };
-    let network_line = line_or_zero(network_enabled.as_ref(), map);
-    let network_mode = match network_enabled {
-        Some(enabled) if *enabled.get_ref() => NetworkMode::Enabled,
-        Some(_) | None => NetworkMode::Disabled,
-    };
-    let unix_sockets = compile_unix_sockets(raw_unix_sockets.as_ref(), network_mode, map)?;
+    let CompiledNetwork {
+        mode: network_mode,
+        enabled_line: network_line,
+        egress,
+        allow_lines,
+        deny_lines,
+        unix_sockets,
+    } = compile_network(network, map)?;
 
     let mut sources = SpecSources {
         network: network_line,
+        egress_allow: allow_lines,
+        egress_deny: deny_lines,
         ..SpecSources::default()
     };
     let limits = compile_limits(limits, map, &mut sources)?;
@@ -422,6 +537,7 @@ pub(super) fn compile(
     let spec = SandboxSpec {
         network: network_mode,
         unix_sockets,
+        egress,
         limits,
         env: env_spec,
         nested_git,

@@ -86,11 +86,11 @@ fn unknown_keys() {
         "reson",
     );
     check(
-        "version = 1\n[network]\nallow = [\"crates.io:443\"]\n",
+        "version = 1\n[network]\nallowed = [\"crates.io:443\"]\n",
         "unknown key",
         3,
         1,
-        "allow",
+        "unknown field `allowed`, expected one of `enabled`, `allow`, `deny`, `unix_sockets`",
     );
 }
 
@@ -220,7 +220,102 @@ fn bad_unix_sockets() {
         "bad value",
         3,
         16,
-        "needs `enabled = true`",
+        "needs `enabled = true` or an `allow` list",
+    );
+}
+
+#[test]
+fn network_allow_and_deny_errors_name_the_line_and_the_fix() {
+    // allow with the whole network on: both lines named
+    check(
+        "version = 1\n[network]\nenabled = true\nallow = [\"crates.io\"]\n",
+        "bad value",
+        4,
+        9,
+        "but `enabled = true` (line 3) turns the whole network on; remove `enabled = true` for \
+         filtered access through the egress proxy, or remove `allow` for unfiltered access",
+    );
+    // deny alone narrows nothing, whatever `enabled` says
+    for enabled in ["", "enabled = true\n", "enabled = false\n"] {
+        check(
+            &format!("version = 1\n[network]\n{enabled}deny = [\"evil.test\"]\n"),
+            "bad value",
+            if enabled.is_empty() { 3 } else { 4 },
+            8,
+            "`deny` only narrows an `allow` list",
+        );
+    }
+    check(
+        "version = 1\n[network]\nallow = []\ndeny = [\"evil.test\"]\n",
+        "bad value",
+        4,
+        8,
+        "`deny` only narrows an `allow` list",
+    );
+    // every entry is parsed as the proxy parses it; the error names the entry and the problem
+    for (entry, column, needle) in [
+        ("\"\"", 10, "network allow entry \"\": the entry is empty"),
+        (
+            "\"Crates.io\"",
+            10,
+            "names are written in lowercase: write \"crates.io\"",
+        ),
+        ("\"*\"", 10, "a bare `*` would match every name"),
+        (
+            "\"a.*.io\"",
+            10,
+            "a `*` is only allowed as the whole leftmost label",
+        ),
+        (
+            "\"pypi.org:0\"",
+            10,
+            "port \"0\" is not a number from 1 to 65535",
+        ),
+        (
+            "\"10.1.2.5/24\"",
+            10,
+            "the address has bits set beyond its prefix: write \"10.1.2.0/24\"",
+        ),
+        (
+            "\"ok.test\", \"b@d.test\"",
+            21,
+            "character '@' is not allowed in a name",
+        ),
+    ] {
+        check(
+            &format!("version = 1\n[network]\nallow = [\n  {entry}]\n"),
+            "bad value",
+            4,
+            column - 7,
+            needle,
+        );
+    }
+    check(
+        "version = 1\n[network]\nallow = [\"ok.test\"]\ndeny = [\"x..test\"]\n",
+        "bad value",
+        4,
+        9,
+        "network deny entry \"x..test\": the name has an empty label",
+    );
+    let long = format!("\"{}.test\"", "a".repeat(400));
+    check(
+        &format!("version = 1\n[network]\nallow = [{long}]\n"),
+        "bad value",
+        3,
+        10,
+        "the entry is 405 bytes long, the limit is 300",
+    );
+    let many: Vec<String> = (0..4097).map(|i| format!("\"h{i}.test\"")).collect();
+    check(
+        &format!("version = 1\n[network]\nallow = [{}]\n", many.join(", ")),
+        "bad value",
+        3,
+        9,
+        "`allow` has 4097 entries, the limit is 4096",
+    );
+    // unix_sockets are accepted with an allow list
+    crate::support::policy(
+        "version = 1\n[network]\nallow = [\"crates.io\"]\nunix_sockets = [\"/run/x.sock\"]\n",
     );
 }
 

@@ -3,7 +3,8 @@
 use std::path::Path;
 
 use cordon_policy::explain::{
-    ExplainCliRequest, ExplainError, Explanation, check_policy_file, check_summary, explain_cli,
+    ExplainCliRequest, ExplainError, Explanation, NetExplanation, check_policy_file, check_summary,
+    explain_cli, explain_net,
 };
 use cordon_policy::{CompiledPolicy, EnvMap};
 use serde_json::json;
@@ -162,5 +163,156 @@ fn check_summarises_a_valid_file_and_reports_a_bad_one() {
             .to_string()
             .starts_with(&format!("{}:3:9: bad glob `[`", bad.display())),
         "{error}"
+    );
+}
+
+const FILTERED: &str = "version = 1\n[network]\nallow = [\n  \"crates.io\",\n  \"*.crates.io\",\n  \
+                        \"pypi.org:443\",\n  \"10.1.2.0/24:5432\",\n]\n\
+                        deny = [\"evil.crates.io\"]\n";
+
+fn net(text: &str, destination: &str) -> NetExplanation {
+    let policy = CompiledPolicy::from_toml("p.toml", text, &EnvMap::new()).unwrap();
+    explain_net(&policy, destination).unwrap()
+}
+
+#[test]
+fn explain_net_names_the_deciding_entry() {
+    let allowed = net(FILTERED, "static.crates.io");
+    assert_eq!(
+        allowed.to_text(),
+        "decision: allow\nrule: \"*.crates.io\" (p.toml:5)\nreason: allow entry \"*.crates.io\" \
+         (p.toml:5) matches static.crates.io:443\ndestination: static.crates.io:443\nnetwork: \
+         filtered\nnote: the proxy resolves static.crates.io when a command connects; an address \
+         in a loopback, private, link-local (cloud metadata) or other special range is refused \
+         unless an IP/CIDR allow entry covers it (DNS-rebinding defence)\n"
+    );
+    // deny beats allow, and the fix names the deny line
+    let denied = net(FILTERED, "Evil.Crates.IO.:443");
+    assert_eq!(
+        denied.to_json(),
+        json!({
+            "decision": "deny",
+            "destination": "evil.crates.io:443",
+            "network": "filtered",
+            "entry": "evil.crates.io",
+            "source": "p.toml:9",
+            "reason": "deny entry \"evil.crates.io\" (p.toml:9) matches evil.crates.io:443, \
+                       whatever the allow list says",
+            "fix": "remove or narrow that deny entry in [network] deny (p.toml:9)",
+            "note": null,
+        })
+    );
+    // a port entry covers only its port; no entry: the entry to add
+    let other_port = net(FILTERED, "pypi.org:80");
+    assert_eq!(
+        (
+            other_port.decision.as_str(),
+            other_port.entry,
+            other_port.reason.as_str(),
+            other_port.fix.as_deref()
+        ),
+        (
+            "deny",
+            None,
+            "no entry allows pypi.org:80",
+            Some("add \"pypi.org\" to [network] allow in p.toml")
+        )
+    );
+    assert_eq!(
+        net(FILTERED, "db.internal:5432").fix.as_deref(),
+        Some("add \"db.internal:5432\" to [network] allow in p.toml")
+    );
+    assert!(
+        net(FILTERED, "db.internal:5432")
+            .to_text()
+            .starts_with("decision: deny\nrule: no entry allows it\n")
+    );
+    // IP literals match IP/CIDR entries only; no name note for them
+    let ip = net(FILTERED, "10.1.2.9:5432");
+    assert_eq!(
+        (ip.decision.as_str(), ip.entry.as_deref(), ip.note),
+        ("allow", Some("10.1.2.0/24:5432"), None)
+    );
+    let v6 = net(FILTERED, "[2001:db8::1]:443");
+    assert_eq!(
+        (v6.destination.as_str(), v6.fix.as_deref()),
+        (
+            "[2001:db8::1]:443",
+            Some("add \"[2001:db8::1]:443\" to [network] allow in p.toml")
+        )
+    );
+    assert_eq!(
+        net(FILTERED, "2001:db8::1").destination,
+        "[2001:db8::1]:443"
+    );
+}
+
+#[test]
+fn explain_net_outside_filtered_mode_names_the_enabled_setting() {
+    let off = net("version = 1\n[network]\nenabled = false\n", "crates.io");
+    assert_eq!(
+        (off.decision.as_str(), off.network, off.source.as_deref()),
+        ("deny", "disabled", Some("p.toml:3"))
+    );
+    assert_eq!(
+        off.fix.as_deref(),
+        Some(
+            "add \"crates.io\" to [network] allow in p.toml (filtered mode: commands then reach \
+             only the listed destinations, through the egress proxy)"
+        )
+    );
+    assert!(
+        off.to_text()
+            .starts_with("decision: deny\nrule: [network] enabled (p.toml:3)\n")
+    );
+    let on = net(
+        "version = 1\n[network]\nenabled = true\n",
+        "anything.test:22",
+    );
+    assert_eq!(
+        (on.decision.as_str(), on.network, on.fix),
+        ("allow", "enabled", None)
+    );
+    let default = net("version = 1\n", "crates.io");
+    assert_eq!(
+        default.source.as_deref(),
+        Some("p.toml, not set there: the built-in default")
+    );
+}
+
+#[test]
+fn explain_net_rejects_bad_destinations_with_a_bounded_message() {
+    let policy = CompiledPolicy::from_toml("p.toml", FILTERED, &EnvMap::new()).unwrap();
+    for (destination, needle) in [
+        ("", "nothing was given"),
+        ("crates.io:0", "port \"0\" is not a number from 1 to 65535"),
+        ("crates.io:http", "port \"http\" is not a number"),
+        ("[2001:db8::1", "`[` without `]`"),
+        ("[2001:db8::1]x", "unexpected \"x\" after `]`"),
+        ("b@d.test", "character '@' is not allowed"),
+    ] {
+        let error = explain_net(&policy, destination).unwrap_err().to_string();
+        assert!(
+            error.starts_with(&format!("failed to parse destination {destination:?}: ")),
+            "{error}"
+        );
+        assert!(error.contains(needle), "{error}");
+    }
+    let long = "a".repeat(100_000);
+    let error = explain_net(&policy, &long).unwrap_err().to_string();
+    assert!(
+        error.contains("100000 bytes long, the limit is 300"),
+        "{error}"
+    );
+    assert!(error.len() < 1000, "{}", error.len());
+}
+
+#[test]
+fn check_summary_shows_filtered_mode() {
+    let policy = CompiledPolicy::from_toml("p.toml", FILTERED, &EnvMap::new()).unwrap();
+    let summary = check_summary(&policy);
+    assert!(
+        summary.contains("network filtered: 4 allow and 1 deny entries, workspace"),
+        "{summary}"
     );
 }

@@ -29,6 +29,45 @@ fn builtin_default_is_policies_default_toml() {
 }
 
 #[test]
+fn the_commented_network_allow_examples_compile_to_filtered_mode() {
+    for (name, drop) in [
+        ("default.toml", "enabled = false"),
+        ("build-host.toml", "enabled = true"),
+    ] {
+        let text = std::fs::read_to_string(repo_root().join("policies").join(name)).unwrap();
+        assert!(
+            text.contains("\n# allow = ["),
+            "{name} shows the allow list"
+        );
+        // Uncomment the example (and its continuation line) and drop `enabled`.
+        let edited: String = text
+            .lines()
+            .map(|line| {
+                let line = if line.starts_with("# allow = [")
+                    || line.starts_with("# deny = [")
+                    || line.starts_with("#          \"")
+                {
+                    &line[2..]
+                } else {
+                    line
+                };
+                if line.starts_with(drop) { "" } else { line }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let policy = CompiledPolicy::from_toml(name, &edited, &EnvMap::new())
+            .unwrap_or_else(|error| panic!("{name}: {error}"));
+        let spec = policy.sandbox_spec();
+        assert_eq!(spec.network, NetworkMode::Filtered, "{name}");
+        assert!(
+            spec.egress.allow.contains(&"static.crates.io".to_owned()),
+            "{name}: {:?}",
+            spec.egress.allow
+        );
+    }
+}
+
+#[test]
 fn every_shipped_policy_compiles() {
     let mut names: Vec<String> = std::fs::read_dir(repo_root().join("policies"))
         .unwrap()

@@ -125,6 +125,55 @@ fn entries_not_in_the_file_have_line_zero() {
 }
 
 #[test]
+fn a_non_empty_allow_list_means_filtered_mode_with_each_entry_line() {
+    let p = policy(
+        "version = 1\n[network]\nenabled = false\nallow = [\n  \"crates.io\",\n  \
+         \"*.crates.io\", \"10.1.2.0/24:5432\",\n]\ndeny = [\"evil.crates.io\"]\n\
+         unix_sockets = [\"/run/x.sock\"]\n",
+    );
+    let spec = p.sandbox_spec();
+    assert_eq!(spec.network, NetworkMode::Filtered);
+    assert_eq!(
+        spec.egress,
+        EgressSpec {
+            allow: strings(&["crates.io", "*.crates.io", "10.1.2.0/24:5432"]),
+            deny: strings(&["evil.crates.io"]),
+        }
+    );
+    assert_eq!(
+        (
+            spec.sources.network,
+            spec.sources.egress_allow.clone(),
+            spec.sources.egress_deny.clone()
+        ),
+        (3, vec![5, 6, 6], vec![8])
+    );
+    assert_eq!(spec.unix_sockets, strings(&["/run/x.sock"]));
+    let (allow, _) = cordon_ops::egress_entry_specs(&spec);
+    assert_eq!(&*allow[2].source, "test.toml:6");
+    cordon_ops::egress_rules(&spec).expect("what the policy accepts, the proxy compiles");
+
+    // An empty allow list is as if absent.
+    let spec = policy("version = 1\n[network]\nallow = []\n").sandbox_spec();
+    assert_eq!(
+        (spec.network, spec.egress, spec.sources.egress_allow),
+        (NetworkMode::Disabled, EgressSpec::default(), vec![])
+    );
+    let spec = policy("version = 1\n[network]\nenabled = true\nallow = []\n").sandbox_spec();
+    assert_eq!(spec.network, NetworkMode::Enabled);
+    // Without `enabled`, the list alone turns filtered mode on.
+    let spec = policy("version = 1\n[network]\nallow = [\"pypi.org:443\"]\n").sandbox_spec();
+    assert_eq!(
+        (
+            spec.network,
+            spec.sources.network,
+            spec.sources.egress_allow_at()
+        ),
+        (NetworkMode::Filtered, 0, "test.toml:3".to_owned())
+    );
+}
+
+#[test]
 fn workspace_is_read_only_without_relative_write_globs() {
     let p = policy("version = 1\n[filesystem]\nwrite = [\"/tmp/out/**\"]\n");
     let spec = p.sandbox_spec();
