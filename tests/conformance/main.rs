@@ -156,6 +156,7 @@ macro_rules! conformance_tests {
 conformance_tests!(local, cordon_tests::Local);
 conformance_tests!(docker, cordon_tests::Docker);
 conformance_tests!(ssh, cordon_tests::Ssh);
+conformance_tests!(helper_pipe, cordon_tests::HelperPipe);
 
 /// `host_workspace_tests!(backend, harness)`: cases about what host programs find in the
 /// workspace after a session, for the backends whose workspace is on this host. (An SSH
@@ -205,12 +206,19 @@ macro_rules! sandboxed_tests {
 mod sandboxed {
     sandboxed_tests!(local, cordon_tests::Local);
     sandboxed_tests!(docker, cordon_tests::Docker);
+    sandboxed_tests!(helper_pipe, cordon_tests::HelperPipe);
 }
 
 /// Explanations that depend on what only the local backend judges on the host.
 mod sandboxed_local_only {
     mod local {
         conformance_tests!(@groups cordon_tests::Local;
+            denials: [host_permissions_are_not_blamed_on_the_sandbox],
+        );
+    }
+    // The helper judges them on its own host, which is this one here.
+    mod helper_pipe {
+        conformance_tests!(@groups cordon_tests::HelperPipe;
             denials: [host_permissions_are_not_blamed_on_the_sandbox],
         );
     }
@@ -227,4 +235,5 @@ mod without_sandbox {
 mod host_workspace {
     host_workspace_tests!(local, cordon_tests::Local);
     host_workspace_tests!(docker, cordon_tests::Docker);
+    host_workspace_tests!(helper_pipe, cordon_tests::HelperPipe);
 }

@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::HelperClient;
+use crate::client::{HelperClient, RemoteLayout};
 use crate::error::HelperError;
 use crate::protocol::SessionStart;
 
@@ -138,6 +138,7 @@ pub struct HelperOps {
     home: Option<PathBuf>,
     spill_dir: PathBuf,
     missing_layers: Vec<String>,
+    layout: Arc<RemoteLayout>,
     live: tokio::sync::Mutex<Option<Live>>,
     shut_down: std::sync::atomic::AtomicBool,
 }
@@ -158,7 +159,12 @@ impl HelperOps {
         }
         tracing::warn!(backend = %self.id, "helper: the last helper died; starting a new one");
         *live = None;
-        let fresh = start_live(self.connector.as_ref(), self.start.clone()).await?;
+        let fresh = start_live(
+            self.connector.as_ref(),
+            self.start.clone(),
+            Some(Arc::clone(&self.layout)),
+        )
+        .await?;
         if fresh.client.root() != self.root {
             return Err(HelperError::RootChanged {
                 expected: self.root.clone(),
@@ -187,13 +193,20 @@ impl HelperOps {
     }
 }
 
-async fn start_live(connector: &dyn Connector, start: SessionStart) -> Result<Live, HelperError> {
+async fn start_live(
+    connector: &dyn Connector,
+    start: SessionStart,
+    layout: Option<Arc<RemoteLayout>>,
+) -> Result<Live, HelperError> {
     let Connection {
         reader,
         writer,
         keep,
     } = connector.connect().await?;
-    let client = HelperClient::start(reader, writer, start).await?;
+    let mut client = HelperClient::start(reader, writer, start).await?;
+    if let Some(layout) = layout {
+        client.share_layout(layout);
+    }
     Ok(Live {
         client: Arc::new(client),
         _keep: keep,
@@ -220,7 +233,7 @@ impl HelperBackend {
         connector: Box<dyn Connector>,
         start: SessionStart,
     ) -> Result<HelperBackend, HelperError> {
-        let live = start_live(connector.as_ref(), start.clone()).await?;
+        let live = start_live(connector.as_ref(), start.clone(), None).await?;
         let client = &live.client;
         let files: &dyn FileOperations = client.as_ref();
         let ops = HelperOps {
@@ -229,6 +242,7 @@ impl HelperBackend {
             home: files.home().map(Path::to_path_buf),
             spill_dir: files.spill_dir().map(Path::to_path_buf).unwrap_or_default(),
             missing_layers: client.missing_layers().to_vec(),
+            layout: Arc::clone(client.layout()),
             connector,
             start,
             live: tokio::sync::Mutex::new(Some(live)),
@@ -398,6 +412,10 @@ impl BashOperations for HelperOps {
             reason: error.to_string(),
         })?;
         client.exec(request, cancel, output).await
+    }
+
+    fn denial_layout(&self) -> Option<&dyn cordon_ops::denial::DenialLayout> {
+        Some(&*self.layout)
     }
 }
 

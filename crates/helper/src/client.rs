@@ -20,6 +20,8 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 
 use async_trait::async_trait;
+use cordon_core::sandbox::SandboxSpec;
+use cordon_ops::denial::{DenialLayout, PathEntry, TAIL_BYTES, paths_to_classify};
 use cordon_ops::{
     BackendId, BashOperations, DirEntry, ExecError, ExecOutcome, ExecRequest, FileMeta,
     FileOperations, FindOutput, FindRequest, FsError, GrepOutput, GrepRequest, SearchError,
@@ -33,8 +35,8 @@ use tokio_util::sync::CancellationToken;
 use crate::error::HelperError;
 use crate::frame::{Frame, FrameError, MAX_PAYLOAD_BYTES, read_frame, write_frame};
 use crate::protocol::{
-    Envelope, MAX_IN_FLIGHT, PROTOCOL_VERSION, ProbeReport, Request, Response, SessionInfo,
-    SessionStart, WireError, WirePath,
+    Classification, Envelope, MAX_IN_FLIGHT, PROTOCOL_VERSION, ProbeReport, Request, Response,
+    SessionInfo, SessionStart, WireError, WirePath,
 };
 
 /// Answers queued for one call before the reader waits for it to take them (command output
@@ -351,6 +353,7 @@ impl HelperConnection {
 
     /// Open the session: the helper builds the local backend for `start` on its host.
     pub async fn start(self, start: SessionStart) -> Result<HelperClient, HelperError> {
+        let spec = start.spec.clone();
         let info = match self
             .request(
                 Request::Start {
@@ -379,6 +382,7 @@ impl HelperConnection {
             spill_dir: spill_dir.0,
             missing_layers,
             shut_down: AtomicBool::new(false),
+            layout: Arc::new(RemoteLayout::new(spec)),
         })
     }
 
@@ -431,6 +435,59 @@ pub struct HelperClient {
     spill_dir: PathBuf,
     missing_layers: Vec<String>,
     shut_down: AtomicBool,
+    layout: Arc<RemoteLayout>,
+}
+
+/// Most classified paths remembered; the memory starts afresh beyond it.
+const MAX_KNOWN_PATHS: usize = 1024;
+
+/// The helper's layout as the bash tool's denial notes need it: the spec the session was
+/// started with, and what the helper said about the paths failed commands named (asked right
+/// after each failed command, before its outcome is returned, so the tool finds them).
+#[derive(Debug)]
+pub struct RemoteLayout {
+    spec: SandboxSpec,
+    known: Mutex<HashMap<PathBuf, Classification>>,
+}
+
+impl RemoteLayout {
+    fn new(spec: SandboxSpec) -> Self {
+        RemoteLayout {
+            spec,
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn learn(&self, paths: Vec<PathBuf>, entries: Vec<Classification>) {
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        if known.len() + paths.len() > MAX_KNOWN_PATHS {
+            known.clear();
+        }
+        known.extend(paths.into_iter().zip(entries));
+    }
+
+    fn lookup(&self, path: &Path) -> Option<Classification> {
+        self.known
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(path)
+            .copied()
+    }
+}
+
+impl DenialLayout for RemoteLayout {
+    fn spec(&self) -> &SandboxSpec {
+        &self.spec
+    }
+
+    fn classify(&self, path: &Path) -> Option<PathEntry> {
+        self.lookup(path)?.entry.map(PathEntry::from)
+    }
+
+    fn mode_allows_write(&self, path: &Path) -> bool {
+        self.lookup(path)
+            .is_none_or(|classification| classification.mode_allows_write)
+    }
 }
 
 impl std::fmt::Debug for HelperClient {
@@ -477,6 +534,39 @@ impl HelperClient {
     /// Whether the stream has ended: every call fails; start a new helper.
     pub fn is_dead(&self) -> bool {
         self.connection.is_dead()
+    }
+
+    /// The layout failed commands are explained against.
+    pub fn layout(&self) -> &Arc<RemoteLayout> {
+        &self.layout
+    }
+
+    /// Use `layout` (another client's, e.g. the helper this one replaces) from now on.
+    pub fn share_layout(&mut self, layout: Arc<RemoteLayout>) {
+        self.layout = layout;
+    }
+
+    /// Ask the helper what the paths a failed command's output names are, so the bash tool's
+    /// explanation finds them in [`RemoteLayout`]. Best effort: without an answer, the
+    /// command simply gets no path notes.
+    async fn classify_named_paths(&self, tail: &[u8], cwd: &Path) {
+        let paths = paths_to_classify(&String::from_utf8_lossy(tail), cwd);
+        if paths.is_empty() {
+            return;
+        }
+        let request = Request::Classify {
+            paths: paths.iter().map(|p| path(p)).collect(),
+        };
+        match self.connection.request(request, Vec::new()).await {
+            Ok((Response::Classified { entries }, _)) if entries.len() == paths.len() => {
+                self.layout.learn(paths, entries);
+            }
+            Ok((Response::Classified { .. }, _)) => {}
+            Ok((other, _)) => {
+                tracing::debug!(answer = %unexpected("classify", &other), "helper: no classification");
+            }
+            Err(error) => tracing::debug!(%error, "helper: no classification"),
+        }
     }
 
     /// Resolves when the stream has ended.
@@ -823,6 +913,8 @@ impl BashOperations for HelperClient {
         let backend = |error: HelperError| ExecError::Backend {
             reason: error.to_string(),
         };
+        let cwd = request.cwd.clone();
+        let mut tail: Vec<u8> = Vec::new();
         let mut call = self
             .connection
             .call(
@@ -846,11 +938,16 @@ impl BashOperations for HelperClient {
             };
             match answer.map_err(backend)? {
                 (Response::Output, chunk) => {
+                    keep_tail(&mut tail, &chunk);
                     // The tool stopped listening (it settled): the rest is not wanted.
                     let _ = output.send(chunk).await;
                 }
                 (Response::Exec { outcome }, _) => {
                     call.finished = true;
+                    drop(call);
+                    if failed(&outcome) {
+                        self.classify_named_paths(&tail, &cwd).await;
+                    }
                     return Ok(outcome);
                 }
                 (Response::Error { error }, _) => {
@@ -862,6 +959,30 @@ impl BashOperations for HelperClient {
                     return Err(backend(unexpected("exec", &other)));
                 }
             }
+        }
+    }
+
+    fn denial_layout(&self) -> Option<&dyn DenialLayout> {
+        Some(&*self.layout)
+    }
+}
+
+/// Keep the last `2 * TAIL_BYTES` of a command's output (what a denial is explained from).
+fn keep_tail(tail: &mut Vec<u8>, chunk: &[u8]) {
+    tail.extend_from_slice(chunk);
+    if tail.len() > 2 * TAIL_BYTES {
+        let cut = tail.len() - 2 * TAIL_BYTES;
+        tail.drain(..cut);
+    }
+}
+
+/// Whether a command's outcome is one the denial notes explain.
+fn failed(outcome: &ExecOutcome) -> bool {
+    match outcome.termination {
+        cordon_ops::Termination::TimedOut => true,
+        cordon_ops::Termination::Cancelled => false,
+        cordon_ops::Termination::Exited => {
+            !matches!(outcome.status, Some(cordon_ops::ExitStatus::Code(0)))
         }
     }
 }

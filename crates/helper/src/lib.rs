@@ -12,6 +12,7 @@
 //! - [`server`]: the helper's side ([`serve`]);
 //! - [`client`]: [`HelperConnection`] (hello, probe) and [`HelperClient`] (a started session
 //!   implementing `FileOperations`, `BashOperations` and `SearchOperations`);
+//! - [`program`]: the `cordon-helper` program's argument handling and modes;
 //! - [`backend`]: [`HelperBackend`], a whole `Backend` that starts a new helper after one
 //!   died, over any [`Connector`] ([`PipeConnector`]: a child process on this host).
 //!
@@ -23,6 +24,7 @@ pub mod backend;
 pub mod client;
 mod error;
 pub mod frame;
+pub mod program;
 pub mod protocol;
 pub mod server;
 

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use cordon_core::sandbox::SandboxSpec;
+use cordon_ops::denial::PathEntry;
 use cordon_ops::{
     DirEntry, ExecError, ExecOutcome, ExecRequest, FileMeta, FindOutput, FindRequest, FsError,
     GrepFile, GrepLine, GrepOutput, GrepRequest, SearchError,
@@ -554,6 +555,12 @@ pub enum Request {
         /// The command.
         request: WireExec,
     },
+    /// What failed commands' error messages name, in the layout (to explain a denial): at
+    /// most `cordon_ops::denial::MAX_PATHS` paths.
+    Classify {
+        /// The paths (absolute, lexically normal).
+        paths: Vec<WirePath>,
+    },
     /// Cancel the request `target` (a command's tree is killed). Not answered.
     Cancel {
         /// The request id to cancel.
@@ -623,6 +630,11 @@ pub enum Response {
     },
     /// A chunk of a command's output, in the payload; more follow.
     Output,
+    /// The answer to `classify`, one entry per path in order.
+    Classified {
+        /// The paths' entries.
+        entries: Vec<Classification>,
+    },
     /// The command ended; the last answer to an `exec`.
     Exec {
         /// How.
@@ -633,6 +645,54 @@ pub enum Response {
         /// Why.
         error: WireError,
     },
+}
+
+/// What a path is in the helper's layout (`cordon_ops::denial::DenialLayout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Classification {
+    /// `classify`: the entry that restricts it, if one does.
+    pub entry: Option<WireEntry>,
+    /// `mode_allows_write`.
+    pub mode_allows_write: bool,
+}
+
+/// `cordon_ops::denial::PathEntry` on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WireEntry {
+    /// Protected by `spec.protected[index]`.
+    Protected {
+        /// The index.
+        index: usize,
+    },
+    /// Denied by `spec.denied[index]`.
+    Denied {
+        /// The index.
+        index: usize,
+    },
+    /// Outside every writable root.
+    ReadOnly,
+}
+
+impl From<PathEntry> for WireEntry {
+    fn from(entry: PathEntry) -> Self {
+        match entry {
+            PathEntry::Protected(index) => WireEntry::Protected { index },
+            PathEntry::Denied(index) => WireEntry::Denied { index },
+            PathEntry::ReadOnly => WireEntry::ReadOnly,
+        }
+    }
+}
+
+impl From<WireEntry> for PathEntry {
+    fn from(entry: WireEntry) -> Self {
+        match entry {
+            WireEntry::Protected { index } => PathEntry::Protected(index),
+            WireEntry::Denied { index } => PathEntry::Denied(index),
+            WireEntry::ReadOnly => PathEntry::ReadOnly,
+        }
+    }
 }
 
 /// An `io::Error` on the wire: its OS code when it has one (rebuilt identically), else its

@@ -28,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::frame::{Frame, FrameError, MAX_PAYLOAD_BYTES, read_frame, write_frame};
 use crate::protocol::{
-    Envelope, MAX_IN_FLIGHT, MAX_OPEN_SPILLS, PROTOCOL_VERSION, ProbeReport, Request, Response,
-    SessionInfo, SessionStart, WireError, WirePath,
+    Classification, Envelope, MAX_IN_FLIGHT, MAX_OPEN_SPILLS, PROTOCOL_VERSION, ProbeReport,
+    Request, Response, SessionInfo, SessionStart, WireEntry, WireError, WirePath,
 };
 
 /// Frames waiting for the writer.
@@ -437,6 +437,7 @@ impl Server {
                     )
                 })
                 .map_err(|error| WireError::from(&error)),
+            Request::Classify { paths } => classify(backend, paths),
             Request::Shutdown => {
                 tracing::info!("helper: session shut down by the client");
                 self.close_spills().await;
@@ -584,6 +585,39 @@ impl Server {
             tracing::info!("helper: session ended");
         }
     }
+}
+
+/// Classify paths a failed command's output names, against the backend's layout.
+fn classify(
+    backend: &LocalBackend,
+    paths: Vec<WirePath>,
+) -> Result<(Response, Vec<u8>), WireError> {
+    if paths.len() > cordon_ops::denial::MAX_PATHS {
+        return Err(WireError::Protocol {
+            message: format!(
+                "too many paths to classify ({}, limit {})",
+                paths.len(),
+                cordon_ops::denial::MAX_PATHS
+            ),
+        });
+    }
+    let bash = backend.bash();
+    let Some(layout) = bash.denial_layout() else {
+        return Ok((
+            Response::Classified {
+                entries: Vec::new(),
+            },
+            Vec::new(),
+        ));
+    };
+    let entries = paths
+        .iter()
+        .map(|path| Classification {
+            entry: layout.classify(&path.0).map(WireEntry::from),
+            mode_allows_write: layout.mode_allows_write(&path.0),
+        })
+        .collect();
+    Ok((Response::Classified { entries }, Vec::new()))
 }
 
 /// A `max_bytes` from the wire as a read bound (never more than one payload).

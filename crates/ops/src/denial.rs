@@ -208,6 +208,30 @@ pub fn explain(evidence: &Evidence<'_>, layout: &dyn DenialLayout) -> Vec<String
     notes.0
 }
 
+/// Every path [`explain`] could ask the layout about for a command that printed `output` in
+/// `cwd` (absolute, lexically normal, at most [`MAX_PATHS`]): a backend whose layout lives
+/// elsewhere (across a stream) classifies these ahead and answers [`DenialLayout::classify`]
+/// from what it learnt.
+pub fn paths_to_classify(output: &str, cwd: &Path) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    for line in tail_lines(output) {
+        let Some(refusal) = refusal_of(line) else {
+            continue;
+        };
+        for candidate in candidate_paths(line, refusal) {
+            if paths.len() == MAX_PATHS {
+                return paths;
+            }
+            if let Some(path) = absolute(cwd, candidate)
+                && !paths.contains(&path)
+            {
+                paths.push(path);
+            }
+        }
+    }
+    paths
+}
+
 /// Notes without duplicates, at most [`MAX_NOTES`].
 #[derive(Default)]
 struct Notes(Vec<String>);

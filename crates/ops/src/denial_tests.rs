@@ -344,3 +344,18 @@ fn a_protected_entry_the_file_does_not_write_says_cordon_added_it() {
         ]
     );
 }
+
+#[test]
+fn paths_to_classify_are_the_candidates_explain_looks_at() {
+    let output = "ok\ntouch: cannot touch '.git/config': Read-only file system\n\
+                  bash: ../x: Permission denied\nplain line /etc/passwd\n\
+                  touch: cannot touch '.git/config': Read-only file system\n";
+    assert_eq!(
+        paths_to_classify(output, Path::new("/w/sub")),
+        [PathBuf::from("/w/sub/.git/config"), PathBuf::from("/w/x")]
+    );
+    let many: String = (0..40)
+        .map(|n| format!("cp: cannot create '/w/f{n}': Permission denied\n"))
+        .collect();
+    assert_eq!(paths_to_classify(&many, Path::new("/w")).len(), MAX_PATHS);
+}

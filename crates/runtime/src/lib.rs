@@ -17,7 +17,9 @@
 //!
 //! The remote backends are cargo features, `docker` and `ssh` (both off here, both on by
 //! default in the `cordon` binary); without them only [`BackendChoice::Local`] exists and the
-//! build has no container or SSH client code.
+//! build has no container or SSH client code. A third feature, `helper` (off everywhere but
+//! the test suites), adds [`BackendChoice::Helper`]: the local backend in a `cordon-helper`
+//! child process, reached through the helper protocol (docs/helper.md).
 //!
 //! It owns no policy logic (`cordon-policy`), no tool logic (`cordon-tools`) and no backend
 //! logic (`backends/*`).
@@ -36,6 +38,8 @@ pub use audit::{AuditLog, head_file_path};
 #[cfg(feature = "docker")]
 pub use cordon_backend_docker::client::Engine as DockerEngine;
 pub use cordon_ops::ShutdownError;
+#[cfg(feature = "helper")]
+pub use session::HelperOptions;
 #[cfg(feature = "ssh")]
 pub use session::SshOptions;
 pub use session::{BackendChoice, InsideWritableRoot, RuntimeError, Session, SessionOptions};

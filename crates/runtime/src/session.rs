@@ -42,6 +42,18 @@ pub enum BackendChoice {
     /// A remote host over SSH.
     #[cfg(feature = "ssh")]
     Ssh(SshOptions),
+    /// This host, under the local sandbox, through a `cordon-helper` child process and the
+    /// helper protocol (docs/helper.md): the remote helper's code path on a local pipe.
+    #[cfg(feature = "helper")]
+    Helper(HelperOptions),
+}
+
+/// Helper backend options (the workspace is [`SessionOptions::root`] on this host).
+#[cfg(feature = "helper")]
+#[derive(Clone, Debug, Default)]
+pub struct HelperOptions {
+    /// The `cordon-helper` program; `None`: `CORDON_HELPER`, else next to this program.
+    pub program: Option<PathBuf>,
 }
 
 /// Docker backend options (the workspace is [`SessionOptions::root`] on this host).
@@ -141,6 +153,10 @@ pub enum RuntimeError {
     #[cfg(feature = "ssh")]
     #[error("failed to start the ssh backend: {0}")]
     Ssh(#[source] cordon_backend_ssh::SshError),
+    /// The helper could not be found or started, or refused the session.
+    #[cfg(feature = "helper")]
+    #[error("failed to start the helper backend: {0}")]
+    Helper(#[source] cordon_helper::HelperError),
     /// A file Cordon writes (audit log, transcript) lies where sandboxed commands can write.
     #[error(transparent)]
     InsideWritableRoot(#[from] InsideWritableRoot),
@@ -219,6 +235,8 @@ impl Session {
             BackendChoice::Docker(_) => true,
             #[cfg(feature = "ssh")]
             BackendChoice::Ssh(_) => false,
+            #[cfg(feature = "helper")]
+            BackendChoice::Helper(_) => true,
         };
         let writable_roots = if host_writable {
             let home = std::env::var_os("HOME").map(PathBuf::from);
@@ -312,6 +330,20 @@ impl Session {
                     SshBackend::connect(config)
                         .await
                         .map_err(RuntimeError::Ssh)?,
+                )
+            }
+            #[cfg(feature = "helper")]
+            BackendChoice::Helper(HelperOptions { program }) => {
+                let program = cordon_helper::locate_helper(program.as_deref())
+                    .map_err(RuntimeError::Helper)?;
+                let start = cordon_helper::SessionStart::new(root, spec.clone());
+                Arc::new(
+                    cordon_helper::HelperBackend::start(
+                        Box::new(cordon_helper::PipeConnector::new(program)),
+                        start,
+                    )
+                    .await
+                    .map_err(RuntimeError::Helper)?,
                 )
             }
         };
