@@ -19,6 +19,11 @@
 //! lines up to [`MAX_LINE_BYTES`], at most [`MAX_PATHS`] paths resolved, one note per cause
 //! and at most [`MAX_NOTES`] notes.
 //!
+//! In filtered network mode the evidence of a refused connection is not guessed from the
+//! output: the egress proxy recorded it ([`EgressRecord`]), and [`egress_note`] lists the
+//! refused destinations whatever the command's exit status (a tool may retry, fall back or
+//! swallow the error).
+//!
 //! This module owns the matching and the note texts; how a path resolves is the backend's.
 //! The rules as the model and the operator see them: docs/semantics.md#explained-denials.
 
@@ -27,6 +32,7 @@ use std::time::Duration;
 
 use cordon_core::sandbox::{NetworkMode, SandboxSpec, SpecSources};
 
+use crate::EgressRecord;
 use crate::backend::{ExitStatus, Termination};
 
 /// Bytes of output looked at, from the end.
@@ -39,6 +45,9 @@ pub const MAX_LINE_BYTES: usize = 1024;
 pub const MAX_PATHS: usize = 16;
 /// Most notes per command.
 pub const MAX_NOTES: usize = 4;
+
+/// Most refused destinations one [`egress_note`] lists; the rest are counted.
+pub const MAX_EGRESS_LISTED: usize = 8;
 
 /// `SIGXFSZ`: the kernel's signal for a write past `RLIMIT_FSIZE`.
 const SIGXFSZ: i32 = 25;
@@ -437,6 +446,62 @@ fn network_note(sources: &SpecSources) -> Option<String> {
          downloaded or reached; the operator can set `enabled = true`.",
         sources.at(sources.network),
     ))
+}
+
+/// The note listing the destinations the egress proxy refused during a command: each once (with
+/// its number of attempts), why, and the `[network]` entry to add or the deny entry to change;
+/// at most [`MAX_EGRESS_LISTED`] listed, the others counted. `None` when nothing was refused
+/// (allowed attempts and failures that were not the policy's doing are not listed).
+pub fn egress_note(records: &[EgressRecord], sources: &SpecSources) -> Option<String> {
+    let mut listed: Vec<(String, &EgressRecord, usize)> = Vec::new();
+    let mut others = std::collections::HashSet::new();
+    for record in records.iter().filter(|record| record.is_denied()) {
+        let destination = record.destination();
+        if let Some((_, _, attempts)) = listed.iter_mut().find(|(d, _, _)| *d == destination) {
+            *attempts += 1;
+        } else if listed.len() < MAX_EGRESS_LISTED {
+            listed.push((destination, record, 1));
+        } else {
+            others.insert(destination);
+        }
+    }
+    if listed.is_empty() {
+        return None;
+    }
+    let file = match sources.file.as_str() {
+        "" => "the policy",
+        file => file,
+    };
+    let count = listed.len() + others.len();
+    let mut note = format!(
+        "Sandbox: the network policy refused {count} destination{} during this command \
+         (commands reach only what `[network] allow` lists, through Cordon's proxy):",
+        if count == 1 { "" } else { "s" }
+    );
+    for (destination, record, attempts) in &listed {
+        note.push_str(&format!("\n- {destination}"));
+        if *attempts > 1 {
+            note.push_str(&format!(" ({attempts} attempts)"));
+        }
+        note.push_str(&format!(": {}", record.reason));
+        match (&record.suggestion, &record.source) {
+            (Some(entry), _) => note.push_str(&format!(
+                "; to allow it, the operator can add {entry:?} to `[network] allow` in {file}"
+            )),
+            (None, Some(source)) => note.push_str(&format!(
+                "; to allow it, the operator can remove or narrow the deny entry at {source}"
+            )),
+            (None, None) => {}
+        }
+    }
+    if !others.is_empty() {
+        note.push_str(&format!(
+            "\n- and {} more destination{}",
+            others.len(),
+            if others.len() == 1 { "" } else { "s" }
+        ));
+    }
+    Some(note)
 }
 
 fn path_note(

@@ -359,3 +359,83 @@ fn paths_to_classify_are_the_candidates_explain_looks_at() {
         .collect();
     assert_eq!(paths_to_classify(&many, Path::new("/w")).len(), MAX_PATHS);
 }
+
+fn refused(host: &str, port: u16, suggestion: Option<&str>, source: Option<&str>) -> EgressRecord {
+    EgressRecord {
+        protocol: crate::EgressProtocol::HttpConnect,
+        host: host.to_owned(),
+        port,
+        address: None,
+        outcome: crate::EgressOutcome::Denied,
+        entry: source.map(|_| host.to_owned()),
+        source: source.map(str::to_owned),
+        suggestion: suggestion.map(str::to_owned),
+        reason: match source {
+            Some(at) => format!("deny entry {host:?} ({at}) matches {host}:{port}"),
+            None => format!("no entry allows {host}:{port}"),
+        },
+        bytes_up: 0,
+        bytes_down: 0,
+        duration_ms: 1,
+    }
+}
+
+#[test]
+fn egress_note_lists_each_refused_destination_once_with_its_fix() {
+    let fake = Fake::new();
+    let sources = &fake.spec.sources;
+    let allowed = EgressRecord {
+        outcome: crate::EgressOutcome::Allowed,
+        reason: "relayed until both sides closed".to_owned(),
+        ..refused("crates.io", 443, None, None)
+    };
+    let failed = EgressRecord {
+        outcome: crate::EgressOutcome::Failed,
+        reason: "failed to resolve nowhere.test".to_owned(),
+        ..refused("nowhere.test", 443, None, None)
+    };
+    assert_eq!(
+        egress_note(&[allowed.clone(), failed.clone()], sources),
+        None
+    );
+    assert_eq!(egress_note(&[], sources), None);
+    let records = [
+        allowed,
+        refused("evil.test", 443, Some("evil.test"), None),
+        refused("bad.crates.io", 443, None, Some("p.toml:9")),
+        refused("evil.test", 443, Some("evil.test"), None),
+        failed,
+        refused("evil.test", 443, Some("evil.test"), None),
+    ];
+    assert_eq!(
+        egress_note(&records, sources).unwrap(),
+        "Sandbox: the network policy refused 2 destinations during this command (commands \
+         reach only what `[network] allow` lists, through Cordon's proxy):\n\
+         - evil.test:443 (3 attempts): no entry allows evil.test:443; to allow it, the operator \
+         can add \"evil.test\" to `[network] allow` in p.toml\n\
+         - bad.crates.io:443: deny entry \"bad.crates.io\" (p.toml:9) matches bad.crates.io:443; \
+         to allow it, the operator can remove or narrow the deny entry at p.toml:9"
+    );
+}
+
+#[test]
+fn egress_note_is_bounded() {
+    let records: Vec<EgressRecord> = (0..1000)
+        .map(|i| refused(&format!("h{}.test", i % 20), 443, Some("x"), None))
+        .collect();
+    let note = egress_note(&records, &SpecSources::default()).unwrap();
+    assert!(
+        note.starts_with("Sandbox: the network policy refused 20 destinations"),
+        "{note}"
+    );
+    assert_eq!(note.lines().count(), 1 + MAX_EGRESS_LISTED + 1, "{note}");
+    assert!(note.contains("- h0.test:443 (50 attempts): "), "{note}");
+    assert!(note.ends_with("\n- and 12 more destinations"), "{note}");
+    assert!(
+        note.contains("to `[network] allow` in the policy"),
+        "{note}"
+    );
+    assert!(!note.contains("h8.test"), "{note}");
+    let one = egress_note(&records[..1], &SpecSources::default()).unwrap();
+    assert!(one.starts_with("Sandbox: the network policy refused 1 destination during"));
+}

@@ -4,7 +4,8 @@
 //!
 //! Each line is one JSON object, keys in this order: `ts`, `backend`, `toolCallId`, `tool`,
 //! `argsSha256`, `decision`, `rule`, `reason`, `isError`, `durationMs`, `prev`, and, only when
-//! set, the extension `unanalysable`. `prev` is the hex SHA-256 of the previous line's exact
+//! set, the extensions `unanalysable`, `egress` (a finished bash call's connection attempts
+//! through the egress proxy) and `egressOmitted` (how many more it made than are listed). `prev` is the hex SHA-256 of the previous line's exact
 //! bytes (without its `\n`); the first line's `prev` is [`GENESIS`] (64 zeros). Every line
 //! ends with `\n`, so a file whose last line lacks it was truncated.
 //!
@@ -49,6 +50,15 @@ pub struct AuditRecord {
     pub is_error: Option<bool>,
     /// For finished calls: wall time in milliseconds; `null` on decision lines.
     pub duration_ms: Option<u64>,
+    /// For a finished bash call in filtered network mode: each connection attempt through the
+    /// egress proxy (destination, outcome, deciding entry and `FILE:LINE`, bytes each way,
+    /// duration). Written after `prev`, only when not empty.
+    #[serde(default, skip_serializing)]
+    pub egress: Vec<cordon_ops::EgressRecord>,
+    /// Attempts the call made beyond those in `egress` (the result keeps a bounded number).
+    /// Written after `prev`, only when not zero.
+    #[serde(default, skip_serializing)]
+    pub egress_omitted: u64,
 }
 
 /// The serialised line, with `prev` and the extension field.
@@ -60,6 +70,14 @@ struct Line<'a> {
     prev: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     unanalysable: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    egress: &'a [cordon_ops::EgressRecord],
+    #[serde(skip_serializing_if = "is_zero")]
+    egress_omitted: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// A built line and the hash the next line must carry.
@@ -78,6 +96,8 @@ pub fn audit_line(record: &AuditRecord, prev: &str, unanalysable: Option<&str>) 
         record,
         prev,
         unanalysable,
+        egress: &record.egress,
+        egress_omitted: record.egress_omitted,
     };
     let text = serde_json::to_string(&line).expect("audit records always serialise");
     let sha256 = sha256_hex(text.as_bytes());
@@ -454,6 +474,8 @@ mod tests {
                 reason: "ok".into(),
                 is_error: None,
                 duration_ms: None,
+                egress: Vec::new(),
+                egress_omitted: 0,
             };
             let line = audit_line(&record, &prev, None);
             text.push_str(&line.text);

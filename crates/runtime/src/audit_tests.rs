@@ -16,6 +16,8 @@ fn record(id: &str) -> AuditRecord {
         reason: "allowed".into(),
         is_error: None,
         duration_ms: None,
+        egress: Vec::new(),
+        egress_omitted: 0,
     }
 }
 

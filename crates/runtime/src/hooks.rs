@@ -13,11 +13,12 @@ use cordon_core::hooks::{
     AfterToolCall, BeforeOutcome, BeforeToolCall, HookError, ResultOverride, ToolHooks,
 };
 use cordon_ops::paths::resolve_model_path;
-use cordon_ops::{BackendId, FileOperations, FsError, Op, paths_of};
+use cordon_ops::{BackendId, EgressRecord, FileOperations, FsError, Op, paths_of};
 use cordon_policy::audit::{AuditRecord, args_sha256, rfc3339_utc};
 use cordon_policy::{
     CompiledPolicy, Decision, DecisionRequest, PathAccess, PolicyDecision, RuleRef,
 };
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::approval::{Approval, ApprovalRequest, Approver};
@@ -276,6 +277,8 @@ impl RuntimeHooks {
             reason: decision.reason.clone(),
             is_error: None,
             duration_ms: None,
+            egress: Vec::new(),
+            egress_omitted: 0,
         }
     }
 }
@@ -401,12 +404,44 @@ impl ToolHooks for RuntimeHooks {
                 record.is_error = Some(is_error);
                 record.duration_ms =
                     Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+                (record.egress, record.egress_omitted) =
+                    egress_of(&call.tool_call.name, call.result);
                 record
             };
             self.audit(record, None)?;
         }
         Ok(patch)
     }
+}
+
+/// The connection attempts a bash call made through the egress proxy, as the bash tool put
+/// them in its result's `details` (`egress`, and `egressOmitted` beyond its bound): what the
+/// finished call's audit line records. Only the bash tool's own details are read (the
+/// unredacted result; destinations are not secrets the redaction hides from the operator).
+fn egress_of(tool: &str, result: &cordon_core::tool::AgentToolResult) -> (Vec<EgressRecord>, u64) {
+    if tool != "bash" {
+        return (Vec::new(), 0);
+    }
+    let Some(details) = result.details.as_ref().and_then(Value::as_object) else {
+        return (Vec::new(), 0);
+    };
+    let records = match details.get("egress") {
+        None => Vec::new(),
+        Some(value) => match Vec::<EgressRecord>::deserialize(value) {
+            Ok(records) => records,
+            Err(error) => {
+                // The bash tool wrote it; a shape it cannot read back is a bug, logged, and
+                // the call is still audited.
+                tracing::warn!(%error, "audit: the bash result's egress records do not parse");
+                Vec::new()
+            }
+        },
+    };
+    let omitted = details
+        .get("egressOmitted")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    (records, omitted)
 }
 
 #[cfg(test)]

@@ -362,3 +362,105 @@ async fn always_for_one_rule_does_not_approve_a_call_another_rule_asks_about() {
     assert_eq!(asked[0].rule, "p.toml:5");
     assert_eq!(asked[1].rule, "p.toml:5, p.toml:8");
 }
+
+/// A finished bash call's egress attempts land on its audit line, after `prev`, and the log
+/// still verifies; another tool's details are never read as attempts.
+#[tokio::test]
+async fn a_bash_calls_egress_attempts_are_audited() {
+    use cordon_core::hooks::{AfterToolCall, BeforeToolCall, ToolHooks};
+    use cordon_core::protocol::{AssistantMessage, ToolCall};
+    use cordon_core::tool::AgentToolResult;
+
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("audit.jsonl");
+    let log = Arc::new(crate::audit::AuditLog::open(&log_path).unwrap());
+    let files = Arc::new(RecordingFiles {
+        id: BackendId::new("test:egress"),
+        root: PathBuf::from(ROOT),
+        home: PathBuf::from(HOME),
+        written: Mutex::new(Vec::new()),
+    });
+    let hooks = RuntimeHooks {
+        policy: Arc::new(CompiledPolicy::builtin_default(&EnvMap::new()).unwrap()),
+        files: files.clone(),
+        backend: files.id.clone(),
+        missing_layers: Vec::new(),
+        audit: Some(log.clone()),
+        approver: None,
+        approved_rules: Mutex::new(HashSet::new()),
+        in_flight: Mutex::new(HashMap::new()),
+    };
+    let attempts = json!([
+        {"protocol": "httpConnect", "host": "static.crates.io", "port": 443,
+         "outcome": "allowed", "entry": "*.crates.io", "source": "p.toml:6",
+         "reason": "relayed until both sides closed", "bytesUp": 517, "bytesDown": 40960,
+         "durationMs": 12},
+        {"protocol": "socks5", "host": "evil.test", "port": 22, "outcome": "denied",
+         "suggestion": "evil.test:22", "reason": "no entry allows evil.test:22",
+         "bytesUp": 0, "bytesDown": 0, "durationMs": 1},
+    ]);
+    let message = AssistantMessage::default();
+    for (id, tool, args) in [
+        ("b1", "bash", json!({"command": "cargo fetch"})),
+        ("l1", "ls", json!({"path": "."})),
+    ] {
+        let call = ToolCall {
+            id: id.to_owned(),
+            name: tool.to_owned(),
+            arguments: args.clone(),
+        };
+        let outcome = hooks
+            .before_tool_call(
+                BeforeToolCall {
+                    assistant_message: &message,
+                    tool_call: &call,
+                    context: &[],
+                },
+                &mut args.clone(),
+                &CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(outcome, cordon_core::hooks::BeforeOutcome::Continue);
+        let result = AgentToolResult {
+            details: Some(json!({"egress": attempts.clone(), "egressOmitted": 4})),
+            ..AgentToolResult::text("out")
+        };
+        hooks
+            .after_tool_call(
+                AfterToolCall {
+                    assistant_message: &message,
+                    tool_call: &call,
+                    args: &args,
+                    result: &result,
+                    context: &[],
+                },
+                &CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+    }
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    assert_eq!(
+        cordon_policy::audit::verify_audit_log(&text).unwrap().lines,
+        4
+    );
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    // The decision line has none; the finished bash line has them all; ls has none.
+    assert_eq!(lines[0].get("egress"), None);
+    assert_eq!(lines[1]["toolCallId"], "b1");
+    assert_eq!(lines[1]["egress"], attempts);
+    assert_eq!(lines[1]["egressOmitted"], 4);
+    assert_eq!(lines[3]["toolCallId"], "l1");
+    assert_eq!(lines[3].get("egress"), None);
+    assert_eq!(lines[3].get("egressOmitted"), None);
+    // `prev` comes before the attempts in the line's text.
+    let raw = text.lines().nth(1).unwrap();
+    assert!(
+        raw.find("\"prev\"").unwrap() < raw.find("\"egress\"").unwrap(),
+        "{raw}"
+    );
+}

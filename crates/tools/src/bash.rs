@@ -37,6 +37,10 @@ use crate::truncate::{DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Limits};
 
 /// Partial updates are sent at most this often (a final one is always sent).
 pub const UPDATE_THROTTLE: Duration = Duration::from_millis(100);
+
+/// Most egress proxy records of one command kept in the result's `details.egress` (for the
+/// audit log); the rest are counted in `details.egressOmitted`.
+pub const MAX_EGRESS_DETAILS: usize = 256;
 /// Output chunks in flight between the backend and the tool; awaiting a full channel is the
 /// back-pressure that keeps memory bounded.
 const OUTPUT_CHANNEL_CHUNKS: usize = 16;
@@ -412,6 +416,22 @@ impl AgentTool for BashTool {
             ),
             (Ok(_), None) | (Err(_), _) => Vec::new(),
         };
+        let mut explained = explained;
+        if let Ok(ended) = &outcome {
+            let unknown = cordon_core::sandbox::SpecSources::default();
+            let sources = self
+                .bash
+                .denial_layout()
+                .map_or(&unknown, |layout| &layout.spec().sources);
+            // Whatever the exit status: the command may have swallowed the refusal.
+            if let Some(note) = denial::egress_note(&ended.egress, sources) {
+                tracing::info!(
+                    refused = ended.egress.iter().filter(|r| r.is_denied()).count(),
+                    "bash: the network policy refused connections of the command"
+                );
+                explained.insert(0, note);
+            }
+        }
         Ok(build_result(&final_output, outcome, &timeout, explained))
     }
 }
@@ -582,6 +602,19 @@ fn build_result(
     }
     if snapshot.redactions > 0 {
         details.insert("redactions".into(), json!(snapshot.redactions));
+    }
+    // The connection attempts through the egress proxy, for the audit log.
+    if let Ok(ExecOutcome { egress, .. }) = &outcome
+        && !egress.is_empty()
+    {
+        let kept = &egress[..egress.len().min(MAX_EGRESS_DETAILS)];
+        details.insert(
+            "egress".into(),
+            serde_json::to_value(kept).unwrap_or(Value::Null),
+        );
+        if egress.len() > kept.len() {
+            details.insert("egressOmitted".into(), json!(egress.len() - kept.len()));
+        }
     }
     let exit_code = match &outcome {
         Ok(ExecOutcome { status, .. }) => status.map(ExitStatus::code),
@@ -1064,6 +1097,116 @@ mod tests {
             text(&result),
             format!("{refused}\n\nCommand exited with code 1")
         );
+    }
+
+    fn egress_record(host: &str, outcome: cordon_ops::EgressOutcome) -> cordon_ops::EgressRecord {
+        cordon_ops::EgressRecord {
+            protocol: cordon_ops::EgressProtocol::HttpConnect,
+            host: host.to_owned(),
+            port: 443,
+            address: None,
+            outcome,
+            entry: None,
+            source: None,
+            suggestion: Some(host.to_owned()),
+            reason: format!("no entry allows {host}:443"),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 2,
+        }
+    }
+
+    #[tokio::test]
+    async fn refused_destinations_end_the_result_even_when_the_command_succeeds() {
+        let records = vec![
+            cordon_ops::EgressRecord {
+                suggestion: None,
+                entry: Some("*.crates.io".to_owned()),
+                source: Some("p.toml:6".to_owned()),
+                reason: "relayed until both sides closed".to_owned(),
+                bytes_up: 300,
+                bytes_down: 4000,
+                ..egress_record("static.crates.io", cordon_ops::EgressOutcome::Allowed)
+            },
+            egress_record("evil.test", cordon_ops::EgressOutcome::Denied),
+        ];
+        let bash = ScriptedBash::new(
+            vec![chunk("fell back to the cache\n")],
+            Ok(ExecOutcome {
+                status: Some(ExitStatus::Code(0)),
+                termination: Termination::Exited,
+                notes: vec!["quarantined src/.git".to_owned()],
+                egress: records.clone(),
+            }),
+        );
+        let h = Harness::new(sandboxed(bash));
+        let result = h.call(json!({"command": "cargo fetch"})).await;
+        assert!(!result.is_error);
+        let note = "Sandbox: the network policy refused 1 destination during this command \
+                    (commands reach only what `[network] allow` lists, through Cordon's proxy):\n\
+                    - evil.test:443: no entry allows evil.test:443; to allow it, the operator can \
+                    add \"evil.test\" to `[network] allow` in p.toml";
+        assert_eq!(
+            text(&result),
+            format!("fell back to the cache\n\n\nquarantined src/.git\n\n{note}")
+        );
+        let structured = result
+            .structured_content
+            .clone()
+            .expect("structured content");
+        assert_eq!(structured["notes"], json!(["quarantined src/.git", note]));
+        // Every attempt, allowed or not, is in the details for the audit log.
+        let details = result.details.expect("details");
+        assert_eq!(details["egress"], serde_json::to_value(&records).unwrap());
+        assert_eq!(details.get("egressOmitted"), None);
+
+        // Allowed attempts alone: no note.
+        let bash = ScriptedBash::new(
+            vec![],
+            Ok(ExecOutcome {
+                status: Some(ExitStatus::Code(0)),
+                termination: Termination::Exited,
+                notes: vec![],
+                egress: records[..1].to_vec(),
+            }),
+        );
+        let result = Harness::new(sandboxed(bash))
+            .call(json!({"command": "cargo fetch"}))
+            .await;
+        assert_eq!(text(&result), "(no output)");
+    }
+
+    #[tokio::test]
+    async fn egress_details_are_bounded() {
+        let records: Vec<_> = (0..MAX_EGRESS_DETAILS + 5)
+            .map(|i| egress_record(&format!("h{i}.test"), cordon_ops::EgressOutcome::Denied))
+            .collect();
+        let bash = ScriptedBash::new(
+            vec![],
+            Ok(ExecOutcome {
+                status: Some(ExitStatus::Code(1)),
+                termination: Termination::Exited,
+                notes: vec![],
+                egress: records,
+            }),
+        );
+        let result = Harness::new(bash).call(json!({"command": "x"})).await;
+        let details = result.details.clone().expect("details");
+        assert_eq!(
+            details["egress"].as_array().map(Vec::len),
+            Some(MAX_EGRESS_DETAILS)
+        );
+        assert_eq!(details["egressOmitted"], 5);
+        // Without a layout the policy file is unknown; the note still names the entry.
+        assert!(
+            text(&result).contains(
+                "- h0.test:443: no entry allows h0.test:443; to allow it, the operator can add \
+                 \"h0.test\" to `[network] allow` in the policy\n"
+            ),
+            "{}",
+            text(&result)
+        );
+        assert!(text(&result).ends_with("\n- and 253 more destinations"));
     }
 
     #[tokio::test]

@@ -20,6 +20,8 @@ fn record(n: usize, finished: bool) -> AuditRecord {
         reason: "no rule matches".into(),
         is_error: finished.then_some(false),
         duration_ms: finished.then_some(12),
+        egress: Vec::new(),
+        egress_omitted: 0,
     }
 }
 
@@ -83,6 +85,62 @@ fn lines_have_the_contract_shape() {
         second["prev"],
         json!(cordon_policy::audit::sha256_hex(lines[0].as_bytes()))
     );
+}
+
+#[test]
+fn egress_attempts_follow_prev_and_keep_the_chain_verifiable() {
+    let attempt = |host: &str, outcome, source: Option<&str>| cordon_ops::EgressRecord {
+        protocol: cordon_ops::EgressProtocol::HttpConnect,
+        host: host.to_owned(),
+        port: 443,
+        address: None,
+        outcome,
+        entry: source.map(|_| "*.crates.io".to_owned()),
+        source: source.map(str::to_owned),
+        suggestion: None,
+        reason: "r".to_owned(),
+        bytes_up: 10,
+        bytes_down: 2000,
+        duration_ms: 7,
+    };
+    let mut finished = record(1, true);
+    finished.egress = vec![
+        attempt(
+            "static.crates.io",
+            cordon_ops::EgressOutcome::Allowed,
+            Some("p.toml:6"),
+        ),
+        attempt("evil.test", cordon_ops::EgressOutcome::Denied, None),
+    ];
+    finished.egress_omitted = 3;
+    let first = audit_line(&record(0, false), GENESIS, None);
+    let second = audit_line(&finished, &first.sha256, None);
+    assert!(
+        second.text.ends_with(&format!(
+            r#""durationMs":12,"prev":"{}","egress":[{{"protocol":"httpConnect","host":"static.crates.io","port":443,"outcome":"allowed","entry":"*.crates.io","source":"p.toml:6","reason":"r","bytesUp":10,"bytesDown":2000,"durationMs":7}},{{"protocol":"httpConnect","host":"evil.test","port":443,"outcome":"denied","reason":"r","bytesUp":10,"bytesDown":2000,"durationMs":7}}],"egressOmitted":3}}"#,
+            first.sha256
+        )),
+        "{}",
+        second.text
+    );
+    // The line reads back as the record it was built from.
+    let back: AuditRecord = serde_json::from_str(&second.text).unwrap();
+    assert_eq!(back, finished);
+    let text = format!("{}\n{}\n", first.text, second.text);
+    assert_eq!(verify_audit_log(&text).unwrap().lines, 2);
+    // Altering an attempt breaks nothing before it and is caught by the next line only if one
+    // follows: the chain covers the whole line's bytes.
+    let third = audit_line(&record(2, false), &second.sha256, None);
+    let altered = format!(
+        "{}\n{}\n{}\n",
+        first.text,
+        second.text.replace("evil.test", "good.test"),
+        third.text
+    );
+    assert!(matches!(
+        verify_audit_log(&altered),
+        Err(AuditError::Chain { line: 3, .. })
+    ));
 }
 
 #[test]
