@@ -182,8 +182,12 @@ pub fn explain(evidence: &Evidence<'_>, layout: &dyn DenialLayout) -> Vec<String
         {
             notes.push(pids_note(limit, sources));
         }
-        if spec.network == NetworkMode::Disabled && is_network_failure(line) {
-            notes.push(network_note(sources));
+        if is_network_failure(line) {
+            match spec.network {
+                NetworkMode::Disabled => notes.push(network_note(sources)),
+                NetworkMode::Filtered => notes.push(filtered_network_note(sources)),
+                NetworkMode::Enabled => {}
+            }
         }
         let Some(refusal) = refusal_of(line) else {
             continue;
@@ -502,6 +506,18 @@ pub fn egress_note(records: &[EgressRecord], sources: &SpecSources) -> Option<St
         ));
     }
     Some(note)
+}
+
+/// A direct connection or DNS lookup failed in filtered mode: only the proxy leads out.
+fn filtered_network_note(sources: &SpecSources) -> Option<String> {
+    Some(format!(
+        "Sandbox: commands reach the network only through Cordon's egress proxy, set by \
+         `[network] allow` ({}): a direct connection or DNS lookup fails. Use a tool or option \
+         that goes through the proxy (HTTP_PROXY, HTTPS_PROXY and ALL_PROXY are set; curl, pip, \
+         cargo and git over https use them); the operator can add destinations to \
+         `[network] allow`.",
+        sources.egress_allow_at(),
+    ))
 }
 
 fn path_note(

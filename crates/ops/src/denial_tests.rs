@@ -269,6 +269,38 @@ fn limits_name_their_entries() {
 }
 
 #[test]
+fn a_direct_connection_in_filtered_mode_points_at_the_proxy() {
+    let mut layout = Fake::new();
+    layout.spec.network = NetworkMode::Filtered;
+    layout.spec.egress.allow = vec!["crates.io".to_owned()];
+    layout.spec.sources.egress_allow = vec![12];
+    let note = "Sandbox: commands reach the network only through Cordon's egress proxy, set by \
+                `[network] allow` (p.toml:12): a direct connection or DNS lookup fails. Use a \
+                tool or option that goes through the proxy (HTTP_PROXY, HTTPS_PROXY and \
+                ALL_PROXY are set; curl, pip, cargo and git over https use them); the operator \
+                can add destinations to `[network] allow`.";
+    for output in [
+        "ssh: Could not resolve hostname github.com: Temporary failure in name resolution\n",
+        "nc: connect to 10.1.2.3 port 5432 (tcp) failed: Network is unreachable\n",
+    ] {
+        assert_eq!(
+            explain(&failed(output), &layout),
+            vec![note.to_owned()],
+            "{output}"
+        );
+    }
+    // Success, or a failure that is not the network's: no note.
+    assert!(
+        explain(
+            &ended("Network is unreachable\n", Some(ExitStatus::Code(0))),
+            &layout
+        )
+        .is_empty()
+    );
+    assert!(explain(&failed("cat: x: No such file or directory\n"), &layout).is_empty());
+}
+
+#[test]
 fn the_timeout_note_names_the_limit_that_applied() {
     let layout = Fake::new();
     let mut timed_out = ended("", None);
