@@ -7,7 +7,9 @@
 //! `git curl netcat-openbsd python3 gdb strace libcap2-bin libc-bin util-linux procps`
 //! (plus coreutils and bash). A missing tool fails the test with the package to install.
 //!
-//! `cargo test -p cordon-tests --test escape`
+//! `cargo test -p cordon-tests --test escape`; with `CORDON_ESCAPE_BACKEND=helper_pipe` the
+//! same attempts go through the remote helper's protocol to the local backend in a
+//! `cordon-helper` child process.
 
 mod environment;
 mod git;

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use cordon_core::event::AgentEvent;
 use cordon_core::executor::RunControl;
 use cordon_core::protocol::{ToolCall, ToolResult};
-use cordon_runtime::{Session, SessionOptions};
+use cordon_runtime::{BackendChoice, HelperOptions, Session, SessionOptions};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +31,19 @@ pub struct Harness {
     /// The session (shared by concurrent calls).
     pub session: Arc<Session>,
     calls: AtomicU32,
+}
+
+/// The backend the suite attacks: the local backend, or with `CORDON_ESCAPE_BACKEND=helper_pipe`
+/// the same backend behind the remote helper's protocol (a `cordon-helper` child process, every
+/// call over its stdin/stdout). Any other value fails the suite.
+fn escape_backend() -> BackendChoice {
+    match std::env::var("CORDON_ESCAPE_BACKEND").as_deref() {
+        Err(_) | Ok("local") => BackendChoice::Local,
+        Ok("helper_pipe") => BackendChoice::Helper(HelperOptions {
+            program: Some(cordon_tests::helper::helper_program().expect("the helper program")),
+        }),
+        Ok(other) => panic!("CORDON_ESCAPE_BACKEND={other}: expected local or helper_pipe"),
+    }
 }
 
 impl Harness {
@@ -63,14 +76,17 @@ impl Harness {
         std::fs::create_dir(&outside).unwrap();
         let victim = outside.join("victim.txt");
         std::fs::write(&victim, "untouched victim\n").unwrap();
-        let mut options = SessionOptions::local(&ws);
+        let mut options = SessionOptions {
+            backend: escape_backend(),
+            ..SessionOptions::local(&ws)
+        };
         if let Some(text) = policy(&outside) {
             let path = base.join("policy.toml");
             std::fs::write(&path, text).unwrap();
             options.policy = Some(path);
         }
         assert!(!options.allow_degraded, "the suite runs the full sandbox");
-        let session = Session::open(options).await.expect("open a local session");
+        let session = Session::open(options).await.expect("open a session");
         assert!(
             session.backend().missing_layers().is_empty(),
             "this host must support every sandbox layer: {:?}",

@@ -39,10 +39,6 @@ use crate::protocol::{
     SessionInfo, SessionStart, WireError, WirePath,
 };
 
-/// Answers queued for one call before the reader waits for it to take them (command output
-/// is the only long stream; awaiting it is the back-pressure).
-const CALL_QUEUE: usize = 32;
-
 /// Frames queued for the writer.
 const OUT_QUEUE: usize = 64;
 
@@ -55,7 +51,10 @@ type Answer = (Response, Vec<u8>);
 /// What the reader and writer tasks share with the calls.
 struct Link {
     out: mpsc::Sender<Frame>,
-    pending: Mutex<HashMap<u64, mpsc::Sender<Answer>>>,
+    /// Where each call's answers go. Unbounded so the reader never waits for one call (that
+    /// would stall every other): a call gets one answer, except a command, whose output the
+    /// helper sends only within the window the call acknowledges (`OUTPUT_WINDOW`).
+    pending: Mutex<HashMap<u64, mpsc::UnboundedSender<Answer>>>,
     next_id: AtomicU64,
     in_flight: Arc<Semaphore>,
     dead: CancellationToken,
@@ -102,7 +101,7 @@ impl Link {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let header =
             serde_json::to_vec(&Envelope { id, body: request }).map_err(HelperError::Encode)?;
-        let (sender, answers) = mpsc::channel(CALL_QUEUE);
+        let (sender, answers) = mpsc::unbounded_channel();
         self.pending
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -171,7 +170,7 @@ async fn read_answers<R: AsyncRead + Unpin>(mut reader: R, link: Weak<Link>) {
         drop(link);
         if let Some(sender) = sender {
             // A call that went away drops its receiver: the answer has nobody to go to.
-            let _ = sender.send((envelope.body, frame.payload)).await;
+            let _ = sender.send((envelope.body, frame.payload));
         }
     }
 }
@@ -212,7 +211,7 @@ async fn write_requests<W: AsyncWrite + Unpin>(
 /// One call in flight: its answers, and a `cancel` for it if dropped unanswered.
 struct Call {
     id: u64,
-    answers: mpsc::Receiver<Answer>,
+    answers: mpsc::UnboundedReceiver<Answer>,
     link: Arc<Link>,
     finished: bool,
     _permit: OwnedSemaphorePermit,
@@ -226,6 +225,28 @@ impl Call {
                 self.finished = true;
                 Err(self.link.closed())
             }
+        }
+    }
+
+    /// Tell the helper the caller took `bytes` of this command's output: it may send that much
+    /// more.
+    async fn acknowledge(&self, bytes: usize) {
+        let Ok(header) = serde_json::to_vec(&Envelope {
+            id: 0,
+            body: Request::Ack {
+                target: self.id,
+                bytes: bytes as u64,
+            },
+        }) else {
+            return;
+        };
+        let frame = Frame {
+            header,
+            payload: Vec::new(),
+        };
+        tokio::select! {
+            _ = self.link.out.send(frame) => {}
+            () = self.link.dead.cancelled() => {}
         }
     }
 
@@ -939,8 +960,10 @@ impl BashOperations for HelperClient {
             match answer.map_err(backend)? {
                 (Response::Output, chunk) => {
                     keep_tail(&mut tail, &chunk);
+                    let taken = chunk.len();
                     // The tool stopped listening (it settled): the rest is not wanted.
                     let _ = output.send(chunk).await;
+                    call.acknowledge(taken).await;
                 }
                 (Response::Exec { outcome }, _) => {
                     call.finished = true;

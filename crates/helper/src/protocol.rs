@@ -31,6 +31,11 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// holds the same bound, so it never sends more).
 pub const MAX_IN_FLIGHT: usize = 256;
 
+/// Bytes of one command's output the helper sends before the client acknowledges them
+/// (`ack`): the client's memory for a command it does not read fast enough, and the
+/// back-pressure that pauses the command.
+pub const OUTPUT_WINDOW: u64 = 1024 * 1024;
+
 /// Most spill files one helper keeps open at a time.
 pub const MAX_OPEN_SPILLS: usize = 64;
 
@@ -560,6 +565,14 @@ pub enum Request {
     Classify {
         /// The paths (absolute, lexically normal).
         paths: Vec<WirePath>,
+    },
+    /// The caller took `bytes` of the output of the command `target`: the helper may send that
+    /// much more ([`OUTPUT_WINDOW`]). Not answered.
+    Ack {
+        /// The `exec` request id.
+        target: u64,
+        /// Bytes taken.
+        bytes: u64,
     },
     /// Cancel the request `target` (a command's tree is killed). Not answered.
     Cancel {

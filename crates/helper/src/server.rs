@@ -28,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::frame::{Frame, FrameError, MAX_PAYLOAD_BYTES, read_frame, write_frame};
 use crate::protocol::{
-    Classification, Envelope, MAX_IN_FLIGHT, MAX_OPEN_SPILLS, PROTOCOL_VERSION, ProbeReport,
-    Request, Response, SessionInfo, SessionStart, WireEntry, WireError, WirePath,
+    Classification, Envelope, MAX_IN_FLIGHT, MAX_OPEN_SPILLS, OUTPUT_WINDOW, PROTOCOL_VERSION,
+    ProbeReport, Request, Response, SessionInfo, SessionStart, WireEntry, WireError, WirePath,
 };
 
 /// Frames waiting for the writer.
@@ -50,6 +50,7 @@ where
         backend: OnceLock::new(),
         starting: AtomicBool::new(false),
         cancels: Mutex::new(HashMap::new()),
+        windows: Mutex::new(HashMap::new()),
         spills: Mutex::new(HashMap::new()),
         next_spill: AtomicU64::new(1),
         in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
@@ -100,6 +101,37 @@ async fn write_frames<W: AsyncWrite + Unpin>(mut writer: W, mut queue: mpsc::Rec
     let _ = writer.shutdown().await;
 }
 
+/// Most bytes of output in one frame (a piece never exceeds the window).
+const OUTPUT_PIECE: usize = 64 * 1024;
+
+/// How much more of one command's output the client has room for
+/// ([`crate::protocol::OUTPUT_WINDOW`]).
+struct Window {
+    credit: Semaphore,
+    /// Bytes sent and not acknowledged yet: an acknowledgement never grants more than this.
+    outstanding: AtomicU64,
+}
+
+impl Window {
+    fn new() -> Window {
+        Window {
+            credit: Semaphore::new(OUTPUT_WINDOW as usize),
+            outstanding: AtomicU64::new(0),
+        }
+    }
+
+    fn acknowledge(&self, bytes: u64) {
+        let taken = self
+            .outstanding
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |outstanding| {
+                Some(outstanding - bytes.min(outstanding))
+            })
+            .map_or(0, |before| bytes.min(before));
+        self.credit
+            .add_permits(usize::try_from(taken).unwrap_or(usize::MAX));
+    }
+}
+
 /// An open spill file: writes to one are serialised by its lock.
 type OpenSpill = Arc<tokio::sync::Mutex<SpillWriter>>;
 
@@ -109,6 +141,7 @@ struct Server {
     backend: OnceLock<Arc<LocalBackend>>,
     starting: AtomicBool,
     cancels: Mutex<HashMap<u64, CancellationToken>>,
+    windows: Mutex<HashMap<u64, Arc<Window>>>,
     spills: Mutex<HashMap<u64, OpenSpill>>,
     next_spill: AtomicU64,
     in_flight: Arc<Semaphore>,
@@ -191,6 +224,12 @@ impl Server {
                 return;
             }
         };
+        if let Request::Ack { target, bytes } = request {
+            if let Some(window) = self.lock_windows().get(&target) {
+                window.acknowledge(bytes);
+            }
+            return;
+        }
         if let Request::Cancel { target } = request {
             if let Some(token) = self.lock_cancels().get(&target) {
                 tracing::debug!(target, "helper: request cancelled by the client");
@@ -260,7 +299,7 @@ impl Server {
             Request::Exec { request } => {
                 return self.exec(id, request.into(), cancel).await;
             }
-            Request::Cancel { .. } => return,
+            Request::Cancel { .. } | Request::Ack { .. } => return,
             other => self.operation(other, payload, cancel).await,
         };
         match answer {
@@ -453,6 +492,7 @@ impl Server {
             | Request::Probe
             | Request::Start { .. }
             | Request::Exec { .. }
+            | Request::Ack { .. }
             | Request::Cancel { .. } => Err(WireError::Protocol {
                 message: "request routed to the wrong handler".to_owned(),
             }),
@@ -531,36 +571,54 @@ impl Server {
             Err(error) => return self.send_error(id, error).await,
         };
         let bash = backend.bash();
+        let window = Arc::new(Window::new());
+        self.lock_windows().insert(id, Arc::clone(&window));
         let (chunks, mut received) = mpsc::channel::<Vec<u8>>(16);
-        let run = bash.exec(request, cancel, chunks);
-        tokio::pin!(run);
-        let outcome = loop {
-            tokio::select! {
-                biased;
-                chunk = received.recv() => match chunk {
-                    Some(chunk) => self.send_output(id, chunk).await,
-                    None => break (&mut run).await,
-                },
-                outcome = &mut run => break outcome,
+        // Output is forwarded while the command runs (so its timeout and cancel act even while
+        // the client is slow to take output); the command's own pipe is the back-pressure.
+        let forward = async {
+            while let Some(chunk) = received.recv().await {
+                self.send_output(id, chunk, &window, &cancel).await;
             }
         };
-        received.close();
-        while let Some(chunk) = received.recv().await {
-            self.send_output(id, chunk).await;
-        }
+        let (outcome, ()) = tokio::join!(bash.exec(request, cancel.clone(), chunks), forward);
+        self.lock_windows().remove(&id);
         match outcome {
             Ok(outcome) => self.send(id, &Response::Exec { outcome }, Vec::new()).await,
             Err(error) => self.send_error(id, WireError::from(&error)).await,
         }
     }
 
-    async fn send_output(&self, id: u64, chunk: Vec<u8>) {
-        if chunk.len() <= MAX_PAYLOAD_BYTES {
-            return self.send(id, &Response::Output, chunk).await;
-        }
-        for part in chunk.chunks(MAX_PAYLOAD_BYTES) {
+    /// Send a chunk of output within the window the client acknowledged; once the command is
+    /// cancelled, what the client has no room for is dropped (nobody waits for it).
+    async fn send_output(
+        &self,
+        id: u64,
+        chunk: Vec<u8>,
+        window: &Window,
+        cancel: &CancellationToken,
+    ) {
+        for part in chunk.chunks(OUTPUT_PIECE) {
+            let len = part.len() as u32;
+            tokio::select! {
+                permit = window.credit.acquire_many(len) => match permit {
+                    Ok(permit) => permit.forget(),
+                    Err(_) => return,
+                },
+                () = cancel.cancelled() => {
+                    tracing::debug!(id, "helper: output of a cancelled command dropped");
+                    return;
+                }
+            }
+            window
+                .outstanding
+                .fetch_add(u64::from(len), Ordering::SeqCst);
             self.send(id, &Response::Output, part.to_vec()).await;
         }
+    }
+
+    fn lock_windows(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Window>>> {
+        self.windows.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The end of the input: cancel what runs (commands' trees are killed), wait for every
@@ -646,4 +704,28 @@ fn encode<T: Serialize>(id: u64, body: &T) -> Result<Vec<u8>, String> {
         ));
     }
     Ok(header)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acknowledgements_never_grant_more_than_was_sent() {
+        let window = Window::new();
+        let full = OUTPUT_WINDOW as usize;
+        window
+            .credit
+            .try_acquire_many(u32::try_from(full).expect("fits"))
+            .expect("the whole window")
+            .forget();
+        window.outstanding.store(OUTPUT_WINDOW, Ordering::SeqCst);
+        window.acknowledge(100);
+        assert_eq!(window.credit.available_permits(), 100);
+        // A client acknowledging more than it received gets the window back, not more.
+        window.acknowledge(u64::MAX);
+        assert_eq!(window.credit.available_permits(), full);
+        window.acknowledge(5);
+        assert_eq!(window.credit.available_permits(), full);
+    }
 }

@@ -278,6 +278,32 @@ async fn parallel_reads_share_one_stream() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_output_copied_to_a_spill_file_on_the_same_stream_does_not_stall() {
+    // What the bash tool does: every chunk of output is also written to a spill file, whose
+    // writes travel on the same stream as the output.
+    let (dir, root) = workspace();
+    let (backend, _) = backend(&root, dir.path()).await;
+    let files = backend.files();
+    let (path, mut spill) = files.create_spill_file().await.expect("spill");
+    let (sender, mut output) = mpsc::channel(4);
+    let bash = backend.bash();
+    let request = exec_request(&root, "head -c 20000000 /dev/zero");
+    let run =
+        tokio::spawn(async move { bash.exec(request, CancellationToken::new(), sender).await });
+    let mut total = 0;
+    while let Some(chunk) = output.recv().await {
+        total += chunk.len();
+        spill.write_all(&chunk).await.expect("spill write");
+    }
+    spill.shutdown().await.expect("spill close");
+    let outcome = run.await.expect("join").expect("exec");
+    assert_eq!(outcome.status.map(|s| s.code()), Some(0));
+    assert_eq!(total, 20_000_000);
+    assert_eq!(files.metadata(&path).await.expect("meta").size, 20_000_000);
+    backend.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_kills_the_command_tree() {
     let (dir, root) = workspace();
     let (backend, _) = backend(&root, dir.path()).await;
