@@ -12,6 +12,8 @@
 //! - [`server`]: the helper's side ([`serve`]);
 //! - [`client`]: [`HelperConnection`] (hello, probe) and [`HelperClient`] (a started session
 //!   implementing `FileOperations`, `BashOperations` and `SearchOperations`);
+//! - [`forward`]: `cordon-helper forward`, relaying a loopback port to an egress proxy's Unix
+//!   socket (a container without a network reaches the proxy through it);
 //! - [`program`]: the `cordon-helper` program's argument handling and modes;
 //! - [`backend`]: [`HelperBackend`], a whole `Backend` that starts a new helper after one
 //!   died, over any [`Connector`] ([`PipeConnector`]: a child process on this host).
@@ -23,6 +25,7 @@
 pub mod backend;
 pub mod client;
 mod error;
+pub mod forward;
 pub mod frame;
 pub mod program;
 pub mod protocol;

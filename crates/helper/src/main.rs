@@ -3,6 +3,8 @@
 //! - `cordon-helper serve`: one session over stdin/stdout; exits when stdin ends, after
 //!   killing every command it started;
 //! - `cordon-helper probe`: the sandbox layers this kernel provides, as one JSON line;
+//! - `cordon-helper forward PORT SOCKET`: relays `127.0.0.1:PORT` to a Unix socket (an egress
+//!   proxy outside a container without a network);
 //! - `cordon-helper --version`: the package and protocol versions.
 //!
 //! Logs go to stderr, filtered by `CORDON_LOG` (default `warn`).

@@ -1,12 +1,12 @@
 //! The `cordon-helper` program (`main` only calls [`run`]; a test suite can build the same
-//! program under another name): `serve`, `probe`, `--version`. Logs go to stderr, filtered by
+//! program under another name): `serve`, `probe`, `forward`, `--version`. Logs go to stderr, filtered by
 //! `CORDON_LOG` (default `warn`).
 
 use std::process::ExitCode;
 
 use tracing_subscriber::EnvFilter;
 
-const USAGE: &str = "usage: cordon-helper serve | probe | --version";
+const USAGE: &str = "usage: cordon-helper serve | probe | forward PORT SOCKET | --version";
 
 /// Run the program with `args` (without the program name).
 pub fn run(args: Vec<String>) -> ExitCode {
@@ -14,6 +14,7 @@ pub fn run(args: Vec<String>) -> ExitCode {
     match words.as_slice() {
         ["serve"] => serve(),
         ["probe"] => probe(),
+        ["forward", port, socket] => forward(port, socket),
         ["--version" | "-V"] => {
             println!(
                 "cordon-helper {} (protocol {})",
@@ -76,6 +77,56 @@ fn probe() -> ExitCode {
         }
         Err(error) => {
             eprintln!("cordon-helper: failed to encode the probe: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `forward PORT SOCKET` (module `forward`): relays `127.0.0.1:PORT` to the Unix socket until
+/// stdin ends.
+fn forward(port: &str, socket: &str) -> ExitCode {
+    init_logging();
+    let config = match crate::forward::ForwardConfig::from_args(port, socket) {
+        Ok(config) => config,
+        Err(reason) => {
+            eprintln!("cordon-helper: forward: {reason}; {USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("cordon-helper: failed to start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let ended = runtime.block_on(crate::forward::run(
+        &config,
+        |bound| {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            // The starter waits for this line; a failed write shows as a forwarder that never
+            // became ready.
+            let _ = writeln!(out, "{} {bound}", crate::forward::READY).and_then(|()| out.flush());
+        },
+        async {
+            // Anything on stdin is ignored; its end (the starter went away) stops the relay.
+            let mut stdin = tokio::io::stdin();
+            let mut buf = [0u8; 256];
+            while matches!(tokio::io::AsyncReadExt::read(&mut stdin, &mut buf).await, Ok(n) if n > 0) {}
+        },
+    ));
+    match ended {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!(
+                "cordon-helper: failed to forward 127.0.0.1:{port} to {socket}: {error}",
+                port = config.port,
+                socket = config.socket.display()
+            );
             ExitCode::FAILURE
         }
     }

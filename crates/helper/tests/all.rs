@@ -1,3 +1,4 @@
 //! Integration tests of the helper: the built `cordon-helper serve` as a child process.
 
+mod forward;
 mod pipe;
