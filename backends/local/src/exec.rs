@@ -114,6 +114,8 @@ pub(crate) fn layer_of(error: &SandboxError) -> &'static str {
         SandboxError::LandlockRuleset { .. } | SandboxError::LandlockRule { .. } => {
             Layer::LandlockFilesystem.name()
         }
+        SandboxError::LandlockNetRule { .. } => Layer::LandlockNetwork.name(),
+        SandboxError::EgressListener { .. } => Layer::NetworkNamespace.name(),
         SandboxError::SeccompBuild { .. } => Layer::Seccomp.name(),
         SandboxError::RelativePath { .. }
         | SandboxError::OpenPath { .. }
@@ -146,6 +148,7 @@ pub(crate) fn layer_of(error: &SandboxError) -> &'static str {
             SetupStep::Landlock => Layer::LandlockFilesystem.name(),
             SetupStep::Seccomp => Layer::Seccomp.name(),
             SetupStep::SetRlimit => "rlimits",
+            SetupStep::EgressListener => Layer::NetworkNamespace.name(),
             SetupStep::ResetSignals
             | SetupStep::HideInit
             | SetupStep::ForkCommand

@@ -24,7 +24,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use cordon_core::sandbox::{NetworkMode, RootAccess, SandboxSpec};
-use cordon_sandbox::{HostDefaults, Rlimits, SandboxConfig};
+use cordon_sandbox::{HostDefaults, NetworkAccess, Rlimits, SandboxConfig};
 
 use crate::LocalError;
 use crate::roots::{Access, RootKind};
@@ -201,9 +201,9 @@ impl Layout {
             protected: Vec::new(),
             denied: Vec::new(),
             network: match spec.network {
-                // Filtered is refused when the backend is built (`LocalError::FilteredNetwork`).
-                NetworkMode::Disabled | NetworkMode::Filtered => false,
-                NetworkMode::Enabled => true,
+                NetworkMode::Disabled => NetworkAccess::Off,
+                NetworkMode::Enabled => NetworkAccess::On,
+                NetworkMode::Filtered => NetworkAccess::Filtered,
             },
             unix_sockets: self.unix_sockets.clone(),
             limits: Rlimits {
@@ -511,7 +511,7 @@ mod tests {
         );
         assert_eq!(config.read, vec![PathBuf::from("/state/spill")]);
         assert_eq!(config.write, vec![PathBuf::from("/ws")]);
-        assert!(!config.network);
+        assert_eq!(config.network, NetworkAccess::Off);
         assert_eq!(config.unix_sockets, vec![PathBuf::from("/run/app.sock")]);
         assert_eq!(config.limits.processes, Some(512));
         assert_eq!(config.session_parent, Some(PathBuf::from("/state/tmp")));

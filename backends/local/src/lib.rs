@@ -127,11 +127,9 @@ pub struct LayerStatus {
 pub fn sandbox_layers(spec: &SandboxSpec, support: &HostSupport) -> Vec<LayerStatus> {
     let config = cordon_sandbox::SandboxConfig {
         network: match spec.network {
-            // Filtered is refused when the backend is built; its layers are the ones that cut
-            // the network.
-            cordon_core::sandbox::NetworkMode::Disabled
-            | cordon_core::sandbox::NetworkMode::Filtered => false,
-            cordon_core::sandbox::NetworkMode::Enabled => true,
+            cordon_core::sandbox::NetworkMode::Disabled => cordon_sandbox::NetworkAccess::Off,
+            cordon_core::sandbox::NetworkMode::Enabled => cordon_sandbox::NetworkAccess::On,
+            cordon_core::sandbox::NetworkMode::Filtered => cordon_sandbox::NetworkAccess::Filtered,
         },
         limits: cordon_sandbox::Rlimits {
             processes: spec.limits.pids,

@@ -302,11 +302,40 @@ impl Proxy {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        self.serve_connection(client, &self.shared.config.events, std::future::pending())
+            .await;
+    }
+
+    /// Serves one client connection until it ends or `stop` completes (the command that
+    /// opened it has ended, say), and reports its event to `events` instead of the
+    /// configuration's sink (a backend collecting one command's attempts). A connection cut
+    /// by `stop` is closed on both sides and reported with the reason saying so; bytes it
+    /// relayed by `splice(2)` are then not counted.
+    pub async fn serve_connection<S, F>(&self, client: S, events: &EventSink, stop: F)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        F: Future<Output = ()>,
+    {
         let started = Instant::now();
         let permit = self.shared.permits.clone().try_acquire_owned().ok();
         let mut attempt = Attempt::new();
         let mut client = Counted::new(client);
-        self.run(&mut client, permit, &mut attempt).await;
+        let cut = tokio::select! {
+            () = self.run(&mut client, permit, &mut attempt) => false,
+            () = stop => true,
+        };
+        if cut {
+            tracing::debug!(host = %attempt.host, port = attempt.port, "egress proxy: connection cut by its owner");
+            attempt.reason = match attempt.outcome {
+                Outcome::Allowed => {
+                    "relayed until the command that opened it ended, then cut".to_string()
+                }
+                Outcome::Denied => attempt.reason.clone(),
+                Outcome::Failed => {
+                    "cut before a decision: the command that opened it ended".to_string()
+                }
+            };
+        }
         let config = &self.shared.config;
         // Only relayed bytes count; request heads and refusals are not traffic.
         let relayed = attempt.outcome == Outcome::Allowed;
@@ -324,7 +353,7 @@ impl Proxy {
             bytes_down: if relayed { client.written } else { 0 },
             duration: started.elapsed(),
         };
-        config.events.send(event);
+        events.send(event);
     }
 
     async fn run<S>(
@@ -588,6 +617,9 @@ impl Proxy {
         };
         client.read = leftover.len() as u64;
         client.written = 0;
+        // Connected: a relay cut before it ends is still an allowed connection.
+        attempt.outcome = Outcome::Allowed;
+        attempt.reason = "relaying".to_string();
         let mut sent = async {
             opened?;
             if let Some(head) = &forward_head {

@@ -431,3 +431,51 @@ async fn the_system_resolver_answer_is_checked_like_any_other() {
         event.reason
     );
 }
+
+#[tokio::test]
+async fn a_connection_cut_by_its_owner_goes_to_the_given_sink_with_the_reason() {
+    // The destination accepts and then stays silent, holding the tunnel open.
+    let silent = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = silent.local_addr().expect("address").port();
+    let held = tokio::spawn(async move {
+        let (stream, _) = silent.accept().await.expect("accept");
+        let mut stream = stream;
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink).await;
+    });
+    let allow = [EntrySpec::new(format!("127.0.0.1/32:{port}"), "p:9")];
+    let (config_events, mut config_rx) = EventSink::channel(4);
+    let proxy = Proxy::new(ProxyConfig {
+        session: "cut".into(),
+        rules: Arc::new(Rules::compile(&allow, &[]).expect("rules")),
+        resolver: Arc::new(StaticResolver::default()),
+        events: config_events,
+        limits: Limits::default(),
+    });
+    let (command_events, mut command_rx) = EventSink::channel(4);
+    let (mut ours, theirs) = tokio::io::duplex(1 << 16);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = proxy.serve_connection(theirs, &command_events, async {
+        let _ = stop_rx.await;
+    });
+    let talking = async {
+        ours.write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes())
+            .await
+            .expect("send the request");
+        let mut answer = [0u8; 39];
+        ours.read_exact(&mut answer).await.expect("read the answer");
+        assert_eq!(&answer, b"HTTP/1.1 200 Connection established\r\n\r\n");
+        // The tunnel is open and idle: the owner ends it.
+        stop_tx.send(()).expect("stop");
+    };
+    tokio::join!(serving, talking);
+    let event = command_rx.recv().await.expect("an event in the given sink");
+    assert_eq!(event.outcome, Outcome::Allowed);
+    assert_eq!(
+        event.reason,
+        "relayed until the command that opened it ended, then cut"
+    );
+    assert!(config_rx.try_recv().is_err(), "nothing in the proxy's own sink");
+    // The upstream side was closed with the client's.
+    held.await.expect("the destination saw the connection end");
+}

@@ -31,13 +31,13 @@ pub struct SandboxConfig {
     /// Paths that are neither readable nor writable, even inside a readable or writable
     /// tree: they are masked by an empty, unreadable file or directory.
     pub denied: Vec<PathBuf>,
-    /// Whether commands may use the network. When `false`: no IP, netlink or vsock sockets,
-    /// no `connect`/`bind`/`listen` on any socket, no Landlock TCP, no `io_uring`.
-    pub network: bool,
-    /// Host Unix sockets commands may connect to when the network is on. A networked
+    /// Whether and how commands may use the network (see [`NetworkAccess`]).
+    pub network: NetworkAccess,
+    /// Host Unix sockets commands may connect to when the network is on or filtered. Such a
     /// sandbox sees the host through a root that holds only its granted trees, so no other
-    /// host socket (pathname: not there; abstract: Landlock scope) is reachable. Entries that
-    /// do not exist or are not sockets are left out. Unused with the network off.
+    /// host socket (pathname: not there; abstract: Landlock scope, or the private network
+    /// namespace when filtered) is reachable. Entries that do not exist or are not sockets are
+    /// left out. Unused with the network off.
     pub unix_sockets: Vec<PathBuf>,
     /// Resource limits applied to every command.
     pub limits: Rlimits,
@@ -57,6 +57,39 @@ pub struct SandboxConfig {
     /// default) a missing layer is an error naming it.
     pub allow_degraded: bool,
 }
+
+/// How sandboxed commands may use the network.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum NetworkAccess {
+    /// No network: no IP, netlink or vsock sockets, no `connect`/`bind`/`listen` on any
+    /// socket, no Landlock TCP, no `io_uring`.
+    #[default]
+    Off,
+    /// The host's network (no vsock, no `io_uring`).
+    On,
+    /// A private network namespace holding only the loopback interface: the one place a
+    /// command can connect to is `127.0.0.1:`[`EGRESS_PORT`], where the sandbox's init listens
+    /// and hands the listening socket to this process (`SandboxedChild::egress_listener`); the
+    /// caller serves it (an egress proxy). IP sockets may be created (nothing but loopback
+    /// exists), netlink, packet, vsock and `io_uring` stay denied, Landlock (ABI >= 4) allows
+    /// TCP connect to that port only and no bind.
+    Filtered,
+}
+
+impl NetworkAccess {
+    /// Whether commands may create IP sockets and connect (on or filtered): such a sandbox
+    /// gets the socket-free root that keeps host Unix sockets out of reach.
+    pub fn connects(self) -> bool {
+        match self {
+            NetworkAccess::Off => false,
+            NetworkAccess::On | NetworkAccess::Filtered => true,
+        }
+    }
+}
+
+/// The loopback port of a filtered sandbox's egress listener (`127.0.0.1`, inside its private
+/// network namespace, so any fixed port is free there).
+pub const EGRESS_PORT: u16 = 3128;
 
 /// Resource limits of one command and its descendants. `None` leaves the limit as
 /// inherited. Core dumps are always disabled.
@@ -159,11 +192,14 @@ pub enum Layer {
     /// A hard cap on the number of processes (see [`Rlimits::processes`]). Required when a
     /// process limit is configured.
     ProcessLimit,
+    /// A private network namespace with only loopback, where the egress listener is the one
+    /// way out. Required with the network filtered.
+    NetworkNamespace,
 }
 
 impl Layer {
     /// Every layer, in reporting order.
-    pub const ALL: [Layer; 9] = [
+    pub const ALL: [Layer; 10] = [
         Layer::LandlockFilesystem,
         Layer::LandlockIoctl,
         Layer::LandlockNetwork,
@@ -173,6 +209,7 @@ impl Layer {
         Layer::PidNamespace,
         Layer::MountNamespace,
         Layer::ProcessLimit,
+        Layer::NetworkNamespace,
     ];
 
     /// Short stable name, e.g. `landlock-fs`.
@@ -187,6 +224,7 @@ impl Layer {
             Layer::PidNamespace => "pid-namespace",
             Layer::MountNamespace => "mount-namespace",
             Layer::ProcessLimit => "process-limit",
+            Layer::NetworkNamespace => "network-namespace",
         }
     }
 
@@ -203,6 +241,9 @@ impl Layer {
             Layer::MountNamespace => "mount namespaces with open_tree/move_mount (Linux 5.12)",
             Layer::ProcessLimit => {
                 "RLIMIT_NPROC (non-root) or a per-PID-namespace pid_max (root, Linux 6.14)"
+            }
+            Layer::NetworkNamespace => {
+                "network namespaces (CONFIG_NET_NS), with a user namespace when not root"
             }
         }
     }
@@ -232,6 +273,9 @@ pub struct HostSupport {
     pub pid_max_per_namespace: bool,
     /// This process runs with effective uid 0.
     pub root: bool,
+    /// A network namespace can be created (with a user namespace when not root) and its
+    /// loopback interface brought up.
+    pub network_namespaces: bool,
 }
 
 impl HostSupport {
@@ -247,6 +291,7 @@ impl HostSupport {
             Layer::PidNamespace => self.namespaces(),
             Layer::MountNamespace => self.namespaces(),
             Layer::ProcessLimit => !self.root || (self.namespaces() && self.pid_max_per_namespace),
+            Layer::NetworkNamespace => self.namespaces() && self.network_namespaces,
         }
     }
 
@@ -279,7 +324,8 @@ impl HostSupport {
                     Layer::Seccomp
                     | Layer::UserNamespace
                     | Layer::PidNamespace
-                    | Layer::MountNamespace => layer.requirement().to_owned(),
+                    | Layer::MountNamespace
+                    | Layer::NetworkNamespace => layer.requirement().to_owned(),
                 };
                 format!("{}: {status} ({detail})", layer.name())
             })
@@ -335,13 +381,24 @@ impl SandboxConfig {
                         .then_some(Requirement::Required),
                     Layer::LandlockIoctl => Some(Requirement::Optional),
                     // With the network on, the abstract-socket scope is what keeps the host's
-                    // abstract Unix sockets out of reach.
-                    Layer::LandlockScopes => Some(if self.network {
-                        Requirement::Required
-                    } else {
-                        Requirement::Optional
+                    // abstract Unix sockets out of reach (filtered: they live in another
+                    // network namespace anyway).
+                    Layer::LandlockScopes => Some(match self.network {
+                        NetworkAccess::On => Requirement::Required,
+                        NetworkAccess::Off | NetworkAccess::Filtered => Requirement::Optional,
                     }),
-                    Layer::LandlockNetwork => (!self.network).then_some(Requirement::Optional),
+                    // Off: seccomp already denies every IP socket. Filtered: only loopback
+                    // exists; Landlock narrows it to the egress port.
+                    Layer::LandlockNetwork => match self.network {
+                        NetworkAccess::Off | NetworkAccess::Filtered => {
+                            Some(Requirement::Optional)
+                        }
+                        NetworkAccess::On => None,
+                    },
+                    Layer::NetworkNamespace => match self.network {
+                        NetworkAccess::Filtered => Some(Requirement::Required),
+                        NetworkAccess::Off | NetworkAccess::On => None,
+                    },
                 };
                 requirement.map(|requirement| (layer, requirement))
             })
@@ -414,6 +471,7 @@ mod tests {
             mount_namespaces: true,
             pid_max_per_namespace: true,
             root: true,
+            network_namespaces: true,
         }
     }
 
@@ -487,7 +545,7 @@ mod tests {
             ..full()
         };
         let networked = SandboxConfig {
-            network: true,
+            network: NetworkAccess::On,
             ..SandboxConfig::default()
         };
         let layers: Vec<Layer> = networked
@@ -512,7 +570,7 @@ mod tests {
             ..full()
         };
         let networked = SandboxConfig {
-            network: true,
+            network: NetworkAccess::On,
             ..SandboxConfig::default()
         };
         assert_eq!(
@@ -523,6 +581,33 @@ mod tests {
             SandboxConfig::default().missing_layers(&abi5),
             Ok(vec![Layer::LandlockScopes])
         );
+    }
+
+    #[test]
+    fn filtered_network_needs_a_network_namespace_but_not_the_scope() {
+        let filtered = SandboxConfig {
+            network: NetworkAccess::Filtered,
+            ..SandboxConfig::default()
+        };
+        let requirements = filtered.layer_requirements(&full());
+        assert!(requirements.contains(&(Layer::NetworkNamespace, Requirement::Required)));
+        assert!(requirements.contains(&(Layer::LandlockNetwork, Requirement::Optional)));
+        assert!(requirements.contains(&(Layer::LandlockScopes, Requirement::Optional)));
+        let no_netns = HostSupport {
+            network_namespaces: false,
+            ..full()
+        };
+        assert_eq!(
+            filtered.missing_layers(&no_netns),
+            Err(vec![Layer::NetworkNamespace])
+        );
+        for network in [NetworkAccess::Off, NetworkAccess::On] {
+            let config = SandboxConfig {
+                network,
+                ..SandboxConfig::default()
+            };
+            assert!(config.missing_layers(&no_netns).is_ok());
+        }
     }
 
     #[test]

@@ -60,6 +60,22 @@ pub enum SandboxError {
         #[source]
         source: io::Error,
     },
+    /// The Landlock rule granting TCP connect to the egress port could not be added.
+    #[error("failed to add a Landlock rule for TCP port {port}: {source}")]
+    LandlockNetRule {
+        /// The port of the rule.
+        port: u16,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The egress listener a filtered sandbox's init opened did not reach this process.
+    #[error("failed to receive the egress listener from the sandbox init: {source}")]
+    EgressListener {
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
     /// The seccomp program could not be built.
     #[error("failed to build the seccomp filter: {reason}")]
     SeccompBuild {
@@ -230,13 +246,16 @@ pub enum SetupStep {
     Exec,
     /// Build the socket-free root of a networked sandbox and pivot into it.
     BuildRoot,
+    /// Bring up loopback in the private network namespace of a filtered sandbox, listen on
+    /// the egress port and hand the listener over.
+    EgressListener,
 }
 
 // The wire numbering is only used by the Linux child.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 impl SetupStep {
     /// Every step, indexed by its wire number.
-    pub(crate) const ALL: [SetupStep; 25] = [
+    pub(crate) const ALL: [SetupStep; 26] = [
         SetupStep::ResetSignals,
         SetupStep::HideInit,
         SetupStep::MapUsers,
@@ -262,6 +281,7 @@ impl SetupStep {
         SetupStep::Seccomp,
         SetupStep::Exec,
         SetupStep::BuildRoot,
+        SetupStep::EgressListener,
     ];
 
     /// The wire number of this step.
@@ -292,6 +312,7 @@ impl SetupStep {
             SetupStep::Seccomp => 22,
             SetupStep::Exec => 23,
             SetupStep::BuildRoot => 24,
+            SetupStep::EgressListener => 25,
         }
     }
 
@@ -329,6 +350,7 @@ impl std::fmt::Display for SetupStep {
             SetupStep::Seccomp => "install the seccomp filter",
             SetupStep::Exec => "execute the program",
             SetupStep::BuildRoot => "build the sandbox root",
+            SetupStep::EgressListener => "open the egress listener on loopback",
         })
     }
 }

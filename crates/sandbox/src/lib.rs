@@ -45,7 +45,8 @@ mod config;
 mod error;
 
 pub use config::{
-    ExitStatus, HostDefaults, HostSupport, Layer, Requirement, Rlimits, SandboxConfig, SpawnRequest,
+    EGRESS_PORT, ExitStatus, HostDefaults, HostSupport, Layer, NetworkAccess, Requirement, Rlimits,
+    SandboxConfig, SpawnRequest,
 };
 pub use error::{SandboxError, SetupStep};
 

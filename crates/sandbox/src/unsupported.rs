@@ -189,6 +189,14 @@ impl SandboxedChild {
     ///
     /// # Errors
     /// Always.
+    pub fn egress_listener(&self) -> Result<Option<std::net::TcpListener>, SandboxError> {
+        Err(SandboxError::Unsupported)
+    }
+
+    /// Always fails with [`SandboxError::Unsupported`].
+    ///
+    /// # Errors
+    /// Always.
     pub fn signaller(&self) -> Result<TreeSignaller, SandboxError> {
         Err(SandboxError::Unsupported)
     }

@@ -9,6 +9,8 @@
 mod degraded;
 #[path = "suite/escapes.rs"]
 mod escapes;
+#[path = "suite/filtered.rs"]
+mod filtered;
 #[path = "suite/lifecycle.rs"]
 mod lifecycle;
 #[path = "suite/limits.rs"]

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use cordon_sandbox::{PreparedSandbox, Rlimits, SandboxConfig, SpawnRequest};
 
 const USAGE: &str = "usage: cordon-sandbox-run [--probe] [--write DIR]... [--read DIR]... \
-[--protect PATH]... [--deny PATH]... [--network] [--unix-socket PATH]... [--allow-degraded] [--cwd DIR] \
+[--protect PATH]... [--deny PATH]... [--network | --network-filtered] [--unix-socket PATH]... [--allow-degraded] [--cwd DIR] \
 [--pids N] [--memory BYTES] [--env NAME=VALUE]... -- PROGRAM [ARG]...";
 
 fn main() -> ExitCode {
@@ -45,7 +45,8 @@ fn run() -> Result<u8, String> {
             Some("--read") => config.read.push(value(&mut args, "--read")?.into()),
             Some("--protect") => config.protected.push(value(&mut args, "--protect")?.into()),
             Some("--deny") => config.denied.push(value(&mut args, "--deny")?.into()),
-            Some("--network") => config.network = true,
+            Some("--network") => config.network = cordon_sandbox::NetworkAccess::On,
+            Some("--network-filtered") => config.network = cordon_sandbox::NetworkAccess::Filtered,
             Some("--unix-socket") => config
                 .unix_sockets
                 .push(value(&mut args, "--unix-socket")?.into()),

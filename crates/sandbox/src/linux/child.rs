@@ -19,6 +19,7 @@
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::os::fd::RawFd;
 
+use crate::config::EGRESS_PORT;
 use crate::error::SetupStep;
 use crate::linux::mounts::MountKind;
 use crate::linux::newroot::{EntryKind, RootStep};
@@ -94,6 +95,10 @@ pub(crate) struct InitPlan<'a> {
     /// With the network on: the staging directory and the steps of the socket-free root the
     /// init pivots into once the mounts above are in place.
     pub new_root: Option<(&'a CStr, &'a [RootStep])>,
+    /// With the network filtered (the init is in a new network namespace): bring loopback
+    /// up, listen on `127.0.0.1:EGRESS_PORT` and send the listener to the parent over the
+    /// control socket before reporting ready.
+    pub egress: bool,
     /// Sorted fds the init keeps (everything else is closed).
     pub keep_fds: &'a [RawFd],
     /// Write end of the setup pipe (error records; closed once the init is ready).
@@ -508,6 +513,9 @@ fn init_setup(plan: &InitPlan<'_>) -> StepResult {
     if let Some((staging, steps)) = plan.new_root {
         build_new_root(staging, steps)?;
     }
+    if plan.egress {
+        open_egress_listener(plan.control_fd)?;
+    }
     sys::rename_init(plan.argv_area);
     // Nothing in the sandbox may ptrace the init or read its memory (a copy of the parent's).
     step(sys::set_not_dumpable(), SetupStep::HideInit)?;
@@ -541,6 +549,20 @@ fn init_setup(plan: &InitPlan<'_>) -> StepResult {
         step(sys::seccomp_set_filter(program), SetupStep::Seccomp)?;
     }
     Ok(())
+}
+
+/// In the init's fresh network namespace (while it still has `CAP_NET_ADMIN` there): bring
+/// loopback up, listen on the egress port and hand the listener to the parent, which serves
+/// it. The init keeps no copy: nothing in the sandbox can accept on it.
+fn open_egress_listener(control_fd: RawFd) -> StepResult {
+    step(sys::loopback_up(), SetupStep::EgressListener)?;
+    let listener = step(
+        sys::listen_loopback_raw(EGRESS_PORT),
+        SetupStep::EgressListener,
+    )?;
+    let sent = sys::send_one_fd_raw(control_fd, listener);
+    sys::close_raw(listener);
+    step(sent, SetupStep::EgressListener)
 }
 
 /// Build the new root on a tmpfs at `staging` (see `newroot`) and pivot into it. Binds copy

@@ -21,6 +21,9 @@ pub struct SandboxedChild {
     pub(super) pid: i32,
     pub(super) pidfd: Option<OwnedFd>,
     pub(super) control: Option<OwnedFd>,
+    /// With the network filtered: the init's egress listener (see
+    /// [`SandboxedChild::egress_listener`]).
+    pub(super) egress: Option<OwnedFd>,
     pub(super) namespaces: bool,
     pub(super) status: Option<ExitStatus>,
     pub(super) placeholders: Vec<mounts::Placeholder>,
@@ -46,6 +49,7 @@ impl SandboxedChild {
             pid: init.pid,
             pidfd: init.pidfd.take(),
             control: init.control.take(),
+            egress: init.egress.take(),
             namespaces: true,
             status: None,
             placeholders: std::mem::take(&mut init.placeholders),
@@ -53,6 +57,25 @@ impl SandboxedChild {
             running: Arc::new(std::sync::Mutex::new(true)),
             _session: Arc::clone(&sandbox.inner.session),
         }
+    }
+
+    /// With the network filtered ([`crate::NetworkAccess::Filtered`]): the listener on
+    /// `127.0.0.1:`[`crate::EGRESS_PORT`] of this command's network namespace, the only
+    /// destination its processes can connect to (a new handle to it, non-blocking). Serve it
+    /// while the command runs and stop accepting as soon as [`SandboxedChild::wait`] has
+    /// returned: the init may then serve another command on the same listener. Connections
+    /// still waiting to be accepted when the command ends are closed before that. `None` with
+    /// the network off or on.
+    ///
+    /// # Errors
+    /// [`SandboxError::EgressListener`] when the listener cannot be duplicated.
+    pub fn egress_listener(&self) -> Result<Option<std::net::TcpListener>, SandboxError> {
+        let Some(listener) = self.egress.as_ref() else {
+            return Ok(None);
+        };
+        let listener = sys::dup_cloexec_at_least(listener, 3)
+            .map_err(|source| SandboxError::EgressListener { source })?;
+        Ok(Some(std::net::TcpListener::from(listener)))
     }
 
     /// Host pid of the process Cordon created (the init with namespaces, else the command).
@@ -163,10 +186,16 @@ impl SandboxedChild {
         self.mark_ended();
         let control = self.control.take();
         let pidfd = self.pidfd.take();
+        let egress = self.egress.take();
+        // Every process of the command is gone: what still waits on the listener came from
+        // it and must not reach the next command's proxy.
+        if let Some(listener) = egress.as_ref() {
+            sys::close_pending_connections(listener);
+        }
         match (self.reuse.take(), control, pidfd) {
             (Some(reuse), Some(control), Some(pidfd)) => {
                 let placeholders = std::mem::take(&mut self.placeholders);
-                reuse.give_back(self.pid, pidfd, control, placeholders);
+                reuse.give_back(self.pid, pidfd, control, placeholders, egress);
             }
             (_, control, pidfd) => {
                 // An init that is not reused exits once its socket closes; it is reaped in
@@ -194,6 +223,7 @@ impl SandboxedChild {
         self.mark_ended();
         self.pidfd = None;
         self.control = None;
+        self.egress = None;
         self.reuse = None;
         release_placeholders(std::mem::take(&mut self.placeholders));
         status

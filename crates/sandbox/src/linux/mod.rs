@@ -94,6 +94,8 @@ pub struct PreparedSandbox {
 struct Inner {
     missing: Vec<Layer>,
     namespaces: bool,
+    /// Filtered: each init gets a private network namespace and an egress listener.
+    network: crate::config::NetworkAccess,
     landlock: Option<LandlockState>,
     seccomp: Option<Vec<sys::SockFilter>>,
     session: Arc<SessionDir>,

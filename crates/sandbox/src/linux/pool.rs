@@ -44,6 +44,10 @@ pub(super) struct InitProcess {
     pub(super) commands: u32,
     /// When its last command ended.
     pub(super) idle_since: Instant,
+    /// With the network filtered: the listener of its network namespace's egress port
+    /// (non-blocking). It stays with the init, which serves one command at a time, so each
+    /// command's connections arrive on its own init's listener.
+    pub(super) egress: Option<OwnedFd>,
 }
 
 impl InitProcess {
@@ -138,6 +142,7 @@ impl Reuse {
         pidfd: OwnedFd,
         control: OwnedFd,
         placeholders: Vec<mounts::Placeholder>,
+        egress: Option<OwnedFd>,
     ) {
         let Reuse {
             inner,
@@ -158,6 +163,7 @@ impl Reuse {
             born,
             commands,
             idle_since: Instant::now(),
+            egress,
         };
         if !Arc::ptr_eq(&init.config, &current)
             || init.born.elapsed() >= INIT_MAX_AGE

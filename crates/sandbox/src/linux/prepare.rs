@@ -16,7 +16,7 @@ use super::landlock::{self, Access, PathRule};
 use super::mounts::MountConfig;
 use super::probe::probe;
 use super::{Inner, NewRootConfig, PreparedSandbox, c_string, defaults, lock, seccomp, sys};
-use crate::config::{HostSupport, SandboxConfig};
+use crate::config::{HostSupport, Layer, NetworkAccess, SandboxConfig};
 use crate::error::SandboxError;
 
 /// The Landlock ruleset and what is needed to rebuild it.
@@ -27,7 +27,7 @@ use crate::error::SandboxError;
 #[derive(Debug)]
 pub(super) struct LandlockState {
     pub(super) abi: u32,
-    network: bool,
+    network: NetworkAccess,
     rules: Vec<PathRule>,
     current: std::sync::Mutex<(Arc<OwnedFd>, u32)>,
 }
@@ -299,6 +299,13 @@ impl PreparedSandbox {
         }
         .missing_layers(&support)
         .map_err(|layers| SandboxError::MissingLayers { layers })?;
+        // A filtered network without its namespace would be the host's whole network: no
+        // degraded form of it exists.
+        if network == NetworkAccess::Filtered && missing.contains(&Layer::NetworkNamespace) {
+            return Err(SandboxError::MissingLayers {
+                layers: vec![Layer::NetworkNamespace],
+            });
+        }
 
         // A read root that does not exist (any more) grants nothing: skipping it is safe, and
         // host defaults list files that come and go (e.g. SQLite journals under ~/.cargo).
@@ -408,7 +415,7 @@ impl PreparedSandbox {
             _ => None,
         };
 
-        let new_root = if network && namespaces {
+        let new_root = if network.connects() && namespaces {
             let mut visible: Vec<PathBuf> = defaults::SYSTEM_READ_EXEC
                 .iter()
                 .map(PathBuf::from)
@@ -460,6 +467,7 @@ impl PreparedSandbox {
             inner: Arc::new(Inner {
                 missing,
                 namespaces,
+                network,
                 landlock,
                 seccomp,
                 session: Arc::new(session),

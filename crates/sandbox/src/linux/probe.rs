@@ -17,13 +17,18 @@ pub fn probe() -> HostSupport {
 
 fn probe_uncached() -> HostSupport {
     let root = sys::geteuid() == 0;
-    let user_namespaces = try_namespaces(libc::CLONE_NEWUSER, false);
+    let user_namespaces = try_namespaces_with(libc::CLONE_NEWUSER, Check::Nothing);
     let ns_flags = if root {
         libc::CLONE_NEWPID | libc::CLONE_NEWNS
     } else {
         libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS
     };
-    let pid_and_mount = try_namespaces(ns_flags, true);
+    let pid_and_mount = try_namespaces_with(ns_flags, Check::MountApi);
+    let network_namespaces = if root {
+        try_namespaces_with(libc::CLONE_NEWNET, Check::Loopback)
+    } else {
+        try_namespaces_with(libc::CLONE_NEWUSER | libc::CLONE_NEWNET, Check::Loopback)
+    };
     HostSupport {
         landlock_abi: sys::landlock_abi(),
         seccomp: sys::seccomp_filter_available(),
@@ -32,21 +37,33 @@ fn probe_uncached() -> HostSupport {
         mount_namespaces: pid_and_mount,
         pid_max_per_namespace: kernel_at_least(&sys::kernel_release(), (6, 14)),
         root,
+        network_namespaces,
     }
 }
 
-/// Create a child in new namespaces (`flags`); with `mount_api`, the child also checks that
-/// the fd-based mount API (open_tree + move_mount) works there. True when it all worked.
+/// What a probe child checks in its new namespaces.
+#[derive(Clone, Copy)]
+enum Check {
+    /// Only that they could be created.
+    Nothing,
+    /// The fd-based mount API (open_tree + move_mount) works there.
+    MountApi,
+    /// The new network namespace's loopback can be brought up.
+    Loopback,
+}
+
+/// Create a child in new namespaces (`flags`) that runs `check` there. True when it all
+/// worked.
 ///
 /// The child is `vfork`-style (shared memory, own stack, this thread suspended meanwhile):
 /// a fork would copy the page tables of this (large, multi-threaded) process. It stores its
 /// result in this process's memory before exiting; this thread resumes as soon as the child
 /// has let go of that memory, before the kernel has torn its namespaces down (which can take
 /// milliseconds), and the child is reaped in the background.
-fn try_namespaces(flags: c_int, mount_api: bool) -> bool {
+fn try_namespaces_with(flags: c_int, check: Check) -> bool {
     let stack = sys::ChildStack::new();
     let probe = Probe {
-        mount_api,
+        check,
         result: AtomicI32::new(NOT_REPORTED),
     };
     let mut raw_pidfd: c_int = -1;
@@ -72,7 +89,7 @@ fn try_namespaces(flags: c_int, mount_api: bool) -> bool {
 
 /// What a probe child is asked, and where it answers (its exit code, 0 for success).
 struct Probe {
-    mount_api: bool,
+    check: Check,
     result: AtomicI32,
 }
 
@@ -84,10 +101,13 @@ extern "C" fn probe_entry(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the parent's `Probe`, alive until the child has exited (the parent is
     // suspended meanwhile).
     let probe = unsafe { &*(arg as *const Probe) };
-    let code = if probe.mount_api {
-        check_mount_api()
-    } else {
-        0
+    let code = match probe.check {
+        Check::Nothing => 0,
+        Check::MountApi => check_mount_api(),
+        Check::Loopback => match sys::loopback_up() {
+            Ok(()) => 0,
+            Err(_) => 4,
+        },
     };
     probe.result.store(code, Ordering::SeqCst);
     sys::exit_now(0)

@@ -16,6 +16,7 @@
 //! building that cache at attach time (it emulates the filter for every syscall number) stays
 //! cheap.
 
+use crate::config::NetworkAccess;
 use crate::linux::sys::SockFilter;
 
 // Classic BPF opcodes.
@@ -350,11 +351,30 @@ pub(crate) const NETWORK_OFF_RULES: &[Rule] = &[
     rule!(sendto, &[Cond::NonZero(4)], EPERM),
 ];
 
+/// Rules added when the network is filtered: the private network namespace holds only
+/// loopback, so IP sockets may exist (they reach the egress listener and nothing else), but
+/// no other family does.
+pub(crate) const NETWORK_FILTERED_RULES: &[Rule] = &[
+    // Netlink (routing and interface tables), packet sockets and every other family: nothing
+    // a command needs to reach the egress proxy over loopback.
+    rule!(
+        socket,
+        &[
+            Cond::LoNe(0, libc::AF_UNIX as u32),
+            Cond::LoNe(0, libc::AF_INET as u32),
+            Cond::LoNe(0, libc::AF_INET6 as u32),
+        ],
+        EPERM
+    ),
+];
+
 /// The rules for a sandbox with the given network setting, in program order.
-pub(crate) fn rules(network: bool) -> Vec<Rule> {
+pub(crate) fn rules(network: NetworkAccess) -> Vec<Rule> {
     let mut rules = COMMON_RULES.to_vec();
-    if !network {
-        rules.extend_from_slice(NETWORK_OFF_RULES);
+    match network {
+        NetworkAccess::Off => rules.extend_from_slice(NETWORK_OFF_RULES),
+        NetworkAccess::On => {}
+        NetworkAccess::Filtered => rules.extend_from_slice(NETWORK_FILTERED_RULES),
     }
     rules
 }
@@ -606,7 +626,12 @@ mod tests {
         }
     }
 
-    fn eval(network: bool, nr: i64, args: [u64; 6]) -> u32 {
+    const OFF: NetworkAccess = NetworkAccess::Off;
+    const ON: NetworkAccess = NetworkAccess::On;
+    const FILTERED: NetworkAccess = NetworkAccess::Filtered;
+    const MODES: [NetworkAccess; 3] = [OFF, ON, FILTERED];
+
+    fn eval(network: NetworkAccess, nr: i64, args: [u64; 6]) -> u32 {
         let program = compile(&rules(network), native_arch()).unwrap();
         run(
             &program,
@@ -679,7 +704,7 @@ mod tests {
     }
 
     /// First action the full rule list gives these arguments (what the program must do).
-    fn expected(network: bool, nr: i64, args: &[u64; 6]) -> u32 {
+    fn expected(network: NetworkAccess, nr: i64, args: &[u64; 6]) -> u32 {
         rules(network)
             .iter()
             .find(|rule| rule.nr == nr && rule.conds.iter().all(|cond| cond_holds(cond, args)))
@@ -688,7 +713,7 @@ mod tests {
 
     #[test]
     fn every_rule_matches_its_own_arguments() {
-        for network in [false, true] {
+        for network in MODES {
             for rule in rules(network) {
                 let args = args_for(&rule, true)
                     .unwrap_or_else(|| panic!("no arguments satisfy rule {}", rule.name));
@@ -704,7 +729,7 @@ mod tests {
 
     #[test]
     fn every_conditional_rule_lets_other_arguments_through() {
-        for network in [false, true] {
+        for network in MODES {
             for rule in rules(network).iter().filter(|rule| !rule.conds.is_empty()) {
                 let args = args_for(rule, false).expect("some arguments violate the rule");
                 assert_eq!(
@@ -720,7 +745,7 @@ mod tests {
     #[test]
     fn every_syscall_number_gets_what_the_table_says() {
         // Exhaustive over plausible numbers, with arguments that match nothing conditional.
-        for network in [false, true] {
+        for network in MODES {
             for nr in 0..600i64 {
                 let args = [3, 1, 0, 0, 0, 0];
                 assert_eq!(
@@ -734,10 +759,10 @@ mod tests {
 
     #[test]
     fn unlisted_syscalls_take_a_short_path() {
-        let program = compile(&rules(false), native_arch()).unwrap();
+        let program = compile(&rules(OFF), native_arch()).unwrap();
         let mut longest = 0;
         for nr in 0..600u32 {
-            if rules(false).iter().any(|rule| rule.nr == i64::from(nr)) {
+            if rules(OFF).iter().any(|rule| rule.nr == i64::from(nr)) {
                 continue;
             }
             // Count executed instructions.
@@ -785,7 +810,7 @@ mod tests {
             libc::SYS_openat,
             libc::SYS_execve,
         ] {
-            assert_eq!(eval(false, nr, [0; 6]), RET_ALLOW);
+            assert_eq!(eval(OFF, nr, [0; 6]), RET_ALLOW);
         }
     }
 
@@ -804,7 +829,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     fn x32_syscall_numbers_are_killed() {
         assert_eq!(
-            eval(true, (X32_SYSCALL_BIT as i64) | libc::SYS_read, [0; 6]),
+            eval(ON, (X32_SYSCALL_BIT as i64) | libc::SYS_read, [0; 6]),
             RET_KILL_PROCESS
         );
     }
@@ -812,17 +837,17 @@ mod tests {
     #[test]
     fn clone3_gets_enosys_and_clone_namespace_flags_eperm() {
         assert_eq!(
-            eval(true, libc::SYS_clone3, [0; 6]),
+            eval(ON, libc::SYS_clone3, [0; 6]),
             RET_ERRNO | libc::ENOSYS as u32
         );
         let fork_flags = libc::SIGCHLD as u64;
         assert_eq!(
-            eval(true, libc::SYS_clone, [fork_flags, 0, 0, 0, 0, 0]),
+            eval(ON, libc::SYS_clone, [fork_flags, 0, 0, 0, 0, 0]),
             RET_ALLOW
         );
         let thread_flags = (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_SIGHAND) as u64;
         assert_eq!(
-            eval(true, libc::SYS_clone, [thread_flags, 0, 0, 0, 0, 0]),
+            eval(ON, libc::SYS_clone, [thread_flags, 0, 0, 0, 0, 0]),
             RET_ALLOW
         );
         for flag in [
@@ -833,7 +858,7 @@ mod tests {
         ] {
             let flags = fork_flags | flag as u64;
             assert_eq!(
-                eval(true, libc::SYS_clone, [flags, 0, 0, 0, 0, 0]),
+                eval(ON, libc::SYS_clone, [flags, 0, 0, 0, 0, 0]),
                 RET_ERRNO | 1
             );
         }
@@ -847,15 +872,15 @@ mod tests {
         let seqpacket = libc::SOCK_SEQPACKET as u64;
         let dgram = libc::SOCK_DGRAM as u64;
         assert_eq!(
-            eval(false, libc::SYS_socket, [unix, stream, 0, 0, 0, 0]),
+            eval(OFF, libc::SYS_socket, [unix, stream, 0, 0, 0, 0]),
             RET_ALLOW
         );
         assert_eq!(
-            eval(false, libc::SYS_socket, [unix, seqpacket, 0, 0, 0, 0]),
+            eval(OFF, libc::SYS_socket, [unix, seqpacket, 0, 0, 0, 0]),
             RET_ALLOW
         );
         assert_eq!(
-            eval(false, libc::SYS_socket, [unix, dgram, 0, 0, 0, 0]),
+            eval(OFF, libc::SYS_socket, [unix, dgram, 0, 0, 0, 0]),
             eperm
         );
         for family in [
@@ -866,7 +891,7 @@ mod tests {
         ] {
             let args = [family as u64, stream, 0, 0, 0, 0];
             assert_eq!(
-                eval(false, libc::SYS_socket, args),
+                eval(OFF, libc::SYS_socket, args),
                 eperm,
                 "family {family}"
             );
@@ -874,15 +899,15 @@ mod tests {
         // High garbage bits do not turn AF_INET into something else.
         let sneaky = (1u64 << 32) | libc::AF_INET as u64;
         assert_eq!(
-            eval(false, libc::SYS_socket, [sneaky, stream, 0, 0, 0, 0]),
+            eval(OFF, libc::SYS_socket, [sneaky, stream, 0, 0, 0, 0]),
             eperm
         );
         assert_eq!(
-            eval(false, libc::SYS_socketpair, [unix, stream, 0, 0, 0, 0]),
+            eval(OFF, libc::SYS_socketpair, [unix, stream, 0, 0, 0, 0]),
             RET_ALLOW
         );
         assert_eq!(
-            eval(false, libc::SYS_socketpair, [unix, dgram, 0, 0, 0, 0]),
+            eval(OFF, libc::SYS_socketpair, [unix, dgram, 0, 0, 0, 0]),
             eperm
         );
         for nr in [
@@ -891,15 +916,15 @@ mod tests {
             libc::SYS_listen,
             libc::SYS_accept4,
         ] {
-            assert_eq!(eval(false, nr, [3, 0, 0, 0, 0, 0]), eperm);
+            assert_eq!(eval(OFF, nr, [3, 0, 0, 0, 0, 0]), eperm);
         }
-        assert_eq!(eval(false, libc::SYS_sendto, [3, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(eval(OFF, libc::SYS_sendto, [3, 0, 0, 0, 0, 0]), RET_ALLOW);
         assert_eq!(
-            eval(false, libc::SYS_sendto, [3, 0, 0, 0, 0x1000, 16]),
+            eval(OFF, libc::SYS_sendto, [3, 0, 0, 0, 0x1000, 16]),
             eperm
         );
         assert_eq!(
-            eval(false, libc::SYS_sendto, [3, 0, 0, 0, 1 << 40, 16]),
+            eval(OFF, libc::SYS_sendto, [3, 0, 0, 0, 1 << 40, 16]),
             eperm
         );
     }
@@ -910,23 +935,70 @@ mod tests {
         let stream = libc::SOCK_STREAM as u64;
         assert_eq!(
             eval(
-                true,
+                ON,
                 libc::SYS_socket,
                 [libc::AF_INET as u64, stream, 0, 0, 0, 0]
             ),
             RET_ALLOW
         );
-        assert_eq!(eval(true, libc::SYS_connect, [3, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(eval(ON, libc::SYS_connect, [3, 0, 0, 0, 0, 0]), RET_ALLOW);
         assert_eq!(
             eval(
-                true,
+                ON,
                 libc::SYS_socket,
                 [libc::AF_VSOCK as u64, stream, 0, 0, 0, 0]
             ),
             eperm
         );
         assert_eq!(
-            eval(true, libc::SYS_io_uring_setup, [8, 0, 0, 0, 0, 0]),
+            eval(ON, libc::SYS_io_uring_setup, [8, 0, 0, 0, 0, 0]),
+            eperm
+        );
+    }
+
+    #[test]
+    fn network_filtered_allows_ip_but_no_other_family() {
+        let eperm = RET_ERRNO | libc::EPERM as u32;
+        let stream = libc::SOCK_STREAM as u64;
+        let dgram = libc::SOCK_DGRAM as u64;
+        for (family, kind) in [
+            (libc::AF_INET, stream),
+            (libc::AF_INET, dgram),
+            (libc::AF_INET6, stream),
+            (libc::AF_UNIX, stream),
+        ] {
+            let args = [family as u64, kind, 0, 0, 0, 0];
+            assert_eq!(
+                eval(FILTERED, libc::SYS_socket, args),
+                RET_ALLOW,
+                "family {family}"
+            );
+        }
+        for family in [
+            libc::AF_NETLINK,
+            libc::AF_PACKET,
+            libc::AF_VSOCK,
+            libc::AF_BLUETOOTH,
+        ] {
+            let args = [family as u64, dgram, 0, 0, 0, 0];
+            assert_eq!(
+                eval(FILTERED, libc::SYS_socket, args),
+                eperm,
+                "family {family}"
+            );
+        }
+        // High garbage bits do not turn AF_NETLINK into AF_INET's neighbour.
+        let sneaky = (1u64 << 32) | libc::AF_NETLINK as u64;
+        assert_eq!(
+            eval(FILTERED, libc::SYS_socket, [sneaky, dgram, 0, 0, 0, 0]),
+            eperm
+        );
+        assert_eq!(
+            eval(FILTERED, libc::SYS_connect, [3, 0, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+        assert_eq!(
+            eval(FILTERED, libc::SYS_io_uring_setup, [8, 0, 0, 0, 0, 0]),
             eperm
         );
     }
@@ -935,18 +1007,18 @@ mod tests {
     fn tiocsti_is_denied_but_other_ioctls_pass() {
         let eperm = RET_ERRNO | libc::EPERM as u32;
         assert_eq!(
-            eval(true, libc::SYS_ioctl, [0, libc::TIOCSTI, 0, 0, 0, 0]),
+            eval(ON, libc::SYS_ioctl, [0, libc::TIOCSTI, 0, 0, 0, 0]),
             eperm
         );
         assert_eq!(
-            eval(true, libc::SYS_ioctl, [0, libc::TCGETS, 0, 0, 0, 0]),
+            eval(ON, libc::SYS_ioctl, [0, libc::TCGETS, 0, 0, 0, 0]),
             RET_ALLOW
         );
     }
 
     #[test]
     fn the_brief_s_syscalls_are_all_covered() {
-        let names: Vec<&str> = rules(false).iter().map(|rule| rule.name).collect();
+        let names: Vec<&str> = rules(OFF).iter().map(|rule| rule.name).collect();
         for required in [
             "ptrace",
             "process_vm_readv",

@@ -19,7 +19,7 @@ use super::pool::InitProcess;
 use super::prepare::{LandlockState, merge_env};
 use super::sys::{self, CStringArray};
 use super::{PreparedSandbox, c_string, landlock, newroot, release_placeholders};
-use crate::config::SpawnRequest;
+use crate::config::{NetworkAccess, SpawnRequest};
 use crate::error::{SandboxError, SetupStep};
 
 /// Symlinks of the new root's `/dev` (the host's point into the host's `/proc`).
@@ -203,6 +203,7 @@ impl PreparedSandbox {
                 }
                 _ => None,
             },
+            egress: inner.network == NetworkAccess::Filtered,
             keep_fds: &keep,
             setup_fd: setup_write.as_raw_fd(),
             control_fd: control_child.as_raw_fd(),
@@ -224,6 +225,9 @@ impl PreparedSandbox {
         let mut flags = (libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC) as u64;
         if inner.user_maps.is_some() {
             flags |= libc::CLONE_NEWUSER as u64;
+        }
+        if inner.network == NetworkAccess::Filtered {
+            flags |= libc::CLONE_NEWNET as u64;
         }
         let saved = sys::block_all_signals();
         // SAFETY: the child branch runs only `child::run_init`, which is async-signal-safe
@@ -265,8 +269,28 @@ impl PreparedSandbox {
             born: Instant::now(),
             commands: 0,
             idle_since: Instant::now(),
+            egress: None,
         };
         match read_error_record(&setup_read) {
+            Ok(None) if inner.network == NetworkAccess::Filtered => {
+                // Sent on the control socket before the init reported ready.
+                let received = init
+                    .control
+                    .as_ref()
+                    .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))
+                    .and_then(sys::recv_one_fd)
+                    .and_then(|listener| sys::set_nonblocking(&listener).map(|()| listener));
+                match received {
+                    Ok(listener) => {
+                        init.egress = Some(listener);
+                        Ok(init)
+                    }
+                    Err(source) => {
+                        init.kill_and_reap();
+                        Err(SandboxError::EgressListener { source })
+                    }
+                }
+            }
             Ok(None) => Ok(init),
             Ok(Some((step, errno, index))) => {
                 init.kill_and_reap();
@@ -300,7 +324,8 @@ impl PreparedSandbox {
                     | SetupStep::NoNewPrivs
                     | SetupStep::Landlock
                     | SetupStep::Seccomp
-                    | SetupStep::Exec => None,
+                    | SetupStep::Exec
+                    | SetupStep::EgressListener => None,
                 };
                 Err(SandboxError::ChildSetup {
                     step,
@@ -434,6 +459,7 @@ impl PreparedSandbox {
             pid,
             pidfd: Some(pidfd),
             control: None,
+            egress: None,
             namespaces: false,
             status: None,
             placeholders: Vec::new(),

@@ -67,6 +67,15 @@ struct MountAttr {
 const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
 /// `landlock_add_rule(2)` rule type: a file hierarchy.
 const LANDLOCK_RULE_PATH_BENEATH: c_int = 1;
+/// `landlock_add_rule(2)` rule type: a TCP port (ABI 4).
+const LANDLOCK_RULE_NET_PORT: c_int = 2;
+
+/// `struct landlock_net_port_attr` (packed in the kernel ABI).
+#[repr(C, packed)]
+struct LandlockNetPortAttr {
+    allowed_access: u64,
+    port: u64,
+}
 
 /// `struct landlock_ruleset_attr` (ABI 6 layout; its size tells the kernel which fields
 /// are present).
@@ -192,6 +201,79 @@ pub(crate) fn landlock_add_path_rule(
         )
     })?;
     Ok(())
+}
+
+/// Add a TCP port rule granting `rights` (connect and/or bind) on `port`.
+pub(crate) fn landlock_add_net_rule(ruleset: &OwnedFd, port: u16, rights: u64) -> io::Result<()> {
+    let attr = LandlockNetPortAttr {
+        allowed_access: rights,
+        port: u64::from(port),
+    };
+    // SAFETY: `attr` is a live, correctly laid out rule; the fd is open.
+    check_io(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            LANDLOCK_RULE_NET_PORT,
+            &attr as *const LandlockNetPortAttr,
+            0u32,
+        )
+    })?;
+    Ok(())
+}
+
+/// Receive the one descriptor sent with a single byte on a stream socket (blocking).
+pub(crate) fn recv_one_fd(socket: &OwnedFd) -> io::Result<OwnedFd> {
+    let mut byte = [0u8; 1];
+    let mut fds = [-1 as RawFd; 4];
+    let (read, count) = recv_with_fds_raw(socket.as_raw_fd(), &mut byte, &mut fds)
+        .map_err(io::Error::from_raw_os_error)?;
+    for &extra in fds.iter().take(count).skip(1) {
+        close_raw(extra);
+    }
+    match (read, count) {
+        // SAFETY: the kernel installed this descriptor for this process; nothing else owns it.
+        (1, 1) => Ok(unsafe { OwnedFd::from_raw_fd(fds[0]) }),
+        (0, 0) => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+        _ => Err(io::Error::from_raw_os_error(libc::EPROTO)),
+    }
+}
+
+/// Put `fd` in non-blocking mode (`O_NONBLOCK` on its open file description).
+pub(crate) fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL on an open fd have no memory effects.
+    let flags = check_io(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) }.into())?;
+    // SAFETY: as above.
+    check_io(
+        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags as c_int | libc::O_NONBLOCK) }
+            .into(),
+    )?;
+    Ok(())
+}
+
+/// Accept and close every connection waiting on the non-blocking listener `fd`; how many.
+pub(crate) fn close_pending_connections(fd: &OwnedFd) -> usize {
+    let mut closed = 0;
+    loop {
+        // SAFETY: accept4 with NULL address buffers only returns a new fd or fails.
+        let ret = unsafe {
+            libc::accept4(
+                fd.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC,
+            )
+        };
+        if ret >= 0 {
+            close_raw(ret);
+            closed += 1;
+            continue;
+        }
+        match errno() {
+            libc::EINTR | libc::ECONNABORTED => continue,
+            _ => return closed,
+        }
+    }
 }
 
 /// Whether seccomp filters can be installed (the kernel knows the ERRNO and KILL_PROCESS
@@ -1503,6 +1585,111 @@ pub(crate) fn recv_with_fds_raw(
             return Err(libc::EPROTO);
         }
         return Ok((ret as usize, count));
+    }
+}
+
+/// Child side: send one byte with `fd` attached (`SCM_RIGHTS`) on a stream socket.
+pub(crate) fn send_one_fd_raw(socket: RawFd, fd: RawFd) -> Result<(), Errno> {
+    let byte = [b'L'];
+    // Room for one descriptor: CMSG_SPACE(4) is 24 bytes on 64-bit Linux.
+    let mut control = [0u64; 4];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_ptr() as *mut c_void,
+        iov_len: 1,
+    };
+    // SAFETY: an all-zero msghdr is a valid empty message header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(4) } as _;
+    // SAFETY: msg_control points to enough writable, aligned bytes for one header holding
+    // one descriptor (CMSG_SPACE(4) <= 32).
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
+        std::ptr::copy_nonoverlapping(fd.to_ne_bytes().as_ptr(), libc::CMSG_DATA(cmsg), 4);
+    }
+    loop {
+        // SAFETY: `msg` describes live buffers for the duration of the call.
+        let ret = unsafe { libc::sendmsg(socket, &msg, libc::MSG_NOSIGNAL) };
+        if ret >= 0 {
+            return Ok(());
+        }
+        let error = errno();
+        if error != libc::EINTR {
+            return Err(error);
+        }
+    }
+}
+
+/// Child side: bring the loopback interface of this network namespace up (needs
+/// `CAP_NET_ADMIN` over it).
+pub(crate) fn loopback_up() -> Result<(), Errno> {
+    // SAFETY: socket has no memory effects.
+    let fd = check(unsafe {
+        libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
+    }
+    .into())? as RawFd;
+    // SAFETY: an all-zero ifreq is valid; the name is copied in below.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo\0") {
+        *slot = *byte as c_char;
+    }
+    let result = (|| {
+        // SAFETY: SIOCGIFFLAGS reads the name and writes the flags of the live `request`.
+        check(unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut request) }.into())?;
+        // SAFETY: reading the union field SIOCGIFFLAGS just filled.
+        let flags = unsafe { request.ifr_ifru.ifru_flags };
+        request.ifr_ifru.ifru_flags = flags | (libc::IFF_UP | libc::IFF_RUNNING) as i16;
+        // SAFETY: SIOCSIFFLAGS reads the live `request`.
+        check(unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS, &request) }.into())?;
+        Ok(())
+    })();
+    close_raw(fd);
+    result
+}
+
+/// Child side: a TCP socket listening on `127.0.0.1:port` (close-on-exec); its fd.
+pub(crate) fn listen_loopback_raw(port: u16) -> Result<RawFd, Errno> {
+    // SAFETY: socket has no memory effects.
+    let fd = check(unsafe {
+        libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)
+    }
+    .into())? as RawFd;
+    let address = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let result = (|| {
+        // SAFETY: `address` is a live sockaddr_in of the size passed.
+        check(
+            unsafe {
+                libc::bind(
+                    fd,
+                    (&address as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            }
+            .into(),
+        )?;
+        // SAFETY: listen has no memory effects.
+        check(unsafe { libc::listen(fd, 512) }.into())?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => Ok(fd),
+        Err(errno) => {
+            close_raw(fd);
+            Err(errno)
+        }
     }
 }
 

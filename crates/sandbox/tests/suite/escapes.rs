@@ -653,6 +653,7 @@ fn escape_fixture(secret: &str, weak: bool) -> (Fixture, cordon_sandbox::Prepare
                 mount_namespaces: false,
                 pid_max_per_namespace: false,
                 root: true,
+                network_namespaces: false,
             },
         )
         .unwrap()

@@ -260,7 +260,7 @@ async fn network_on_reaches_a_local_listener() {
         .unwrap();
     });
     let mut config = fx.config();
-    config.network = true;
+    config.network = cordon_sandbox::NetworkAccess::On;
     let sandbox = cordon_sandbox::PreparedSandbox::prepare(config).unwrap();
     let output = run_in(
         &sandbox,

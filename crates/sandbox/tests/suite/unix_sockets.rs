@@ -64,7 +64,7 @@ impl HostSockets {
 
 fn networked(fx: &Fixture, allowed: &[PathBuf]) -> PreparedSandbox {
     let mut config = fx.config();
-    config.network = true;
+    config.network = cordon_sandbox::NetworkAccess::On;
     config.unix_sockets = allowed.to_vec();
     PreparedSandbox::prepare(config).expect("prepare a networked sandbox")
 }
