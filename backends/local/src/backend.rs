@@ -11,6 +11,7 @@ use cordon_core::sandbox::{NestedGit, NetworkMode, SandboxSpec};
 use cordon_ops::paths::normalize_lexically;
 use cordon_ops::{Backend, BackendId, BashOperations, FileOperations, SearchOperations};
 
+use crate::egress::Egress;
 use crate::exec::{self, CommandSandbox, LocalBash};
 use crate::expand::Expander;
 use crate::files::LocalFiles;
@@ -70,6 +71,8 @@ pub(crate) struct Shared {
     /// Commands running now: a shutdown while one runs keeps the git baseline, so the next
     /// session on this root checks again.
     pub running: std::sync::atomic::AtomicUsize,
+    /// With the network filtered: the egress proxy commands' connections go through.
+    pub egress: Option<Egress>,
 }
 
 /// The git metadata guard and the failure of its last sweep, if it failed (commands then
@@ -203,7 +206,17 @@ impl LocalBackend {
     /// `allow_degraded`) does not fail the backend: file operations stay available and every
     /// command fails with an error naming the layer.
     pub fn new(config: LocalConfig) -> Result<Self, LocalError> {
-        LocalBackend::build(config, None)
+        LocalBackend::build(config, None, None)
+    }
+
+    /// As [`LocalBackend::new`], with the egress proxy of filtered network mode resolving
+    /// destination names through `resolver` instead of the system resolver (a fixed table,
+    /// e.g. `cordon_egress::proxy::StaticResolver`, for tests or a pinned hosts list).
+    pub fn with_egress_resolver(
+        config: LocalConfig,
+        resolver: Arc<dyn cordon_egress::proxy::Resolver>,
+    ) -> Result<Self, LocalError> {
+        LocalBackend::build(config, None, Some(resolver))
     }
 
     /// As [`LocalBackend::new`], with the command sandbox built as if the host supported
@@ -213,12 +226,13 @@ impl LocalBackend {
         config: LocalConfig,
         support: cordon_sandbox::HostSupport,
     ) -> Result<Self, LocalError> {
-        LocalBackend::build(config, Some(support))
+        LocalBackend::build(config, Some(support), None)
     }
 
     fn build(
         config: LocalConfig,
         support: Option<cordon_sandbox::HostSupport>,
+        resolver: Option<Arc<dyn cordon_egress::proxy::Resolver>>,
     ) -> Result<Self, LocalError> {
         let LocalConfig {
             root,
@@ -226,14 +240,6 @@ impl LocalBackend {
             home,
             state_base,
         } = config;
-        match spec.network {
-            NetworkMode::Disabled | NetworkMode::Enabled => {}
-            NetworkMode::Filtered => {
-                let at = spec.sources.egress_allow_at();
-                tracing::warn!(%at, "local: filtered network mode refused (not supported yet)");
-                return Err(LocalError::FilteredNetwork { at });
-            }
-        }
         let canonical = std::fs::canonicalize(&root).map_err(|source| LocalError::OpenRoot {
             path: root.clone(),
             source,
@@ -353,8 +359,20 @@ impl LocalBackend {
             .as_ref()
             .map(GitGuard::protected_paths)
             .unwrap_or_default();
+        let id = BackendId::new(format!("local:{}", canonical.display()));
+        let egress = match spec.network {
+            NetworkMode::Filtered => {
+                tracing::debug!(
+                    allow = spec.egress.allow.len(),
+                    deny = spec.egress.deny.len(),
+                    "local: filtered network mode, egress proxy in this process"
+                );
+                Some(Egress::new(&spec, id.as_str(), resolver)?)
+            }
+            NetworkMode::Disabled | NetworkMode::Enabled => None,
+        };
         let shared = Arc::new(Shared {
-            id: BackendId::new(format!("local:{}", canonical.display())),
+            id,
             root: canonical,
             home,
             roots: Roots::new(roots),
@@ -379,6 +397,7 @@ impl LocalBackend {
             }),
             git_protected,
             running: std::sync::atomic::AtomicUsize::new(0),
+            egress,
         });
         Ok(LocalBackend {
             files: Arc::new(LocalFiles::new(shared.clone())),

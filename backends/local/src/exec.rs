@@ -43,6 +43,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Shared;
+use crate::egress::CommandEgress;
 use crate::roots::{Access, Verdict};
 
 /// Time between SIGTERM and SIGKILL when a command is stopped.
@@ -371,6 +372,23 @@ impl BashOperations for LocalBash {
                 })??
         };
         let signaller = child.signaller().map_err(|error| sandbox_error(&error))?;
+        let mut egress = match (&self.shared.egress, child.egress_listener()) {
+            (Some(egress), Ok(Some(listener))) => Some(egress.command(listener).map_err(
+                |source| ExecError::Sandbox {
+                    layer: Layer::NetworkNamespace.name(),
+                    reason: format!("failed to serve the command's egress listener: {source}"),
+                },
+            )?),
+            (None, Ok(None)) => None,
+            // A filtered sandbox always has a listener and only a filtered one does.
+            (Some(_), Ok(None)) | (None, Ok(Some(_))) => {
+                return Err(ExecError::Sandbox {
+                    layer: Layer::NetworkNamespace.name(),
+                    reason: "the command's sandbox does not match the network mode".to_owned(),
+                });
+            }
+            (_, Err(error)) => return Err(sandbox_error(&error)),
+        };
         let deadline = Instant::now()
             .checked_add(timeout)
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 24 * 3600));
@@ -381,12 +399,17 @@ impl BashOperations for LocalBash {
             deadline,
             cancel: &cancel,
             output: &output,
+            egress: egress.as_mut(),
         })
         .await;
         // Whatever is left (degraded mode: a group member still draining) does not outlive
         // the call; dropping the child kills the tree too, also when this future is dropped.
         let _ = signaller.kill_tree();
         drop(child);
+        let egress = match egress {
+            Some(egress) => egress.finish().await,
+            None => Vec::new(),
+        };
         // Every process of the command is gone (the init killed and reaped them before it
         // reported the status, or died with its namespace): nothing can add git metadata
         // after this sweep but another command, whose own sweep follows it.
@@ -405,6 +428,7 @@ impl BashOperations for LocalBash {
         drop(running);
         let mut outcome = outcome;
         outcome.notes.extend(note);
+        outcome.egress = egress;
         Ok(outcome)
     }
 
@@ -493,6 +517,9 @@ struct Supervised<'a> {
     deadline: Instant,
     cancel: &'a CancellationToken,
     output: &'a mpsc::Sender<Vec<u8>>,
+    /// With the network filtered: the command's egress listener and connections, served
+    /// while it runs (and not a moment longer: its init may serve the next command).
+    egress: Option<&'a mut CommandEgress>,
 }
 
 /// Forward output, enforce the timeout and cancellation, and wait for the main process and
@@ -505,6 +532,7 @@ async fn supervise(run: Supervised<'_>) -> ExecOutcome {
         deadline,
         cancel,
         output,
+        mut egress,
     } = run;
     // Reserved, not zeroed: a command that prints little touches only the pages it fills.
     let mut buf: Vec<u8> = Vec::with_capacity(CHUNK);
@@ -578,6 +606,7 @@ async fn supervise(run: Supervised<'_>) -> ExecOutcome {
                     }
                 }
             }
+            () = egress_step(&mut egress), if running => {}
             _ = cancel.cancelled(), if !running => break,
             _ = sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() => {
                 // On a busy machine this task can wake up late, with the deadline passed and
@@ -602,6 +631,14 @@ async fn supervise(run: Supervised<'_>) -> ExecOutcome {
         termination,
         notes: Vec::new(),
         egress: Vec::new(),
+    }
+}
+
+/// The next step of the command's egress (never ends without one).
+async fn egress_step(egress: &mut Option<&mut CommandEgress>) {
+    match egress {
+        Some(egress) => egress.step().await,
+        None => std::future::pending().await,
     }
 }
 

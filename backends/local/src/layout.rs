@@ -185,6 +185,12 @@ impl Layout {
         let mut env = self.toolchain_env.clone();
         // Output goes to a model, not a terminal: ask programs for plain text.
         env.push(("TERM".into(), "dumb".into()));
+        match spec.network {
+            // The egress proxy is the only way out; the spec's own entries may still add to
+            // NO_PROXY and the like.
+            NetworkMode::Filtered => env.extend(crate::egress::proxy_env()),
+            NetworkMode::Disabled | NetworkMode::Enabled => {}
+        }
         for name in &spec.env.pass {
             if let Some(value) = std::env::var_os(name) {
                 env.push((name.into(), value));

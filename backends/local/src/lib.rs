@@ -81,6 +81,8 @@ pub use cordon_sandbox::{HostSupport, Layer, Requirement, probe as probe_host};
 #[cfg(target_os = "linux")]
 mod backend;
 #[cfg(target_os = "linux")]
+mod egress;
+#[cfg(target_os = "linux")]
 mod exec;
 #[cfg(target_os = "linux")]
 mod expand;
@@ -265,16 +267,15 @@ pub enum LocalError {
         #[source]
         source: std::io::Error,
     },
-    /// The spec asks for filtered network mode (`[network] allow`), which this backend cannot
-    /// enforce yet: refused rather than run commands with the network fully on or silently off.
-    #[error(
-        "failed to create local backend: filtered network mode is not supported by the local \
-         backend yet: remove `[network] allow` ({at}) or turn the network on or off with \
-         `[network] enabled`"
-    )]
-    FilteredNetwork {
+    /// An `[network] allow` or `deny` entry of the spec is not valid (the policy compiler
+    /// checks them, so only a hand-built spec gets here).
+    #[error("failed to compile the egress rules of `[network] allow` ({at}): {source}")]
+    EgressRules {
         /// `FILE:LINE` of the first `[network] allow` entry.
         at: String,
+        /// What is wrong with which entry.
+        #[source]
+        source: cordon_egress::rules::RulesError,
     },
     /// The local backend only exists on Linux.
     #[error("failed to create local backend: only Linux is supported")]

@@ -38,6 +38,7 @@ fn doctor_reports_every_item_and_exits_zero_on_a_capable_host() {
         "local: user namespace restriction: ok (not restricted ",
         "local: pid namespaces: ok",
         "local: mount namespaces: ok",
+        "local: network namespaces: ok",
         "local: layer landlock-fs: ok (required: ",
         "local: layer landlock-ioctl: ",
         "local: layer landlock-net: ",

@@ -475,7 +475,10 @@ async fn a_connection_cut_by_its_owner_goes_to_the_given_sink_with_the_reason() 
         event.reason,
         "relayed until the command that opened it ended, then cut"
     );
-    assert!(config_rx.try_recv().is_err(), "nothing in the proxy's own sink");
+    assert!(
+        config_rx.try_recv().is_err(),
+        "nothing in the proxy's own sink"
+    );
     // The upstream side was closed with the client's.
     held.await.expect("the destination saw the connection end");
 }

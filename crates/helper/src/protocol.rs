@@ -171,6 +171,10 @@ pub struct ProbeReport {
     pub pid_max_per_namespace: bool,
     /// The helper runs with effective uid 0.
     pub root: bool,
+    /// A network namespace can be created (filtered network mode). Absent from an older
+    /// helper's report: then false, and filtered mode is refused there.
+    #[serde(default)]
+    pub network_namespaces: bool,
 }
 
 impl From<cordon_backend_local::HostSupport> for ProbeReport {
@@ -183,6 +187,7 @@ impl From<cordon_backend_local::HostSupport> for ProbeReport {
             mount_namespaces,
             pid_max_per_namespace,
             root,
+            network_namespaces,
         } = support;
         ProbeReport {
             landlock_abi,
@@ -192,6 +197,7 @@ impl From<cordon_backend_local::HostSupport> for ProbeReport {
             mount_namespaces,
             pid_max_per_namespace,
             root,
+            network_namespaces,
         }
     }
 }
@@ -206,6 +212,7 @@ impl From<ProbeReport> for cordon_backend_local::HostSupport {
             mount_namespaces,
             pid_max_per_namespace,
             root,
+            network_namespaces,
         } = report;
         cordon_backend_local::HostSupport {
             landlock_abi,
@@ -215,6 +222,7 @@ impl From<ProbeReport> for cordon_backend_local::HostSupport {
             mount_namespaces,
             pid_max_per_namespace,
             root,
+            network_namespaces,
         }
     }
 }
@@ -232,6 +240,7 @@ impl ProbeReport {
             pid_max_per_namespace: self.pid_max_per_namespace && real.pid_max_per_namespace,
             // Whether the helper is root is a fact, not a capability to simulate.
             root: real.root,
+            network_namespaces: self.network_namespaces && real.network_namespaces,
         }
     }
 }
@@ -1243,6 +1252,7 @@ mod tests {
             mount_namespaces: true,
             pid_max_per_namespace: false,
             root: true,
+            network_namespaces: true,
         };
         let wish = ProbeReport {
             landlock_abi: 7,
@@ -1252,6 +1262,7 @@ mod tests {
             mount_namespaces: true,
             pid_max_per_namespace: true,
             root: false,
+            network_namespaces: false,
         };
         assert_eq!(
             wish.intersect(real),
@@ -1263,6 +1274,7 @@ mod tests {
                 mount_namespaces: true,
                 pid_max_per_namespace: false,
                 root: true,
+                network_namespaces: false,
             }
         );
     }

@@ -390,9 +390,7 @@ impl SandboxConfig {
                     // Off: seccomp already denies every IP socket. Filtered: only loopback
                     // exists; Landlock narrows it to the egress port.
                     Layer::LandlockNetwork => match self.network {
-                        NetworkAccess::Off | NetworkAccess::Filtered => {
-                            Some(Requirement::Optional)
-                        }
+                        NetworkAccess::Off | NetworkAccess::Filtered => Some(Requirement::Optional),
                         NetworkAccess::On => None,
                     },
                     Layer::NetworkNamespace => match self.network {

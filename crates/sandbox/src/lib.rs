@@ -1,10 +1,13 @@
 //! `cordon-sandbox`: Cordon's local sandbox boundary, and the only crate with `unsafe`.
 //!
 //! It turns a [`SandboxConfig`] (readable, writable, protected and denied paths, network
-//! on/off, limits, environment) into restrictions applied to each command right before
-//! `execve`: Landlock filesystem/TCP rules and scopes, a seccomp filter, no capabilities,
-//! `no_new_privs`, rlimits, a scrubbed environment, and new PID + mount (+ user when not root)
-//! namespaces whose tiny init makes sure no descendant outlives the command.
+//! off, on or filtered, limits, environment) into restrictions applied to each command right
+//! before `execve`: Landlock filesystem/TCP rules and scopes, a seccomp filter, no
+//! capabilities, `no_new_privs`, rlimits, a scrubbed environment, and new PID + mount (+ user
+//! when not root, + network when filtered) namespaces whose tiny init makes sure no
+//! descendant outlives the command. With the network filtered the init also opens the one
+//! listener its commands can reach and hands it to the caller, which serves it (the egress
+//! proxy lives elsewhere).
 //!
 //! It does not know about policies, globs or tools: the local backend resolves those into
 //! concrete paths. Everything expensive (Landlock ruleset fd, seccomp program, session

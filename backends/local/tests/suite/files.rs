@@ -689,23 +689,26 @@ async fn root_given_through_a_symlink() {
     assert_eq!(files.read_file(&fx.at("x.txt")).await.unwrap(), b"x");
 }
 
-/// Filtered network mode is refused, naming the policy line, until the backend enforces it.
+/// Filtered network mode builds its egress rules from the spec: an entry the policy compiler
+/// would have refused (a hand-built spec) fails the backend naming the allow line.
 #[test]
-fn filtered_network_mode_is_refused_naming_the_allow_line() {
+fn an_invalid_egress_entry_fails_the_backend_naming_the_allow_line() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = LocalConfig::new(dir.path());
     config.spec.network = cordon_core::sandbox::NetworkMode::Filtered;
-    config.spec.egress.allow = vec!["crates.io".to_owned()];
+    config.spec.egress.allow = vec!["crates.io".to_owned(), "B@d".to_owned()];
     config.spec.sources.file = "policy.toml".to_owned();
-    config.spec.sources.egress_allow = vec![3];
-    let err = LocalBackend::new(config).unwrap_err();
-    assert!(matches!(err, LocalError::FilteredNetwork { .. }), "{err:?}");
-    assert_eq!(
-        err.to_string(),
-        "failed to create local backend: filtered network mode is not supported by the local \
-         backend yet: remove `[network] allow` (policy.toml:3) or turn the network on or off \
-         with `[network] enabled`"
+    config.spec.sources.egress_allow = vec![3, 4];
+    let err = LocalBackend::new(config.clone()).unwrap_err();
+    assert!(matches!(err, LocalError::EgressRules { .. }), "{err:?}");
+    assert!(
+        err.to_string().starts_with(
+            "failed to compile the egress rules of `[network] allow` (policy.toml:3): "
+        ),
+        "{err}"
     );
+    config.spec.egress.allow.pop();
+    LocalBackend::new(config).expect("valid entries build a filtered backend");
 }
 
 /// A missing root or a file as root is a clear error naming it.

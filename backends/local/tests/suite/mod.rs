@@ -1,5 +1,6 @@
 //! One module per area; `support` holds the shared fixture.
 
+mod egress;
 mod exec;
 mod files;
 mod parity;

@@ -578,6 +578,11 @@ async fn check_local(root: &Path, policy: Option<&CompiledPolicy>) -> Report {
         ok_or_missing(support.mount_namespaces),
         "read-only system, protected and masked paths",
     );
+    report.line(
+        "network namespaces",
+        ok_or_missing(support.network_namespaces),
+        "filtered network mode: loopback only, the egress proxy the one way out",
+    );
 
     // The layers the policy in use needs; without one (it failed to load, which the config
     // section reports), those of the default policy.

@@ -149,9 +149,7 @@ pub(crate) fn handled_fs(abi: u32) -> u64 {
 /// is on.
 pub(crate) fn handled_net(abi: u32, network: NetworkAccess) -> u64 {
     match network {
-        NetworkAccess::Off | NetworkAccess::Filtered if abi >= 4 => {
-            NET_BIND_TCP | NET_CONNECT_TCP
-        }
+        NetworkAccess::Off | NetworkAccess::Filtered if abi >= 4 => NET_BIND_TCP | NET_CONNECT_TCP,
         NetworkAccess::Off | NetworkAccess::Filtered | NetworkAccess::On => 0,
     }
 }

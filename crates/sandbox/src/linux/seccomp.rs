@@ -816,7 +816,7 @@ mod tests {
 
     #[test]
     fn foreign_architecture_is_killed() {
-        let program = compile(&rules(true), native_arch()).unwrap();
+        let program = compile(&rules(ON), native_arch()).unwrap();
         let data = Data {
             nr: libc::SYS_read as u32,
             arch: 0x4000_0003, // AUDIT_ARCH_I386
@@ -890,11 +890,7 @@ mod tests {
             libc::AF_PACKET,
         ] {
             let args = [family as u64, stream, 0, 0, 0, 0];
-            assert_eq!(
-                eval(OFF, libc::SYS_socket, args),
-                eperm,
-                "family {family}"
-            );
+            assert_eq!(eval(OFF, libc::SYS_socket, args), eperm, "family {family}");
         }
         // High garbage bits do not turn AF_INET into something else.
         let sneaky = (1u64 << 32) | libc::AF_INET as u64;
@@ -919,10 +915,7 @@ mod tests {
             assert_eq!(eval(OFF, nr, [3, 0, 0, 0, 0, 0]), eperm);
         }
         assert_eq!(eval(OFF, libc::SYS_sendto, [3, 0, 0, 0, 0, 0]), RET_ALLOW);
-        assert_eq!(
-            eval(OFF, libc::SYS_sendto, [3, 0, 0, 0, 0x1000, 16]),
-            eperm
-        );
+        assert_eq!(eval(OFF, libc::SYS_sendto, [3, 0, 0, 0, 0x1000, 16]), eperm);
         assert_eq!(
             eval(OFF, libc::SYS_sendto, [3, 0, 0, 0, 1 << 40, 16]),
             eperm

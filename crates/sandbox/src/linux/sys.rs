@@ -243,18 +243,29 @@ pub(crate) fn recv_one_fd(socket: &OwnedFd) -> io::Result<OwnedFd> {
 pub(crate) fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: F_GETFL/F_SETFL on an open fd have no memory effects.
     let flags = check_io(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) }.into())?;
+    let flags = flags as c_int | libc::O_NONBLOCK;
     // SAFETY: as above.
-    check_io(
-        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags as c_int | libc::O_NONBLOCK) }
-            .into(),
-    )?;
+    let set = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags) };
+    check_io(set.into())?;
     Ok(())
 }
 
-/// Accept and close every connection waiting on the non-blocking listener `fd`; how many.
+/// Accept and close every connection waiting on the listener `fd`; how many. Each accept
+/// follows a `poll` that found one waiting, so a caller that made the (shared) listener
+/// blocking cannot make this block.
 pub(crate) fn close_pending_connections(fd: &OwnedFd) -> usize {
     let mut closed = 0;
     loop {
+        let mut waiting = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd, zero timeout.
+        let ready = unsafe { libc::poll(&mut waiting, 1, 0) };
+        if ready <= 0 || waiting.revents & libc::POLLIN == 0 {
+            return closed;
+        }
         // SAFETY: accept4 with NULL address buffers only returns a new fd or fails.
         let ret = unsafe {
             libc::accept4(
@@ -270,7 +281,7 @@ pub(crate) fn close_pending_connections(fd: &OwnedFd) -> usize {
             continue;
         }
         match errno() {
-            libc::EINTR | libc::ECONNABORTED => continue,
+            libc::EINTR | libc::ECONNABORTED => {}
             _ => return closed,
         }
     }
@@ -1630,10 +1641,9 @@ pub(crate) fn send_one_fd_raw(socket: RawFd, fd: RawFd) -> Result<(), Errno> {
 /// `CAP_NET_ADMIN` over it).
 pub(crate) fn loopback_up() -> Result<(), Errno> {
     // SAFETY: socket has no memory effects.
-    let fd = check(unsafe {
-        libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
-    }
-    .into())? as RawFd;
+    let fd = check(
+        unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) }.into(),
+    )? as RawFd;
     // SAFETY: an all-zero ifreq is valid; the name is copied in below.
     let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
     for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo\0") {
@@ -1656,10 +1666,9 @@ pub(crate) fn loopback_up() -> Result<(), Errno> {
 /// Child side: a TCP socket listening on `127.0.0.1:port` (close-on-exec); its fd.
 pub(crate) fn listen_loopback_raw(port: u16) -> Result<RawFd, Errno> {
     // SAFETY: socket has no memory effects.
-    let fd = check(unsafe {
-        libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)
-    }
-    .into())? as RawFd;
+    let fd = check(
+        unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) }.into(),
+    )? as RawFd;
     let address = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: port.to_be(),
@@ -1669,17 +1678,11 @@ pub(crate) fn listen_loopback_raw(port: u16) -> Result<RawFd, Errno> {
         sin_zero: [0; 8],
     };
     let result = (|| {
+        let size = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let pointer = (&address as *const libc::sockaddr_in).cast();
         // SAFETY: `address` is a live sockaddr_in of the size passed.
-        check(
-            unsafe {
-                libc::bind(
-                    fd,
-                    (&address as *const libc::sockaddr_in).cast(),
-                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                )
-            }
-            .into(),
-        )?;
+        let bound = unsafe { libc::bind(fd, pointer, size) };
+        check(bound.into())?;
         // SAFETY: listen has no memory effects.
         check(unsafe { libc::listen(fd, 512) }.into())?;
         Ok(())

@@ -4,7 +4,7 @@
 //! and through a user namespace, and a pooled init's listener carries only the current
 //! command's connections.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
@@ -95,19 +95,36 @@ impl Captured {
     }
 }
 
-/// Accept one connection on the egress listener, read a line, answer, in a thread.
-fn answer_one(listener: TcpListener, reply: &'static str) -> std::thread::JoinHandle<String> {
-    listener.set_nonblocking(false).expect("blocking accept");
-    std::thread::spawn(move || {
-        let (mut connection, _) = listener.accept().expect("accept on the egress listener");
+/// Accept one connection on the egress listener, read a line, answer (a task).
+fn answer_one(listener: TcpListener, reply: &'static str) -> tokio::task::JoinHandle<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::from_std(listener).expect("register the listener");
+    tokio::spawn(async move {
+        let (mut connection, _) = listener.accept().await.expect("accept");
         let mut line = Vec::new();
         let mut byte = [0u8; 1];
-        while connection.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
+        while connection.read(&mut byte).await.unwrap_or(0) == 1 && byte[0] != b'\n' {
             line.push(byte[0]);
         }
-        connection.write_all(reply.as_bytes()).expect("reply");
+        connection.write_all(reply.as_bytes()).await.expect("reply");
         String::from_utf8_lossy(&line).into_owned()
     })
+}
+
+/// The line the command sent, once its output shows it got `reply` (else the output).
+async fn served_line(
+    served: tokio::task::JoinHandle<String>,
+    output: &Output,
+    reply: &str,
+) -> String {
+    if !output.stdout.contains(reply) {
+        served.abort();
+        panic!(
+            "the command did not get {reply:?} through the egress listener: {}",
+            output.all()
+        );
+    }
+    served.await.expect("the serving task")
 }
 
 const PROBE: &str = r#"
@@ -138,7 +155,10 @@ async fn only_the_egress_listener_is_reachable(support: HostSupport) {
     let (mut child, captured) = spawn(
         &sandbox,
         &fx.ws,
-        &format!("import sys; sys.argv = ['p', '{EGRESS_PORT}', '{}']\n{script}", host.port),
+        &format!(
+            "import sys; sys.argv = ['p', '{EGRESS_PORT}', '{}']\n{script}",
+            host.port
+        ),
     );
     let listener = child
         .egress_listener()
@@ -150,7 +170,10 @@ async fn only_the_egress_listener_is_reachable(support: HostSupport) {
     );
     let served = answer_one(listener, "via-egress");
     let output = captured.finish(&mut child).await;
-    assert_eq!(served.join().unwrap(), "hello-from-sandbox");
+    assert_eq!(
+        served_line(served, &output, "via-egress").await,
+        "hello-from-sandbox"
+    );
     let all = output.all();
     assert!(output.status.success(), "{all}");
     assert!(all.contains("egress: via-egress"), "{all}");
@@ -201,12 +224,20 @@ async fn a_pooled_init_hands_the_next_command_only_its_own_connections() {
         "import socket; s = socket.create_connection(('127.0.0.1', {EGRESS_PORT})); s.sendall(b'second\\n'); print(s.recv(16).decode())"
     );
     let (mut second, captured) = spawn(&sandbox, &fx.ws, &talk);
-    assert_eq!(second.pid(), first_pid, "the same init serves the second command");
+    assert_eq!(
+        second.pid(),
+        first_pid,
+        "the same init serves the second command"
+    );
     let listener = second.egress_listener().unwrap().unwrap();
     let served = answer_one(listener, "answer");
     let output = captured.finish(&mut second).await;
-    assert_eq!(served.join().unwrap(), "second", "{}", output.all());
-    assert!(output.stdout.contains("answer"), "{}", output.all());
+    assert_eq!(
+        served_line(served, &output, "answer").await,
+        "second",
+        "{}",
+        output.all()
+    );
 }
 
 #[test]

@@ -1,0 +1,250 @@
+//! Filtered network mode on the local backend. Each command's sandbox has a private network
+//! namespace holding only loopback, where the one reachable port is its init's egress listener
+//! (`cordon-sandbox`); this module serves that listener with the backend's egress proxy, which
+//! runs in this process: one [`Egress`] per backend (session), one [`CommandEgress`] per
+//! command, collecting that command's attempts as [`EgressRecord`]s.
+//!
+//! It owns the proxy environment commands get ([`proxy_env`]) and how a command's connections
+//! end with it: accepting stops the moment the command's status is known (the init may then
+//! serve the next command on the same listener), connections still open get
+//! [`CONNECTION_GRACE`] to finish on their own (their client side is gone) and are then cut.
+//! The rules come from the spec (`cordon_ops::egress_rules`); every decision is the proxy's.
+
+use std::ffi::OsString;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cordon_core::sandbox::SandboxSpec;
+use cordon_egress::proxy::{
+    ConnectionEvent, EventSink, Limits, Proxy, ProxyConfig, Resolver, SystemResolver,
+};
+use cordon_ops::EgressRecord;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::LocalError;
+
+/// How long connections of an ended command may take to finish by themselves before they
+/// are cut (a destination holding a tunnel open would otherwise keep it forever).
+pub(crate) const CONNECTION_GRACE: Duration = Duration::from_secs(2);
+/// Most attempts recorded for one command; later ones are counted and logged only.
+pub(crate) const MAX_RECORDS: usize = 1024;
+/// Undelivered events one command's sink holds while its supervisor is busy.
+const EVENT_CAPACITY: usize = 256;
+
+/// The environment that sends ordinary tools (curl, pip, cargo, git, npm, go) through the
+/// proxy: HTTP and HTTPS through it, anything else by SOCKS5 with names resolved by the proxy
+/// (`socks5h`), nothing for loopback (the command's own servers, if it runs any).
+pub(crate) fn proxy_env() -> Vec<(OsString, OsString)> {
+    let http = format!("http://127.0.0.1:{}", cordon_sandbox::EGRESS_PORT);
+    let socks = format!("socks5h://127.0.0.1:{}", cordon_sandbox::EGRESS_PORT);
+    let local = "localhost,127.0.0.1,::1".to_owned();
+    let mut env = Vec::new();
+    for (name, value) in [
+        ("HTTP_PROXY", &http),
+        ("HTTPS_PROXY", &http),
+        ("ALL_PROXY", &socks),
+        ("NO_PROXY", &local),
+    ] {
+        env.push((name.into(), value.into()));
+        env.push((name.to_ascii_lowercase().into(), value.into()));
+    }
+    env
+}
+
+/// The backend's egress proxy (filtered network mode only).
+pub(crate) struct Egress {
+    proxy: Proxy,
+    /// The proxy's own sink, unused: every connection reports to its command's sink.
+    _unused: mpsc::Receiver<ConnectionEvent>,
+}
+
+impl std::fmt::Debug for Egress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Egress").finish_non_exhaustive()
+    }
+}
+
+impl Egress {
+    /// The proxy for `spec`'s allow and deny entries, labelling its events with `session`.
+    /// `resolver`: the system resolver unless a caller (a test) brings its own.
+    pub(crate) fn new(
+        spec: &SandboxSpec,
+        session: &str,
+        resolver: Option<Arc<dyn Resolver>>,
+    ) -> Result<Egress, LocalError> {
+        let rules = cordon_ops::egress_rules(spec).map_err(|source| LocalError::EgressRules {
+            at: spec.sources.egress_allow_at(),
+            source,
+        })?;
+        let (events, unused) = EventSink::channel(1);
+        let proxy = Proxy::new(ProxyConfig {
+            session: session.into(),
+            rules: Arc::new(rules),
+            resolver: resolver.unwrap_or_else(|| Arc::new(SystemResolver)),
+            events,
+            limits: Limits::default(),
+        });
+        Ok(Egress {
+            proxy,
+            _unused: unused,
+        })
+    }
+
+    /// Serve one command's egress listener.
+    pub(crate) fn command(&self, listener: std::net::TcpListener) -> io::Result<CommandEgress> {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let (sink, events) = EventSink::channel(EVENT_CAPACITY);
+        Ok(CommandEgress {
+            proxy: self.proxy.clone(),
+            listener,
+            accepting: true,
+            sink,
+            events,
+            connections: JoinSet::new(),
+            stop: CancellationToken::new(),
+            records: Vec::new(),
+            unrecorded: 0,
+        })
+    }
+}
+
+/// One command's side of the proxy: its listener, its connections and their records.
+pub(crate) struct CommandEgress {
+    proxy: Proxy,
+    listener: tokio::net::TcpListener,
+    /// False after accepting failed for a reason that is not one connection's.
+    accepting: bool,
+    sink: EventSink,
+    events: mpsc::Receiver<ConnectionEvent>,
+    connections: JoinSet<()>,
+    stop: CancellationToken,
+    records: Vec<EgressRecord>,
+    unrecorded: usize,
+}
+
+impl CommandEgress {
+    /// Wait for the next thing to do (a connection to accept, an event to record, a
+    /// connection task to reap) and do it. Cancel-safe: the supervisor drops it the moment the
+    /// command has ended, and nothing accepted is lost.
+    pub(crate) async fn step(&mut self) {
+        tokio::select! {
+            accepted = self.listener.accept(), if self.accepting => match accepted {
+                Ok((stream, _)) => {
+                    // Small requests and replies should not wait for Nagle's algorithm.
+                    let _ = stream.set_nodelay(true);
+                    let proxy = self.proxy.clone();
+                    let sink = self.sink.clone();
+                    let stop = self.stop.clone();
+                    self.connections.spawn(async move {
+                        proxy.serve_connection(stream, &sink, stop.cancelled_owned()).await;
+                    });
+                }
+                Err(error) if is_per_connection(&error) => {
+                    tracing::debug!(%error, "local egress: one connection failed during accept");
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "local egress: accept failed; the command's further connections wait unanswered");
+                    self.accepting = false;
+                }
+            },
+            Some(event) = self.events.recv() => self.record(&event),
+            Some(_) = self.connections.join_next(), if !self.connections.is_empty() => {}
+        }
+    }
+
+    fn record(&mut self, event: &ConnectionEvent) {
+        if self.records.len() < MAX_RECORDS {
+            self.records.push(EgressRecord::from(event));
+        } else {
+            self.unrecorded += 1;
+        }
+    }
+
+    /// After the command ended: let its connections finish (cutting those still open after
+    /// [`CONNECTION_GRACE`]) and return its attempts, in the order they ended.
+    pub(crate) async fn finish(mut self) -> Vec<EgressRecord> {
+        let grace = tokio::time::sleep(CONNECTION_GRACE);
+        tokio::pin!(grace);
+        let mut cut = false;
+        loop {
+            tokio::select! {
+                joined = self.connections.join_next() => {
+                    if joined.is_none() {
+                        break;
+                    }
+                }
+                () = &mut grace, if !cut => {
+                    tracing::debug!(
+                        open = self.connections.len(),
+                        "local egress: cutting connections the ended command left open"
+                    );
+                    self.stop.cancel();
+                    cut = true;
+                }
+            }
+        }
+        // Every connection has sent its event by now.
+        while let Ok(event) = self.events.try_recv() {
+            self.record(&event);
+        }
+        if self.unrecorded > 0 {
+            tracing::warn!(
+                recorded = self.records.len(),
+                unrecorded = self.unrecorded,
+                "local egress: the command made more connection attempts than are recorded"
+            );
+        }
+        let dropped = self.sink.dropped();
+        if dropped > 0 {
+            tracing::warn!(dropped, "local egress: events dropped for this command");
+        }
+        self.records
+    }
+}
+
+fn is_per_connection(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_get_every_proxy_variable_in_both_cases() {
+        let env: Vec<(String, String)> = proxy_env()
+            .into_iter()
+            .map(|(name, value)| {
+                (
+                    name.into_string().expect("utf-8"),
+                    value.into_string().expect("utf-8"),
+                )
+            })
+            .collect();
+        let http = "http://127.0.0.1:3128".to_owned();
+        let socks = "socks5h://127.0.0.1:3128".to_owned();
+        let local = "localhost,127.0.0.1,::1".to_owned();
+        assert_eq!(
+            env,
+            vec![
+                ("HTTP_PROXY".to_owned(), http.clone()),
+                ("http_proxy".to_owned(), http.clone()),
+                ("HTTPS_PROXY".to_owned(), http.clone()),
+                ("https_proxy".to_owned(), http),
+                ("ALL_PROXY".to_owned(), socks.clone()),
+                ("all_proxy".to_owned(), socks),
+                ("NO_PROXY".to_owned(), local.clone()),
+                ("no_proxy".to_owned(), local),
+            ]
+        );
+    }
+}

@@ -1,0 +1,510 @@
+//! Filtered network mode end to end: commands in the local backend's sandbox reach the network
+//! only through the egress proxy in this process. Unmodified curl, python, pip and cargo work
+//! against allowed names (loopback origin servers, names mapped by a resolver the test
+//! controls); denied and unlisted destinations are refused naming the entry and its line;
+//! nothing goes around the proxy; every attempt is in the command's `ExecOutcome.egress`.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cordon_backend_local::{LocalBackend, LocalConfig, SandboxSpec};
+use cordon_core::sandbox::NetworkMode;
+use cordon_egress::proxy::StaticResolver;
+use cordon_ops::{
+    Backend, EgressOutcome, EgressProtocol, EgressRecord, ExecOutcome, ExecRequest, ExitStatus,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Generous bound for calls that must not hang (never a timing assertion on the result).
+const HANG_GUARD: Duration = Duration::from_secs(300);
+/// The policy file the spec's entries are labelled with.
+const POLICY: &str = "policy.toml";
+
+/// A static file server on 127.0.0.1 (plain HTTP/1.x, one request per connection).
+struct Origin {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Origin {
+    async fn serve(root: PathBuf) -> Origin {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the origin server");
+        let port = listener.local_addr().expect("address").port();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let root = root.clone();
+                tokio::spawn(async move {
+                    let _ = answer(stream, &root).await;
+                });
+            }
+        });
+        Origin { port, task }
+    }
+}
+
+async fn answer(mut stream: tokio::net::TcpStream, root: &Path) -> std::io::Result<()> {
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65536 {
+        let read = stream.read(&mut chunk).await?;
+        if read == 0 {
+            break;
+        }
+        head.extend_from_slice(&chunk[..read]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let target = head.split_whitespace().nth(1).unwrap_or("/");
+    let path = target.split(['?', '#']).next().unwrap_or("/");
+    let mut file = root.join(path.trim_start_matches('/'));
+    if file.is_dir() {
+        file = file.join("index.html");
+    }
+    let inside = !path.split('/').any(|part| part == "..");
+    let (status, body) = match std::fs::read(&file) {
+        Ok(body) if inside => ("200 OK", body),
+        _ => ("404 Not Found", b"not found\n".to_vec()),
+    };
+    let kind = match file.extension().and_then(|e| e.to_str()) {
+        Some("html") => "text/html",
+        Some("json") => "application/json",
+        Some("txt") => "text/plain",
+        _ => "application/octet-stream",
+    };
+    let reply = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(reply.as_bytes()).await?;
+    stream.write_all(&body).await?;
+    stream.shutdown().await
+}
+
+/// A TLS server on 127.0.0.1 for `secure.test` (a host python process, killed on drop).
+struct TlsOrigin {
+    port: u16,
+    child: Child,
+}
+
+impl Drop for TlsOrigin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const TLS_SERVER: &str = r#"
+import socket, ssl, sys
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(sys.argv[1], sys.argv[2])
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(16)
+print(listener.getsockname()[1], flush=True)
+while True:
+    connection, _ = listener.accept()
+    try:
+        tls = context.wrap_socket(connection, server_side=True)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = tls.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\nConnection: close\r\n\r\nsecure-hello")
+        tls.close()
+    except Exception:
+        connection.close()
+"#;
+
+impl TlsOrigin {
+    /// A certificate for `secure.test` (`cert.pem`, `key.pem` in `dir`) and a server using it;
+    /// returns once the server listens (it prints its port).
+    fn start(dir: &Path) -> TlsOrigin {
+        let status = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            ])
+            .args(["-subj", "/CN=secure.test"])
+            .args(["-addext", "subjectAltName=DNS:secure.test"])
+            .arg("-keyout")
+            .arg(dir.join("key.pem"))
+            .arg("-out")
+            .arg(dir.join("cert.pem"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl must be installed");
+        assert!(status.success(), "openssl failed to make a certificate");
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(TLS_SERVER)
+            .arg(dir.join("cert.pem"))
+            .arg(dir.join("key.pem"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 must be installed");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("stdout");
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+            .expect("read the TLS server's port");
+        let port = line
+            .trim()
+            .parse()
+            .expect("the TLS server printed its port");
+        TlsOrigin { port, child }
+    }
+}
+
+/// A filtered-mode backend over `ws` with these entries (labelled `policy.toml:10…` and
+/// `policy.toml:20…`), test names resolved to 127.0.0.1.
+fn backend(
+    ws: &Path,
+    state: &Path,
+    home: Option<PathBuf>,
+    allow: &[String],
+    deny: &[String],
+) -> LocalBackend {
+    let mut spec = SandboxSpec {
+        network: NetworkMode::Filtered,
+        ..SandboxSpec::default()
+    };
+    spec.egress.allow = allow.to_vec();
+    spec.egress.deny = deny.to_vec();
+    spec.sources.file = POLICY.to_owned();
+    spec.sources.egress_allow = (10..10 + allow.len()).collect();
+    spec.sources.egress_deny = (20..20 + deny.len()).collect();
+    let loopback: Vec<IpAddr> = vec!["127.0.0.1".parse().expect("ip")];
+    let resolver = StaticResolver::new(
+        [
+            "pkg.test",
+            "secure.test",
+            "a.wild.test",
+            "blocked.wild.test",
+            "other.test",
+        ]
+        .map(|name| (name, loopback.clone())),
+    );
+    LocalBackend::with_egress_resolver(
+        LocalConfig {
+            root: ws.to_path_buf(),
+            spec,
+            home,
+            state_base: Some(state.to_path_buf()),
+        },
+        Arc::new(resolver),
+    )
+    .expect("create a filtered backend")
+}
+
+struct Dirs {
+    _dir: tempfile::TempDir,
+    ws: PathBuf,
+    www: PathBuf,
+    state: PathBuf,
+}
+
+fn dirs() -> Dirs {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base = dir.path().canonicalize().expect("canonical");
+    let (ws, www, state) = (base.join("ws"), base.join("www"), base.join("state"));
+    for path in [&ws, &www, &state] {
+        std::fs::create_dir(path).expect("create dir");
+    }
+    std::fs::write(www.join("hello.txt"), "hello through the proxy\n").expect("write");
+    Dirs {
+        _dir: dir,
+        ws,
+        www,
+        state,
+    }
+}
+
+/// Run `command` in the backend; its output and outcome.
+async fn run(backend: &LocalBackend, cwd: &Path, command: &str) -> (String, ExecOutcome) {
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4);
+    let collector = tokio::spawn(async move {
+        let mut all = Vec::new();
+        while let Some(chunk) = rx.recv().await {
+            all.extend_from_slice(&chunk);
+        }
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    let request = ExecRequest {
+        command: command.to_owned(),
+        cwd: cwd.to_path_buf(),
+        timeout: HANG_GUARD,
+        env: Vec::new(),
+    };
+    let outcome = tokio::time::timeout(
+        HANG_GUARD,
+        backend.bash().exec(request, CancellationToken::new(), tx),
+    )
+    .await
+    .expect("exec must not hang")
+    .expect("exec runs");
+    (collector.await.expect("collector"), outcome)
+}
+
+fn only(records: &[EgressRecord]) -> &EgressRecord {
+    assert_eq!(records.len(), 1, "one attempt expected: {records:#?}");
+    &records[0]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curl_and_python_reach_allowed_names_and_are_refused_the_rest() {
+    let d = dirs();
+    let origin = Origin::serve(d.www.clone()).await;
+    let tls = TlsOrigin::start(&d.ws);
+    let p = origin.port;
+    let allow = vec![
+        format!("pkg.test:{p}"),
+        format!("secure.test:{}", tls.port),
+        format!("*.wild.test:{p}"),
+        "127.0.0.1".to_owned(),
+    ];
+    let deny = vec![format!("blocked.wild.test:{p}")];
+    let backend = backend(&d.ws, &d.state, None, &allow, &deny);
+
+    // Plain HTTP, forwarded.
+    let (out, outcome) = run(
+        &backend,
+        &d.ws,
+        &format!("curl -sS http://pkg.test:{p}/hello.txt"),
+    )
+    .await;
+    assert_eq!(outcome.status, Some(ExitStatus::Code(0)), "{out}");
+    assert_eq!(out, "hello through the proxy\n");
+    let record = only(&outcome.egress);
+    assert_eq!(
+        (
+            record.protocol,
+            record.outcome,
+            record.host.as_str(),
+            record.port
+        ),
+        (
+            EgressProtocol::HttpForward,
+            EgressOutcome::Allowed,
+            "pkg.test",
+            p
+        )
+    );
+    assert_eq!(record.entry.as_deref(), Some(allow[0].as_str()));
+    assert_eq!(record.source.as_deref(), Some("policy.toml:10"));
+    assert!(record.bytes_down > 0, "{record:?}");
+
+    // HTTPS through CONNECT, the certificate checked end to end.
+    let (out, outcome) = run(
+        &backend,
+        &d.ws,
+        &format!(
+            "curl -sS --cacert cert.pem https://secure.test:{}/",
+            tls.port
+        ),
+    )
+    .await;
+    assert_eq!(out, "secure-hello", "{out}");
+    let record = only(&outcome.egress);
+    assert_eq!(
+        (record.protocol, record.outcome),
+        (EgressProtocol::HttpConnect, EgressOutcome::Allowed)
+    );
+    assert_eq!(record.source.as_deref(), Some("policy.toml:11"));
+
+    // python's urllib, unmodified, over both.
+    let script = format!(
+        "import ssl, urllib.request as r\n\
+         print(r.urlopen('http://pkg.test:{p}/hello.txt').read().decode().strip())\n\
+         print(r.urlopen('https://secure.test:{}/', context=ssl.create_default_context(cafile='cert.pem')).read().decode())",
+        tls.port
+    );
+    let (out, outcome) = run(&backend, &d.ws, &format!("python3 -c \"{script}\"")).await;
+    assert_eq!(out, "hello through the proxy\nsecure-hello\n", "{out}");
+    assert_eq!(outcome.egress.len(), 2, "{:#?}", outcome.egress);
+    assert!(
+        outcome
+            .egress
+            .iter()
+            .all(|r| r.outcome == EgressOutcome::Allowed)
+    );
+
+    // A wildcard entry, and a deny entry that beats it; the 403 names the entry and its line.
+    let (out, _) = run(
+        &backend,
+        &d.ws,
+        &format!("curl -sS http://a.wild.test:{p}/hello.txt"),
+    )
+    .await;
+    assert_eq!(out, "hello through the proxy\n");
+    let (out, outcome) = run(
+        &backend,
+        &d.ws,
+        &format!("curl -sS -w '%{{http_code}}' http://blocked.wild.test:{p}/hello.txt"),
+    )
+    .await;
+    assert!(out.ends_with("403"), "{out}");
+    assert!(out.contains("blocked.wild.test"), "{out}");
+    assert!(out.contains("policy.toml:20"), "{out}");
+    let record = only(&outcome.egress);
+    assert_eq!(record.outcome, EgressOutcome::Denied);
+    assert_eq!(record.entry.as_deref(), Some(deny[0].as_str()));
+    assert_eq!(record.source.as_deref(), Some("policy.toml:20"));
+
+    // A port entry allows that port only; HTTPS to an unlisted name fails at CONNECT.
+    let (out, outcome) = run(
+        &backend,
+        &d.ws,
+        &format!(
+            "curl -sS -w '%{{http_code}}' http://pkg.test:{}/hello.txt",
+            p.wrapping_add(1).max(1)
+        ),
+    )
+    .await;
+    assert!(out.ends_with("403"), "{out}");
+    assert!(out.contains("no entry allows"), "{out}");
+    let record = only(&outcome.egress);
+    assert_eq!(record.outcome, EgressOutcome::Denied);
+    assert_eq!(record.source, None);
+    assert_eq!(
+        record.suggestion.as_deref(),
+        Some(format!("pkg.test:{}", p.wrapping_add(1).max(1)).as_str())
+    );
+    let (out, outcome) = run(&backend, &d.ws, "curl -sS https://other.test/").await;
+    assert_ne!(outcome.status, Some(ExitStatus::Code(0)), "{out}");
+    assert!(out.contains("403"), "{out}");
+    assert_eq!(only(&outcome.egress).outcome, EgressOutcome::Denied);
+
+    // An IP entry allows the address itself (IP literals match IP entries only). Loopback is
+    // in NO_PROXY, so curl is told to use the proxy for it.
+    let (out, outcome) = run(
+        &backend,
+        &d.ws,
+        &format!("curl -sS --noproxy '' http://127.0.0.1:{p}/hello.txt"),
+    )
+    .await;
+    assert_eq!(out, "hello through the proxy\n");
+    assert_eq!(
+        only(&outcome.egress).source.as_deref(),
+        Some("policy.toml:13")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_name_resolving_to_loopback_is_refused_without_an_ip_entry() {
+    let d = dirs();
+    let origin = Origin::serve(d.www.clone()).await;
+    let allow = vec![format!("pkg.test:{}", origin.port)];
+    let backend = backend(&d.ws, &d.state, None, &allow, &[]);
+    let (out, outcome) = run(
+        &backend,
+        &d.ws,
+        &format!(
+            "curl -sS -w '%{{http_code}}' http://pkg.test:{}/hello.txt",
+            origin.port
+        ),
+    )
+    .await;
+    assert!(out.ends_with("403"), "{out}");
+    assert!(out.contains("resolved to 127.0.0.1"), "{out}");
+    let record = only(&outcome.egress);
+    assert_eq!(record.outcome, EgressOutcome::Denied);
+    assert_eq!(
+        record.suggestion.as_deref(),
+        Some(format!("127.0.0.1/32:{}", origin.port).as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_goes_around_the_proxy_even_for_root() {
+    let d = dirs();
+    let origin = Origin::serve(d.www.clone()).await;
+    let allow = vec!["127.0.0.1".to_owned()];
+    // A host Unix socket listed in the spec, and one that is not.
+    let listed = d.state.join("listed.sock");
+    let unlisted = d.state.join("unlisted.sock");
+    let listeners: Vec<std::os::unix::net::UnixListener> = [&listed, &unlisted]
+        .iter()
+        .map(|path| std::os::unix::net::UnixListener::bind(path).expect("bind"))
+        .collect();
+    let spec_backend = {
+        let mut spec = SandboxSpec {
+            network: NetworkMode::Filtered,
+            unix_sockets: vec![listed.display().to_string()],
+            ..SandboxSpec::default()
+        };
+        spec.egress.allow = allow.clone();
+        spec.sources.file = POLICY.to_owned();
+        spec.sources.egress_allow = vec![10];
+        LocalBackend::new(LocalConfig {
+            root: d.ws.clone(),
+            spec,
+            home: None,
+            state_base: Some(d.state.clone()),
+        })
+        .expect("create a filtered backend")
+    };
+    let p = origin.port;
+    let script = format!(
+        r#"
+import errno, os, socket
+def attempt(label, action):
+    try:
+        action()
+        print(label, "ok")
+    except OSError as error:
+        print(label, errno.errorcode.get(error.errno, error.errno))
+print("uid", os.getuid())
+attempt("direct-tcp", lambda: socket.create_connection(("127.0.0.1", {p}), timeout=5))
+attempt("direct-other", lambda: socket.create_connection(("10.20.30.40", 80), timeout=5))
+attempt("udp-dns", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("10.20.30.40", 53)))
+attempt("netlink", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
+for label, path in (("listed", "{listed}"), ("unlisted", "{unlisted}")):
+    attempt(label, lambda: socket.socket(socket.AF_UNIX).connect(path))
+print("interfaces", sorted(line.split(":")[0].strip() for line in open("/proc/net/dev").readlines()[2:]))
+"#,
+        listed = listed.display(),
+        unlisted = unlisted.display(),
+    );
+    let (out, outcome) = run(&spec_backend, &d.ws, &format!("python3 -c '{script}'")).await;
+    assert_eq!(outcome.status, Some(ExitStatus::Code(0)), "{out}");
+    for expected in [
+        "uid 0",
+        "direct-tcp EACCES",
+        "direct-other EACCES",
+        "udp-dns ENETUNREACH",
+        "netlink EPERM",
+        "listed ok",
+        "unlisted ENOENT",
+        "interfaces ['lo']",
+    ] {
+        assert!(out.contains(expected), "expected {expected:?} in: {out}");
+    }
+    assert!(outcome.egress.is_empty(), "{:#?}", outcome.egress);
+    // Through the proxy the same address works (the IP entry allows it); loopback is in
+    // NO_PROXY, so curl is told to use the proxy for it.
+    let (out, outcome) = run(
+        &spec_backend,
+        &d.ws,
+        &format!("curl -sS --noproxy '' http://127.0.0.1:{p}/hello.txt"),
+    )
+    .await;
+    assert_eq!(out, "hello through the proxy\n");
+    assert_eq!(only(&outcome.egress).outcome, EgressOutcome::Allowed);
+    drop(listeners);
+}
