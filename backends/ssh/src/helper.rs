@@ -6,7 +6,9 @@
 //! Cache layout: `<cache>/<sha256>/cordon-helper`, `<cache>` being `~/.cache/cordon/helper`, or
 //! `<state_dir>/helper` when a state directory is configured. Every directory of that chain
 //! (from the home directory down) must be a real directory owned by the remote user and
-//! writable by nobody else; the ones Cordon creates are 0700. A binary is uploaded to a
+//! writable by nobody else; the ones Cordon creates are 0700. Every directory above it (on the
+//! canonical path) must be owned by root or the remote user and writable by nobody else
+//! unless sticky (`/tmp`), so no other user can rename the chain away. A binary is uploaded to a
 //! temporary name in its directory and renamed into place, mode 0700, once per host and
 //! version. The same exec that starts the helper checks the chain, the file's owner and mode,
 //! and its sha256 against the local binary's first, so a file another user could write, or one
@@ -392,14 +394,37 @@ make() {
     if [ ! -e "$1" ] && [ ! -L "$1" ]; then mkdir "$1" 2>/dev/null && chmod 700 "$1"; fi
     check "$1"
 }
+# Every directory above the chain (its canonical path): owned by root or by us, and writable
+# by nobody else unless sticky (then only an entry's owner may rename it, and the entry below
+# is checked in turn). Else another user could rename the chain away and put their own.
+above() {
+    p=$1
+    while [ "$p" != / ]; do
+        p=${p%/*}
+        [ -n "$p" ] || p=/
+        set -- $(ls -ldn -- "$p")
+        case $3 in
+            0|"$uid") ;;
+            *) fail unsafe "$p is owned by uid $3, not by root or the remote user ($uid)" ;;
+        esac
+        case $1 in
+            ?????????[tT]*) ;;
+            ?????w*|????????w*) fail unsafe "$p is writable by its group or by others and not sticky (mode $1)" ;;
+        esac
+    done
+}
 if [ -n "$2" ]; then
     case $2 in /*) ;; *) fail unsafe "the state directory $2 is not absolute" ;; esac
     mkdir -p "$2" 2>/dev/null
-    check "$2"
-    cache=$2/helper
+    [ -L "$2" ] && fail unsafe "$2 is a symbolic link"
+    state=$(cd "$2" && pwd -P) || fail unsafe "the state directory $2 cannot be entered"
+    above "$state"
+    check "$state"
+    cache=$state/helper
 else
     case $HOME in /*) ;; *) fail unsafe "the remote account has no absolute HOME" ;; esac
     home=$(cd "$HOME" && pwd -P) || fail unsafe "the home directory $HOME cannot be entered"
+    above "$home"
     check "$home"
     make "$home/.cache"
     make "$home/.cache/cordon"

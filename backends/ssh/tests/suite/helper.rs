@@ -173,6 +173,63 @@ async fn unsafe_cache_directories_are_refused() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_below_a_directory_another_user_controls_is_refused() {
+    let Some(server) = server() else { return };
+    let helper = fake_helper(&server, "above");
+    let sha = sha256_hex(&helper);
+
+    // A parent everybody may write (not sticky): another user could rename the state
+    // directory away and put their own chain in its place.
+    let shared = server.dir.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let state = shared.join("state");
+    let backend = connect_with(&server, &helper, &state).await;
+    let error = backend.check_helper().await.unwrap_err();
+    expect_unsafe(
+        error,
+        &format!(
+            "{} is writable by its group or by others and not sticky",
+            shared.display()
+        ),
+    );
+    assert!(!state.join("helper").exists(), "something was uploaded");
+
+    // Sticky, like /tmp: nobody else can rename what is ours in it.
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let report = backend
+        .check_helper()
+        .await
+        .expect("a sticky parent is fine");
+    assert_eq!(
+        report.remote_path,
+        state
+            .join("helper")
+            .join(&sha)
+            .join("cordon-helper")
+            .to_string_lossy()
+    );
+
+    // A parent owned by another user, reached through a symbolic link: the canonical path is
+    // judged.
+    let foreign = server.dir.path().join("foreign");
+    std::fs::create_dir_all(foreign.join("state")).unwrap();
+    std::os::unix::fs::chown(&foreign, Some(4321), None).unwrap();
+    let link = server.dir.path().join("via-link");
+    std::os::unix::fs::symlink(&foreign, &link).unwrap();
+    let backend = connect_with(&server, &helper, &link.join("state")).await;
+    let error = backend.check_helper().await.unwrap_err();
+    expect_unsafe(
+        error,
+        &format!(
+            "{} is owned by uid 4321, not by root or the remote user (0)",
+            foreign.display()
+        ),
+    );
+    assert!(!foreign.join("state").join("helper").exists());
+}
+
 /// A tmpfs mounted `noexec`, unmounted on drop.
 struct NoExecMount(PathBuf);
 
