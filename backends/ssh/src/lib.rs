@@ -648,13 +648,26 @@ fn helper_spec(spec: &SandboxSpec, cache_dir: &str) -> SandboxSpec {
         // Not a policy line: Cordon protects its own helper.
         spec.sources.denied.push(0);
     }
-    spec.denied.push(format!("{cache_dir}/**"));
+    spec.denied.push(format!("{}/**", glob_literal(cache_dir)));
     let passed: Vec<(String, String)> = std::mem::take(&mut spec.env.pass)
         .into_iter()
         .filter_map(|name| std::env::var(&name).ok().map(|value| (name, value)))
         .collect();
     spec.env.set.splice(0..0, passed);
     spec
+}
+
+/// `path` as a glob matching exactly itself: a directory named `st[a]te` or `a{b,c}` must not
+/// turn the cache's denial into a pattern for other paths.
+fn glob_literal(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '{' | '}' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 impl SshBackend {
@@ -714,6 +727,24 @@ mod tests {
                 ("rg".to_owned(), "1".to_owned()),
             ]
         );
+    }
+
+    #[test]
+    fn the_helper_cache_is_denied_as_a_literal_path() {
+        let cache = "/srv/st[a]te/a{b,c}/*?\\/helper";
+        let spec = helper_spec(&SandboxSpec::default(), cache);
+        assert_eq!(
+            spec.denied,
+            vec!["/srv/st\\[a\\]te/a\\{b,c\\}/\\*\\?\\\\/helper/**".to_owned()]
+        );
+        let rules = PathRules::new(Path::new("/srv"), &spec, Vec::new()).unwrap();
+        let inside = Path::new(cache).join("0123/cordon-helper");
+        assert!(rules.entry_of(&inside).is_some(), "the cache is not denied");
+        assert!(rules.entry_of(Path::new(cache)).is_some());
+        // What the path read as a pattern would have matched instead.
+        for other in ["/srv/state/ab/xy/helper/f", "/srv/state/ac/xy/helper/f"] {
+            assert!(rules.entry_of(Path::new(other)).is_none(), "{other}");
+        }
     }
 
     #[test]
