@@ -32,6 +32,8 @@ need script util-linux              # cordon run approvals on a pseudo-terminal
 need getent libc-bin
 need python3 python3
 need openssl openssl                # test certificates: a TLS docker engine, the egress proxy over https
+# the local egress test runs the system python's pip (a pyenv shim cannot rehash in the sandbox)
+/usr/bin/python3 -m pip --version >/dev/null 2>&1 || need_pkgs+=(python3-pip)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing ${need_pkgs[*]}"
   as_root apt-get update -qq

@@ -508,3 +508,208 @@ print("interfaces", sorted(line.split(":")[0].strip() for line in open("/proc/ne
     assert_eq!(only(&outcome.egress).outcome, EgressOutcome::Allowed);
     drop(listeners);
 }
+
+/// Builds, under `www`, a PyPI-style simple index with one pure wheel (`cordon-demo` 0.1)
+/// and a sparse cargo registry with one crate (`cordondemo` 0.1.0) whose downloads point at
+/// `http://pkg.test:PORT`; offline, with the host's python.
+const PACKAGES: &str = r#"
+import base64, hashlib, io, json, os, sys, tarfile, zipfile
+www, port = sys.argv[1], sys.argv[2]
+def put(path, data):
+    path = os.path.join(www, path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as out:
+        out.write(data)
+    return hashlib.sha256(data).hexdigest()
+files = {
+    "cordon_demo/__init__.py": b"VALUE = 42\n",
+    "cordon_demo-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: cordon-demo\nVersion: 0.1\n",
+    "cordon_demo-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: cordon-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = ""
+for name, data in files.items():
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record += f"{name},sha256={digest},{len(data)}\n"
+record += "cordon_demo-0.1.dist-info/RECORD,,\n"
+wheel = io.BytesIO()
+with zipfile.ZipFile(wheel, "w") as archive:
+    for name, data in files.items():
+        archive.writestr(name, data)
+    archive.writestr("cordon_demo-0.1.dist-info/RECORD", record)
+name = "cordon_demo-0.1-py3-none-any.whl"
+digest = put(f"packages/{name}", wheel.getvalue())
+put("simple/cordon-demo/index.html", f'<html><body><a href="../../packages/{name}#sha256={digest}">{name}</a></body></html>'.encode())
+crate = io.BytesIO()
+with tarfile.open(fileobj=crate, mode="w:gz") as archive:
+    for path, data in {
+        "cordondemo-0.1.0/Cargo.toml": b'[package]\nname = "cordondemo"\nversion = "0.1.0"\nedition = "2021"\n',
+        "cordondemo-0.1.0/src/lib.rs": b"pub const VALUE: u32 = 42;\n",
+    }.items():
+        info = tarfile.TarInfo(path)
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+cksum = put("dl/cordondemo-0.1.0.crate", crate.getvalue())
+put("index/config.json", json.dumps({"dl": f"http://pkg.test:{port}/dl/{{crate}}-{{version}}.crate"}).encode())
+line = {"name": "cordondemo", "vers": "0.1.0", "deps": [], "cksum": cksum, "features": {}, "yanked": False}
+put("index/co/rd/cordondemo", (json.dumps(line) + "\n").encode())
+"#;
+
+fn publish_packages(www: &Path, port: u16) {
+    let status = Command::new("python3")
+        .arg("-c")
+        .arg(PACKAGES)
+        .arg(www)
+        .arg(port.to_string())
+        .status()
+        .expect("python3 must be installed");
+    assert!(status.success(), "building the test packages failed");
+}
+
+/// The pip commands of the test: download, then install into `site` and import.
+fn pip_commands(port: u16) -> String {
+    let index = format!(
+        "--no-cache-dir --no-deps --disable-pip-version-check --retries 0 --timeout 20 \
+         --index-url http://pkg.test:{port}/simple/ --trusted-host pkg.test"
+    );
+    // The system python and its pip (a pyenv shim would try to rehash its read-only shims).
+    format!(
+        "/usr/bin/python3 -m pip download {index} -d dl cordon-demo && \
+         /usr/bin/python3 -m pip install {index} --break-system-packages --target site cordon-demo && \
+         PYTHONPATH=site /usr/bin/python3 -c 'import cordon_demo; print(\"imported\", cordon_demo.VALUE)'"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pip_downloads_and_installs_from_an_allowed_index_only() {
+    let d = dirs();
+    let origin = Origin::serve(d.www.clone()).await;
+    publish_packages(&d.www, origin.port);
+    let allowed = backend(
+        &d.ws,
+        &d.state,
+        None,
+        &[format!("pkg.test:{}", origin.port), "127.0.0.1".to_owned()],
+        &[],
+    );
+    let (out, outcome) = run(&allowed, &d.ws, &pip_commands(origin.port)).await;
+    assert_eq!(outcome.status, Some(ExitStatus::Code(0)), "{out}");
+    assert!(out.contains("imported 42"), "{out}");
+    assert!(
+        d.ws.join("dl/cordon_demo-0.1-py3-none-any.whl").is_file(),
+        "{out}"
+    );
+    assert!(!outcome.egress.is_empty());
+    assert!(
+        outcome
+            .egress
+            .iter()
+            .all(|r| r.outcome == EgressOutcome::Allowed && r.host == "pkg.test"),
+        "{:#?}",
+        outcome.egress
+    );
+    drop(allowed);
+
+    let other = dirs();
+    let refused = backend(
+        &other.ws,
+        &other.state,
+        None,
+        &["other.test".to_owned(), "127.0.0.1".to_owned()],
+        &[],
+    );
+    let (out, outcome) = run(&refused, &other.ws, &pip_commands(origin.port)).await;
+    assert_ne!(outcome.status, Some(ExitStatus::Code(0)), "{out}");
+    // pip hides the proxy's 403 at its default verbosity; the record names the entry to add
+    // (the bash tool's note tells the model).
+    assert!(out.contains("No matching distribution found"), "{out}");
+    let denied: Vec<&EgressRecord> = outcome.egress.iter().filter(|r| r.is_denied()).collect();
+    assert!(!denied.is_empty(), "{:#?}", outcome.egress);
+    let expected = format!("pkg.test:{}", origin.port);
+    assert!(
+        denied
+            .iter()
+            .all(|r| r.suggestion.as_deref() == Some(expected.as_str())),
+        "{denied:#?}"
+    );
+}
+
+/// A crate depending on `cordondemo` from the sparse registry at `pkg.test:PORT`.
+fn cargo_project(ws: &Path, port: u16) -> PathBuf {
+    let project = ws.join("proj");
+    std::fs::create_dir_all(project.join("src")).expect("create project");
+    std::fs::create_dir_all(project.join(".cargo")).expect("create .cargo");
+    std::fs::write(
+        project.join("Cargo.toml"),
+        "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+         [dependencies]\ncordondemo = { version = \"0.1.0\", registry = \"local\" }\n",
+    )
+    .expect("write Cargo.toml");
+    std::fs::write(project.join("src/lib.rs"), "").expect("write lib.rs");
+    std::fs::write(
+        project.join(".cargo/config.toml"),
+        format!("[registries.local]\nindex = \"sparse+http://pkg.test:{port}/index/\"\n"),
+    )
+    .expect("write config.toml");
+    project
+}
+
+/// `cargo fetch` with a private `CARGO_HOME` (the real one is read-only in the sandbox).
+const CARGO_FETCH: &str = "CARGO_HOME=$HOME/cargo-home CARGO_TERM_COLOR=never cargo fetch 2>&1 && \
+     ls $HOME/cargo-home/registry/cache/*/";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cargo_fetches_from_an_allowed_sparse_registry_only() {
+    let d = dirs();
+    let origin = Origin::serve(d.www.clone()).await;
+    publish_packages(&d.www, origin.port);
+    let project = cargo_project(&d.ws, origin.port);
+    // The real home: rustup's toolchains live there (read-only to commands).
+    let allowed = backend(
+        &d.ws,
+        &d.state,
+        None,
+        &[format!("pkg.test:{}", origin.port), "127.0.0.1".to_owned()],
+        &[],
+    );
+    let (out, outcome) = run(&allowed, &project, CARGO_FETCH).await;
+    assert_eq!(outcome.status, Some(ExitStatus::Code(0)), "{out}");
+    assert!(out.contains("cordondemo-0.1.0.crate"), "{out}");
+    assert!(project.join("Cargo.lock").is_file(), "{out}");
+    let fetched: Vec<&EgressRecord> = outcome
+        .egress
+        .iter()
+        .filter(|r| r.outcome == EgressOutcome::Allowed)
+        .collect();
+    assert!(
+        fetched.len() >= 3,
+        "config, index and crate: {:#?}",
+        outcome.egress
+    );
+    assert!(outcome.egress.iter().all(|r| r.host == "pkg.test"));
+    drop(allowed);
+
+    let other = dirs();
+    let project = cargo_project(&other.ws, origin.port);
+    let refused = backend(
+        &other.ws,
+        &other.state,
+        None,
+        &["other.test".to_owned()],
+        &[],
+    );
+    let (out, outcome) = run(&refused, &project, CARGO_FETCH).await;
+    assert_ne!(outcome.status, Some(ExitStatus::Code(0)), "{out}");
+    // cargo shows the proxy's answer: what was refused and the entry to add.
+    assert!(
+        out.contains(&format!("no entry allows pkg.test:{}", origin.port)),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "add \"pkg.test:{}\" to [network] allow",
+            origin.port
+        )),
+        "{out}"
+    );
+    assert!(outcome.egress.iter().any(EgressRecord::is_denied));
+}
