@@ -713,3 +713,62 @@ async fn cargo_fetches_from_an_allowed_sparse_registry_only() {
     );
     assert!(outcome.egress.iter().any(EgressRecord::is_denied));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_command_gets_its_own_attempts_and_none_outlives_it() {
+    let d = dirs();
+    let origin = Origin::serve(d.www.clone()).await;
+    // A destination that takes a tunnel and never closes it.
+    let holder = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let hold_port = holder.local_addr().expect("address").port();
+    let (held_tx, mut held_rx) = mpsc::channel::<()>(1);
+    let holding = tokio::spawn(async move {
+        let (mut stream, _) = holder.accept().await.expect("accept");
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink).await;
+        let _ = held_tx.send(()).await;
+        std::future::pending::<()>().await;
+    });
+    let p = origin.port;
+    let allow = vec![format!("pkg.test:{p}"), "127.0.0.1".to_owned()];
+    let backend = backend(&d.ws, &d.state, None, &allow, &[]);
+
+    // Two commands at once: each result holds its own attempts only.
+    let allowed = format!("curl -sS http://pkg.test:{p}/hello.txt");
+    let refused = format!("curl -sS http://other.test:{p}/hello.txt");
+    let ((_, first), (_, second)) = tokio::join!(
+        run(&backend, &d.ws, &allowed),
+        run(&backend, &d.ws, &refused)
+    );
+    let first = only(&first.egress);
+    assert_eq!(
+        (first.host.as_str(), first.outcome),
+        ("pkg.test", EgressOutcome::Allowed)
+    );
+    let second = only(&second.egress);
+    assert_eq!(
+        (second.host.as_str(), second.outcome),
+        ("other.test", EgressOutcome::Denied)
+    );
+
+    // A tunnel the command leaves open ends with the command: cut, and still recorded.
+    let script = format!(
+        "import socket\n\
+         s = socket.create_connection(('127.0.0.1', 3128))\n\
+         s.sendall(b'CONNECT 127.0.0.1:{hold_port} HTTP/1.1\\r\\n\\r\\n')\n\
+         print(s.recv(64).decode().strip())"
+    );
+    let (out, outcome) = run(&backend, &d.ws, &format!("python3 -c \"{script}\"")).await;
+    assert!(out.contains("200 Connection established"), "{out}");
+    let record = only(&outcome.egress);
+    assert_eq!(record.outcome, EgressOutcome::Allowed);
+    assert_eq!(
+        record.reason,
+        "relayed until the command that opened it ended, then cut"
+    );
+    // The command's side of the tunnel ended before the cut (half-closes are passed on).
+    held_rx.recv().await.expect("the holder saw the end");
+    holding.abort();
+}
