@@ -175,8 +175,9 @@ pub enum Layer {
     LandlockFilesystem,
     /// Landlock control of device ioctls (ABI >= 5). Used when available.
     LandlockIoctl,
-    /// Landlock TCP bind/connect denial with the network off (ABI >= 4). Used when
-    /// available; seccomp already denies every IP socket.
+    /// Landlock TCP bind/connect denial with the network off, and connect to the egress port
+    /// only with the network filtered (ABI >= 4). Used when available; seccomp already denies
+    /// every IP socket with the network off, and only loopback exists when filtered.
     LandlockNetwork,
     /// Landlock scoping of signals and abstract Unix sockets to the sandbox (ABI >= 6).
     /// Used when available; the PID namespace and seccomp cover most of it.
@@ -362,8 +363,9 @@ pub enum Requirement {
 impl SandboxConfig {
     /// The layers this configuration uses on a host like `support`, in [`Layer::ALL`] order:
     /// seccomp, Landlock filesystem rules, PID and mount namespaces are always required, a
-    /// user namespace when not root, the process limit when one is configured; Landlock ioctl
-    /// control, scopes and (with the network off) TCP rules are optional.
+    /// user namespace when not root, the process limit when one is configured, the network
+    /// namespace with the network filtered; Landlock ioctl control, scopes (required with the
+    /// network on) and (with the network off or filtered) TCP rules are optional.
     pub fn layer_requirements(&self, support: &HostSupport) -> Vec<(Layer, Requirement)> {
         Layer::ALL
             .iter()
