@@ -1418,3 +1418,67 @@ fn a_failed_copy_back_in_docker_copy_mode_exits_1_with_the_reason_on_stderr_and_
         assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
     }
 }
+
+/// A loopback origin answering every HTTP request with `hello` (a thread, for the test's life).
+fn hello_origin() -> u16 {
+    use std::io::{BufRead, BufReader};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind origin");
+    let port = listener.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                line.clear();
+            }
+            let _ = (&stream).write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn exec_in_filtered_mode_goes_through_the_proxy_and_names_what_it_refused() {
+    let ws = Ws::new();
+    let allowed = hello_origin();
+    let refused = hello_origin();
+    let policy = ws.path("policy.toml");
+    std::fs::write(
+        &policy,
+        format!("version = 1\n[network]\nallow = [\"127.0.0.1/32:{allowed}\"]\n"),
+    )
+    .expect("write policy");
+    let policy = policy.to_string_lossy().into_owned();
+    // Loopback is in NO_PROXY, so curl is told to use the proxy for these addresses.
+    let command = format!(
+        "curl -sS --noproxy '' http://127.0.0.1:{allowed}/; echo; \
+         curl -sS --noproxy '' -w ' %{{http_code}}' http://127.0.0.1:{refused}/"
+    );
+    let args = serde_json::to_string(&json!({ "command": command })).expect("json");
+    let bash = ws.run(&["exec", "bash", &args, "--json", "--policy", &policy]);
+    let lines = bash.json_lines();
+    let result = &lines[0];
+    let text = result["content"][0]["text"].as_str().expect("text");
+    assert!(text.starts_with("hello\n"), "{bash:#?}");
+    assert!(text.contains(" 403"), "{bash:#?}");
+    assert!(
+        text.contains("Sandbox: the network policy refused 1 destination during this command"),
+        "{bash:#?}"
+    );
+    assert!(
+        text.contains(&format!(
+            "- 127.0.0.1:{refused}: no entry allows 127.0.0.1:{refused}; to allow it, the \
+             operator can add \"127.0.0.1:{refused}\" to `[network] allow` in {policy}"
+        )),
+        "{bash:#?}"
+    );
+    let egress = result["details"]["egress"]
+        .as_array()
+        .expect("details.egress");
+    assert_eq!(egress.len(), 2, "{bash:#?}");
+    assert_eq!(egress[0]["outcome"], "allowed");
+    assert_eq!(egress[0]["source"], format!("{policy}:3"));
+    assert_eq!(egress[1]["outcome"], "denied");
+}
