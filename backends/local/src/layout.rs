@@ -527,4 +527,36 @@ mod tests {
         );
         assert!(!config.allow_degraded);
     }
+
+    #[test]
+    fn filtered_network_gets_its_own_namespace_and_the_proxy_environment() {
+        let layout = layout(vec![grant("/ws", Access::ReadWrite, true)]);
+        let spec = SandboxSpec {
+            network: NetworkMode::Filtered,
+            env: cordon_core::sandbox::EnvSpec {
+                pass: vec![],
+                set: vec![("NO_PROXY".into(), "localhost,internal.test".into())],
+            },
+            ..SandboxSpec::default()
+        };
+        let config = layout.sandbox_config(&spec, Path::new("/state/tmp"));
+        assert_eq!(config.network, NetworkAccess::Filtered);
+        let mut expected: Vec<(std::ffi::OsString, std::ffi::OsString)> =
+            vec![("TERM".into(), "dumb".into())];
+        expected.extend(crate::egress::proxy_env());
+        // The spec's own entries come last, so they win when the sandbox merges them.
+        expected.push(("NO_PROXY".into(), "localhost,internal.test".into()));
+        assert_eq!(config.env, expected);
+        for mode in [NetworkMode::Disabled, NetworkMode::Enabled] {
+            let spec = SandboxSpec {
+                network: mode,
+                ..SandboxSpec::default()
+            };
+            let config = layout.sandbox_config(&spec, Path::new("/state/tmp"));
+            assert!(
+                !config.env.iter().any(|(name, _)| name == "HTTP_PROXY"),
+                "{mode:?}"
+            );
+        }
+    }
 }
