@@ -344,6 +344,20 @@ async fn curl_and_python_reach_allowed_names_and_are_refused_the_rest() {
             .all(|r| r.outcome == EgressOutcome::Allowed)
     );
 
+    // SOCKS5 with the name resolved by the proxy (what ALL_PROXY offers non-HTTP tools).
+    let (out, outcome) = run(
+        &backend,
+        &d.ws,
+        &format!("curl -sS -x socks5h://127.0.0.1:3128 http://pkg.test:{p}/hello.txt"),
+    )
+    .await;
+    assert_eq!(out, "hello through the proxy\n");
+    let record = only(&outcome.egress);
+    assert_eq!(
+        (record.protocol, record.outcome, record.host.as_str()),
+        (EgressProtocol::Socks5, EgressOutcome::Allowed, "pkg.test")
+    );
+
     // A wildcard entry, and a deny entry that beats it; the 403 names the entry and its line.
     let (out, _) = run(
         &backend,
