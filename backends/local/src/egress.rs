@@ -176,6 +176,8 @@ impl CommandEgress {
                         break;
                     }
                 }
+                // Keep the sink drained: many connections may end at once.
+                Some(event) = self.events.recv() => self.record(&event),
                 () = &mut grace, if !cut => {
                     tracing::debug!(
                         open = self.connections.len(),
