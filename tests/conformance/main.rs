@@ -157,6 +157,7 @@ conformance_tests!(local, cordon_tests::Local);
 conformance_tests!(docker, cordon_tests::Docker);
 conformance_tests!(ssh, cordon_tests::Ssh);
 conformance_tests!(helper_pipe, cordon_tests::HelperPipe);
+conformance_tests!(ssh_helper, cordon_tests::SshHelper);
 
 /// `host_workspace_tests!(backend, harness)`: cases about what host programs find in the
 /// workspace after a session, for the backends whose workspace is on this host. (An SSH
@@ -207,6 +208,7 @@ mod sandboxed {
     sandboxed_tests!(local, cordon_tests::Local);
     sandboxed_tests!(docker, cordon_tests::Docker);
     sandboxed_tests!(helper_pipe, cordon_tests::HelperPipe);
+    sandboxed_tests!(ssh_helper, cordon_tests::SshHelper);
 }
 
 /// Explanations that depend on what only the local backend judges on the host.

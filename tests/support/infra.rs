@@ -65,6 +65,8 @@ pub struct Sshd {
     pub known_hosts: PathBuf,
     /// An empty ssh config file (so the user's `~/.ssh/config` cannot interfere).
     pub ssh_config: PathBuf,
+    /// Its directory (removed when the test process ends): a place for remote state.
+    pub dir: PathBuf,
 }
 
 /// The shared test sshd (started on first use; stopped by a watchdog when this process ends).
@@ -110,7 +112,44 @@ fn start_sshd() -> Result<Sshd, String> {
         key: PathBuf::from(value("CORDON_SSH_KEY")?),
         known_hosts: PathBuf::from(value("CORDON_SSH_KNOWN_HOSTS")?),
         ssh_config,
+        dir,
     })
+}
+
+/// This build's `cordon-helper` (`cargo build -p cordon-helper`), stripped into the test
+/// sshd's directory: the debug build carries ~100 MB of debug information that the helper
+/// cache on the host does not need.
+pub fn helper_binary() -> Result<PathBuf, String> {
+    static HELPER: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    HELPER
+        .get_or_init(|| {
+            let sshd = sshd()?;
+            let exe = std::env::current_exe().map_err(|error| error.to_string())?;
+            // target/<profile>/deps/<test>-<hash> → target/<profile>/cordon-helper
+            let built = exe
+                .parent()
+                .and_then(Path::parent)
+                .map(|profile| profile.join("cordon-helper"))
+                .ok_or_else(|| format!("no target directory above {}", exe.display()))?;
+            if !built.is_file() {
+                return Err(format!(
+                    "{} is missing: build the helper first (cargo build -p cordon-helper)",
+                    built.display()
+                ));
+            }
+            let copy = sshd.dir.join("cordon-helper");
+            std::fs::copy(&built, &copy)
+                .map_err(|error| format!("failed to copy {}: {error}", built.display()))?;
+            let status = Command::new("strip")
+                .arg(&copy)
+                .status()
+                .map_err(|error| format!("failed to run strip (binutils): {error}"))?;
+            if !status.success() {
+                return Err(format!("strip {} failed: {status}", copy.display()));
+            }
+            Ok(copy)
+        })
+        .clone()
 }
 
 use std::os::unix::process::CommandExt as _;

@@ -2,6 +2,8 @@
 //! local backend uses: bind-mounted into the container, or the remote root of an sshd on
 //! 127.0.0.1 (same machine, so the suites can inspect files and processes from the host).
 
+use std::path::PathBuf;
+
 use async_trait::async_trait;
 use cordon_runtime::{BackendChoice, DockerOptions, SessionOptions, SshOptions};
 
@@ -81,11 +83,69 @@ impl Harness for Ssh {
                 identity: Some(sshd.key),
                 known_hosts: Some(sshd.known_hosts),
                 ssh_config: Some(sshd.ssh_config),
+                // No helper (a path that does not exist): commands run through the shell
+                // workers, unconfined.
+                helper: Some(sshd.dir.join("no-cordon-helper")),
+                state_dir: None,
             }),
             policy,
             audit,
             allow_degraded: true,
             ..SessionOptions::local(host_root)
         })
+    }
+}
+
+/// The SSH backend with the helper on the host (root on the throwaway sshd on 127.0.0.1):
+/// this build's `cordon-helper` is uploaded into a state directory of the test sshd and runs
+/// every call, commands under the policy's full sandbox (no `allow_degraded`). The session's
+/// local root is an empty directory of its own, not the remote root.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SshHelper;
+
+#[async_trait]
+impl Harness for SshHelper {
+    fn name(&self) -> &'static str {
+        "ssh_helper"
+    }
+
+    fn opted_out(&self) -> Option<String> {
+        opted_out("CORDON_SKIP_SSH")
+    }
+
+    async fn session_options(&self, request: SessionRequest) -> Result<SessionOptions, String> {
+        let SessionRequest {
+            host_root,
+            policy,
+            audit,
+        } = request;
+        let (sshd, helper) = tokio::task::spawn_blocking(|| {
+            let sshd = infra::sshd()?;
+            infra::helper_binary().map(|helper| (sshd, helper))
+        })
+        .await
+        .map_err(|error| error.to_string())??;
+        let local_root = sshd.dir.join("local-root");
+        std::fs::create_dir_all(&local_root).map_err(|error| error.to_string())?;
+        Ok(SessionOptions {
+            backend: BackendChoice::Ssh(ssh_helper_options(&sshd, helper, host_root)),
+            policy,
+            audit,
+            allow_degraded: false,
+            ..SessionOptions::local(local_root)
+        })
+    }
+}
+
+/// Options for the test sshd with the helper, over `remote_root`.
+pub fn ssh_helper_options(sshd: &infra::Sshd, helper: PathBuf, remote_root: PathBuf) -> SshOptions {
+    SshOptions {
+        host: format!("root@127.0.0.1:{}", sshd.port),
+        remote_root,
+        identity: Some(sshd.key.clone()),
+        known_hosts: Some(sshd.known_hosts.clone()),
+        ssh_config: Some(sshd.ssh_config.clone()),
+        helper: Some(helper),
+        state_dir: Some(sshd.dir.join("state")),
     }
 }

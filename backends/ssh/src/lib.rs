@@ -748,6 +748,43 @@ mod tests {
     }
 
     #[test]
+    fn the_helper_spec_denies_the_cache_and_takes_passed_variables_from_here() {
+        let mut spec = SandboxSpec {
+            denied: vec!["secret/**".to_owned()],
+            ..SandboxSpec::default()
+        };
+        spec.sources.denied = vec![4];
+        spec.env.pass = vec!["PATH".to_owned(), "CORDON_SURELY_UNSET_VARIABLE".to_owned()];
+        spec.env.set = vec![("A".to_owned(), "1".to_owned())];
+        let helper = helper_spec(&spec, "/home/a*b/.cache/cordon/helper");
+        assert_eq!(
+            helper.denied,
+            vec![
+                "secret/**".to_owned(),
+                "/home/a\\*b/.cache/cordon/helper/**".to_owned()
+            ]
+        );
+        assert_eq!(helper.sources.denied, vec![4, 0]);
+        assert!(helper.env.pass.is_empty());
+        assert_eq!(
+            helper.env.set,
+            vec![
+                ("PATH".to_owned(), std::env::var("PATH").unwrap()),
+                ("A".to_owned(), "1".to_owned())
+            ]
+        );
+        // Sources that do not line up with the entries are left alone.
+        let mut odd = SandboxSpec {
+            denied: vec!["x".to_owned()],
+            ..SandboxSpec::default()
+        };
+        odd.sources.denied.clear();
+        let odd = helper_spec(&odd, "/c");
+        assert_eq!(odd.denied, vec!["x".to_owned(), "/c/**".to_owned()]);
+        assert!(odd.sources.denied.is_empty());
+    }
+
+    #[test]
     fn root_hash_is_stable() {
         assert_eq!(hash16("/w"), hash16("/w"));
         assert_eq!(hash16("/w").len(), 16);

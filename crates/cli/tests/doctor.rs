@@ -283,6 +283,8 @@ fn doctor_probes_the_selected_ssh_backend() {
             "--remote-root",
             dir.path().to_str().unwrap(),
             "--allow-degraded",
+            "--ssh-helper",
+            "/nonexistent/cordon-helper",
         ],
         dir.path(),
     );
@@ -293,5 +295,66 @@ fn doctor_probes_the_selected_ssh_backend() {
             .any(|l| l.starts_with("ssh: sandboxed tools: ok (")),
         "{text}"
     );
+    assert!(
+        text.lines().any(|l| l.starts_with(
+            "ssh: helper: warning (failed to read the helper binary /nonexistent/cordon-helper"
+        ) && l.ends_with("commands run unconfined (--allow-degraded))")),
+        "{text}"
+    );
     assert!(!dir.path().join(".cordon-doctor-probe.txt").exists());
+
+    // With the helper: commands confined on the host, no --allow-degraded needed.
+    let helper = cordon_tests::infra::helper_binary().unwrap_or_else(|error| panic!("{error}"));
+    let output = run(
+        Path::new(CORDON),
+        &[
+            "doctor",
+            "--backend",
+            "ssh",
+            "--host",
+            &host,
+            "--identity",
+            sshd.key.to_str().unwrap(),
+            "--known-hosts",
+            sshd.known_hosts.to_str().unwrap(),
+            "--ssh-config",
+            sshd.ssh_config.to_str().unwrap(),
+            "--remote-root",
+            dir.path().to_str().unwrap(),
+            "--ssh-helper",
+            helper.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    let text = stdout(&output);
+    // The helper lands in the remote user's cache (root's, here): removed again below.
+    let cached = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ssh: helper: ok ("))
+        .and_then(|rest| rest.split(" from ").nth(1))
+        .and_then(|rest| rest.split(" (").next())
+        .map(std::path::PathBuf::from);
+    if let Some(dir) = cached.as_ref().and_then(|c| c.parent()) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    let cached = cached.unwrap_or_else(|| panic!("no helper line: {text}"));
+    assert!(
+        cached.ends_with("cordon-helper")
+            && cached.to_string_lossy().contains("/.cache/cordon/helper/"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&format!("ssh: helper: ok ({} (sha256 ", helper.display()))),
+        "{text}"
+    );
+    for line in [
+        "ssh: remote landlock: ok (ABI ",
+        "ssh: remote seccomp: ok (",
+        "ssh: remote namespaces: ok (",
+        "ssh: sandboxed tools: ok (",
+    ] {
+        assert!(text.lines().any(|l| l.starts_with(line)), "{line}: {text}");
+    }
 }

@@ -37,6 +37,9 @@ pub use audit::{AuditLog, head_file_path};
 /// How the Docker engine is reached (`DOCKER_HOST`, TLS), for reports such as `cordon doctor`.
 #[cfg(feature = "docker")]
 pub use cordon_backend_docker::client::Engine as DockerEngine;
+/// The SSH backend itself, for reports such as `cordon doctor` (the remote helper, its layers).
+#[cfg(feature = "ssh")]
+pub use cordon_backend_ssh as ssh;
 pub use cordon_ops::ShutdownError;
 #[cfg(feature = "helper")]
 pub use session::HelperOptions;

@@ -93,6 +93,37 @@ pub struct SshOptions {
     pub known_hosts: Option<PathBuf>,
     /// ssh config file (default `~/.ssh/config`).
     pub ssh_config: Option<PathBuf>,
+    /// The `cordon-helper` binary to run on the host (default: `cordon-helper-<arch>`, then
+    /// `cordon-helper`, next to the running program).
+    pub helper: Option<PathBuf>,
+    /// The remote directory for Cordon's per-user state, the helper cache among it (default:
+    /// spill files in `/tmp/cordon-<uid>`, the helper in `~/.cache/cordon/helper`).
+    pub state_dir: Option<PathBuf>,
+}
+
+#[cfg(feature = "ssh")]
+impl SshOptions {
+    /// The backend's configuration for these options and `spec`.
+    pub fn config(self, spec: SandboxSpec) -> SshConfig {
+        let SshOptions {
+            host,
+            remote_root,
+            identity,
+            known_hosts,
+            ssh_config,
+            helper,
+            state_dir,
+        } = self;
+        SshConfig {
+            spec,
+            identity,
+            known_hosts,
+            ssh_config,
+            helper,
+            state_dir,
+            ..SshConfig::new(host, remote_root)
+        }
+    }
 }
 
 /// How to open a [`Session`].
@@ -318,14 +349,19 @@ impl Session {
                 identity,
                 known_hosts,
                 ssh_config,
+                helper,
+                state_dir,
             }) => {
-                let config = SshConfig {
-                    spec: spec.clone(),
+                let config = SshOptions {
+                    host,
+                    remote_root,
                     identity,
                     known_hosts,
                     ssh_config,
-                    ..SshConfig::new(host, remote_root)
-                };
+                    helper,
+                    state_dir,
+                }
+                .config(spec.clone());
                 Arc::new(
                     SshBackend::connect(config)
                         .await

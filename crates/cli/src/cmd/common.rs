@@ -86,6 +86,10 @@ pub struct CommonArgs {
     /// ssh: workspace root on the remote host.
     #[arg(long, help_heading = "SSH backend")]
     pub remote_root: Option<PathBuf>,
+    /// ssh: the cordon-helper binary to run on the host, built for its architecture
+    /// (default: cordon-helper-ARCH, then cordon-helper, next to cordon).
+    #[arg(long, value_name = "PATH", help_heading = "SSH backend")]
+    pub ssh_helper: Option<PathBuf>,
 }
 
 /// The common options with every default resolved ([`CommonArgs::settings`]).
@@ -310,6 +314,8 @@ impl CommonArgs {
             identity: self.identity.clone(),
             known_hosts: self.known_hosts.clone(),
             ssh_config: self.ssh_config.clone(),
+            helper: self.ssh_helper.clone(),
+            state_dir: None,
         }))
     }
 

@@ -491,6 +491,10 @@ async fn check_ssh(selected: bool, common: &CommonArgs, settings: &Settings) -> 
             return report;
         }
     };
+    #[cfg(feature = "ssh")]
+    if let cordon_runtime::BackendChoice::Ssh(ssh) = &options.backend {
+        remote_helper(&mut report, ssh.clone(), options.allow_degraded).await;
+    }
     let (ok, detail) = run_probe_session(SessionOptions {
         policy: None,
         ..options
@@ -498,6 +502,105 @@ async fn check_ssh(selected: bool, common: &CommonArgs, settings: &Settings) -> 
     .await;
     report.needed("sandboxed tools", ok, detail);
     report
+}
+
+/// The helper the host runs commands in (which binary, whether it was uploaded now or found
+/// in the cache, its hash) and the sandbox layers its kernel provides.
+#[cfg(feature = "ssh")]
+async fn remote_helper(report: &mut Report, ssh: cordon_runtime::SshOptions, degraded_ok: bool) {
+    use cordon_runtime::ssh::SshBackend;
+    let spec = cordon_core::sandbox::SandboxSpec::default();
+    let backend = match SshBackend::connect(ssh.config(spec)).await {
+        Ok(backend) => backend,
+        Err(error) => {
+            report.needed("helper", false, format!("failed to connect: {error}"));
+            return;
+        }
+    };
+    match backend.helper_report() {
+        Some(helper) => report.line(
+            "helper",
+            Status::Ok,
+            format!(
+                "{} (sha256 {}) runs on the {} host from {} ({})",
+                helper.local.path.display(),
+                helper.local.sha256,
+                helper.arch,
+                helper.remote_path,
+                if helper.uploaded {
+                    "uploaded now"
+                } else {
+                    "cached"
+                }
+            ),
+        ),
+        None => {
+            let reason = backend
+                .helper_refusal()
+                .unwrap_or("the helper does not run");
+            if degraded_ok {
+                report.line(
+                    "helper",
+                    Status::Warning,
+                    format!("{reason}; commands run unconfined (--allow-degraded)"),
+                );
+            } else {
+                report.needed(
+                    "helper",
+                    false,
+                    format!("{reason}; commands are refused (or pass --allow-degraded)"),
+                );
+            }
+        }
+    }
+    if backend.helper_report().is_some() {
+        match backend.helper_probe().await {
+            Ok(probe) => {
+                let landlock = match probe.landlock_abi {
+                    0 => "not available".to_owned(),
+                    abi => format!("ABI {abi}"),
+                };
+                report.line(
+                    "remote landlock",
+                    ok_or_missing(probe.landlock_abi >= 3),
+                    landlock,
+                );
+                report.line(
+                    "remote seccomp",
+                    ok_or_missing(probe.seccomp),
+                    "filter mode",
+                );
+                report.line(
+                    "remote namespaces",
+                    ok_or_missing(probe.pid_namespaces && probe.mount_namespaces),
+                    format!(
+                        "user {}, pid {}, mount {}{}",
+                        yes_no(probe.user_namespaces),
+                        yes_no(probe.pid_namespaces),
+                        yes_no(probe.mount_namespaces),
+                        if probe.root {
+                            " (the helper runs as root)"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+            }
+            Err(error) => report.line("remote layers", Status::Missing, error),
+        }
+        let missing = cordon_ops::Backend::missing_layers(&backend);
+        if !missing.is_empty() {
+            report.line("remote sandbox", Status::Warning, missing.join("; "));
+        }
+    }
+    if let Err(error) = cordon_ops::Backend::shutdown(&backend).await {
+        tracing::debug!(%error, "doctor: ssh shutdown failed");
+    }
+}
+
+#[cfg(feature = "ssh")]
+fn yes_no(value: bool) -> &'static str {
+    if value { "yes" } else { "no" }
 }
 
 async fn check_local(root: &Path, policy: Option<&CompiledPolicy>) -> Report {
