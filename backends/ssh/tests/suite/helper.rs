@@ -420,6 +420,37 @@ async fn commands_run_confined_on_the_host_without_allow_degraded() {
     wide.shutdown().await.expect("shutdown");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_whose_path_has_glob_characters_is_denied_too() {
+    let Some(server) = server() else { return };
+    // Read as a pattern, `st[a]te` names `state`, not itself.
+    let mut config = server.helper_config();
+    config.state_dir = Some(server.dir.path().join("st[a]te"));
+    config.remote_root = server.dir.path().to_path_buf();
+    let backend = SshBackend::connect(config).await.expect("connect");
+    let report = backend
+        .helper_report()
+        .unwrap_or_else(|| panic!("{:?}", backend.helper_refusal()))
+        .clone();
+    assert!(
+        report.remote_path.contains("/st[a]te/helper/"),
+        "{report:?}"
+    );
+    let command = format!(
+        "cat '{path}' > /dev/null || echo unreadable; \
+         {{ rm -f '{path}' && cp /bin/true '{path}'; }} || echo refused",
+        path = report.remote_path
+    );
+    let (_, output) = bash(&backend, &command, server.dir.path()).await;
+    assert!(output.contains("unreadable"), "{output}");
+    assert!(output.contains("refused"), "{output}");
+    assert_eq!(
+        sha256_hex(Path::new(&report.remote_path)),
+        report.local.sha256
+    );
+    backend.shutdown().await.expect("shutdown");
+}
+
 /// Pids of the processes running `./cordon-helper serve` (the helpers sshd started).
 fn helper_pids(server: &Server) -> Vec<u32> {
     descendants(server.pid())
