@@ -61,7 +61,11 @@ async fn commands(backend: &dyn Backend, root: &Path, rounds: usize) -> Duration
 }
 
 /// 100 reads one after another, then the same 100 at once: (sequential, burst), p50 of rounds.
-async fn burst(files: Arc<dyn FileOperations>, paths: &[PathBuf], rounds: usize) -> (Duration, Duration) {
+async fn burst(
+    files: Arc<dyn FileOperations>,
+    paths: &[PathBuf],
+    rounds: usize,
+) -> (Duration, Duration) {
     let mut sequential = Vec::new();
     let mut parallel = Vec::new();
     for _ in 0..rounds {

@@ -38,6 +38,7 @@ use crate::protocol::{
     Classification, Envelope, MAX_IN_FLIGHT, PROTOCOL_VERSION, ProbeReport, Request, Response,
     SessionInfo, SessionStart, WireError, WirePath,
 };
+use crate::server::IO_BUFFER;
 
 /// Frames queued for the writer.
 const OUT_QUEUE: usize = 64;
@@ -139,7 +140,8 @@ impl Link {
     }
 }
 
-async fn read_answers<R: AsyncRead + Unpin>(mut reader: R, link: Weak<Link>) {
+async fn read_answers<R: AsyncRead + Unpin>(reader: R, link: Weak<Link>) {
+    let mut reader = tokio::io::BufReader::with_capacity(IO_BUFFER, reader);
     loop {
         let read = read_frame(&mut reader).await;
         // Nobody left to answer: the client is gone.
@@ -176,11 +178,13 @@ async fn read_answers<R: AsyncRead + Unpin>(mut reader: R, link: Weak<Link>) {
 }
 
 async fn write_requests<W: AsyncWrite + Unpin>(
-    mut writer: W,
+    writer: W,
     mut queue: mpsc::Receiver<Frame>,
     link: Weak<Link>,
     dead: CancellationToken,
 ) {
+    // One write per batch of frames, not three per frame: flushed when the queue is empty.
+    let mut writer = tokio::io::BufWriter::with_capacity(IO_BUFFER, writer);
     let die = |reason: String| {
         if let Some(link) = link.upgrade() {
             link.die(reason);

@@ -32,16 +32,20 @@ use crate::protocol::{
     ProbeReport, Request, Response, SessionInfo, SessionStart, WireEntry, WireError, WirePath,
 };
 
+/// Buffer of each direction of the stream.
+pub(crate) const IO_BUFFER: usize = 64 * 1024;
+
 /// Frames waiting for the writer.
 const OUT_QUEUE: usize = 64;
 
 /// Serve one client on `reader`/`writer` until the input ends. Returns the frame error that
 /// ended it early, if one did (the session is cleaned up either way).
-pub async fn serve<R, W>(mut reader: R, writer: W) -> Result<(), FrameError>
+pub async fn serve<R, W>(reader: R, writer: W) -> Result<(), FrameError>
 where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    let mut reader = tokio::io::BufReader::with_capacity(IO_BUFFER, reader);
     let (out, queue) = mpsc::channel(OUT_QUEUE);
     let writer_task = tokio::spawn(write_frames(writer, queue));
     let server = Arc::new(Server {
@@ -85,7 +89,9 @@ where
     ended
 }
 
-async fn write_frames<W: AsyncWrite + Unpin>(mut writer: W, mut queue: mpsc::Receiver<Frame>) {
+async fn write_frames<W: AsyncWrite + Unpin>(writer: W, mut queue: mpsc::Receiver<Frame>) {
+    // One write per batch of frames, not three per frame: flushed when the queue is empty.
+    let mut writer = tokio::io::BufWriter::with_capacity(IO_BUFFER, writer);
     while let Some(frame) = queue.recv().await {
         if let Err(error) = write_frame(&mut writer, &frame).await {
             tracing::warn!(%error, "helper: failed to write an answer; the client is gone");
