@@ -19,7 +19,7 @@ use cordon_core::sandbox::SandboxSpec;
 use cordon_egress::proxy::{
     ConnectionEvent, EventSink, Limits, Proxy, ProxyConfig, Resolver, SystemResolver,
 };
-use cordon_ops::EgressRecord;
+use cordon_ops::{EgressOutcome, EgressProtocol, EgressRecord};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -164,8 +164,10 @@ impl CommandEgress {
     }
 
     /// After the command ended: let its connections finish (cutting those still open after
-    /// [`CONNECTION_GRACE`]) and return its attempts, in the order they ended.
-    pub(crate) async fn finish(mut self) -> Vec<EgressRecord> {
+    /// [`CONNECTION_GRACE`]) and return its attempts, in the order they ended, then the
+    /// `unaccepted` connections the sandbox closed with the command (never read, so nothing
+    /// is known of them but that they were made).
+    pub(crate) async fn finish(mut self, unaccepted: usize) -> Vec<EgressRecord> {
         let grace = tokio::time::sleep(CONNECTION_GRACE);
         tokio::pin!(grace);
         let mut cut = false;
@@ -192,6 +194,19 @@ impl CommandEgress {
         while let Ok(event) = self.events.try_recv() {
             self.record(&event);
         }
+        if unaccepted > 0 {
+            tracing::debug!(
+                unaccepted,
+                "local egress: connections the ended command left unaccepted were closed"
+            );
+        }
+        for _ in 0..unaccepted {
+            if self.records.len() < MAX_RECORDS {
+                self.records.push(unaccepted_record());
+            } else {
+                self.unrecorded += 1;
+            }
+        }
         if self.unrecorded > 0 {
             tracing::warn!(
                 recorded = self.records.len(),
@@ -204,6 +219,24 @@ impl CommandEgress {
             tracing::warn!(dropped, "local egress: events dropped for this command");
         }
         self.records
+    }
+}
+
+/// The record of a connection the command made but ended before the proxy accepted it.
+fn unaccepted_record() -> EgressRecord {
+    EgressRecord {
+        protocol: EgressProtocol::Unknown,
+        host: String::new(),
+        port: 0,
+        address: None,
+        outcome: EgressOutcome::Failed,
+        entry: None,
+        source: None,
+        suggestion: None,
+        reason: "the command ended before the egress proxy accepted the connection".to_owned(),
+        bytes_up: 0,
+        bytes_down: 0,
+        duration_ms: 0,
     }
 }
 

@@ -405,9 +405,10 @@ impl BashOperations for LocalBash {
         // Whatever is left (degraded mode: a group member still draining) does not outlive
         // the call; dropping the child kills the tree too, also when this future is dropped.
         let _ = signaller.kill_tree();
+        let unaccepted = child.unaccepted_connections();
         drop(child);
         let egress = match egress {
-            Some(egress) => egress.finish().await,
+            Some(egress) => egress.finish(unaccepted).await,
             None => Vec::new(),
         };
         // Every process of the command is gone (the init killed and reaped them before it

@@ -193,6 +193,11 @@ impl SandboxedChild {
         Err(SandboxError::Unsupported)
     }
 
+    /// Unreachable: no instance exists.
+    pub fn unaccepted_connections(&self) -> usize {
+        0
+    }
+
     /// Always fails with [`SandboxError::Unsupported`].
     ///
     /// # Errors

@@ -767,6 +767,22 @@ async fn each_command_gets_its_own_attempts_and_none_outlives_it() {
         ("other.test", EgressOutcome::Denied)
     );
 
+    // A connection made and dropped at once is recorded whether the proxy accepted it in
+    // time (nothing to read) or the sandbox closed it with the command (never accepted).
+    let (out, outcome) = run(
+        &backend,
+        &d.ws,
+        "python3 -c \"import socket; socket.create_connection(('127.0.0.1', 3128))\"",
+    )
+    .await;
+    assert_eq!(outcome.status, Some(ExitStatus::Code(0)), "{out}");
+    let record = only(&outcome.egress);
+    assert_eq!(
+        (record.protocol, record.outcome),
+        (EgressProtocol::Unknown, EgressOutcome::Failed),
+        "{record:?}"
+    );
+
     // A tunnel the command leaves open ends with the command: cut, and still recorded.
     let script = format!(
         "import socket\n\

@@ -24,6 +24,8 @@ pub struct SandboxedChild {
     /// With the network filtered: the init's egress listener (see
     /// [`SandboxedChild::egress_listener`]).
     pub(super) egress: Option<OwnedFd>,
+    /// Connections still waiting on the egress listener when the command ended (closed).
+    pub(super) unaccepted: usize,
     pub(super) namespaces: bool,
     pub(super) status: Option<ExitStatus>,
     pub(super) placeholders: Vec<mounts::Placeholder>,
@@ -50,6 +52,7 @@ impl SandboxedChild {
             pidfd: init.pidfd.take(),
             control: init.control.take(),
             egress: init.egress.take(),
+            unaccepted: 0,
             namespaces: true,
             status: None,
             placeholders: std::mem::take(&mut init.placeholders),
@@ -76,6 +79,13 @@ impl SandboxedChild {
         let listener = sys::dup_cloexec_at_least(listener, 3)
             .map_err(|source| SandboxError::EgressListener { source })?;
         Ok(Some(std::net::TcpListener::from(listener)))
+    }
+
+    /// With the network filtered, once the command has ended: how many of its connections were
+    /// still waiting on the egress listener (never accepted, so never decided or relayed) and
+    /// were closed with it. 0 before the end and in the other network modes.
+    pub fn unaccepted_connections(&self) -> usize {
+        self.unaccepted
     }
 
     /// Host pid of the process Cordon created (the init with namespaces, else the command).
@@ -190,7 +200,7 @@ impl SandboxedChild {
         // Every process of the command is gone: what still waits on the listener came from
         // it and must not reach the next command's proxy.
         if let Some(listener) = egress.as_ref() {
-            sys::close_pending_connections(listener);
+            self.unaccepted = sys::close_pending_connections(listener);
         }
         match (self.reuse.take(), control, pidfd) {
             (Some(reuse), Some(control), Some(pidfd)) => {

@@ -460,6 +460,7 @@ impl PreparedSandbox {
             pidfd: Some(pidfd),
             control: None,
             egress: None,
+            unaccepted: 0,
             namespaces: false,
             status: None,
             placeholders: Vec::new(),

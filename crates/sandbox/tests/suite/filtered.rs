@@ -245,6 +245,7 @@ async fn a_pooled_init_hands_the_next_command_only_its_own_connections() {
     let first_pid = first.pid();
     let output = captured.finish(&mut first).await;
     assert!(output.stdout.contains("connected"), "{}", output.all());
+    assert_eq!(first.unaccepted_connections(), 1, "closed with the command");
     drop(first);
     assert!(sandbox.has_idle_init(), "the init went back to the pool");
     let talk = format!(
