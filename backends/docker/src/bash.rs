@@ -102,9 +102,45 @@ impl CommandHost for Inner {
         &self.id
     }
 
+    /// Filtered network mode: the proxy environment on top of the request's.
+    fn command_env(&self, mut env: Vec<(String, String)>) -> Vec<(String, String)> {
+        if self.egress.is_some() {
+            env.extend(crate::egress::proxy_env());
+        }
+        env
+    }
+
+    /// In filtered network mode a forwarder must run first (a new one when it ended: no
+    /// command runs without its way out being the proxy's), and the outcome carries the
+    /// attempts made while the command ran (module `egress`).
+    async fn run(&self, command: Command) -> Result<ExecOutcome, ExecError> {
+        let Some(egress) = &self.egress else {
+            return self.run_command(command).await;
+        };
+        egress
+            .ensure_forwarder(&self.docker, &self.container, self.recovery.generation())
+            .await
+            .map_err(|e| ExecError::Backend {
+                reason: e.to_string(),
+            })?;
+        let ticket = egress.begin();
+        let ran = self.run_command(command).await;
+        let attempts = egress.finish(ticket).await;
+        ran.map(|outcome| ExecOutcome {
+            egress: attempts,
+            ..outcome
+        })
+    }
+
+    fn denial_layout(&self) -> Option<&dyn DenialLayout> {
+        Some(self)
+    }
+}
+
+impl Inner {
     /// A dead container is replaced (before the command when nothing ran, after it when the
     /// command died with it) and the notes say so; an OOM kill gets a line in the output.
-    async fn run(&self, command: Command) -> Result<ExecOutcome, ExecError> {
+    async fn run_command(&self, command: Command) -> Result<ExecOutcome, ExecError> {
         let Command {
             line,
             request,
@@ -201,10 +237,6 @@ impl CommandHost for Inner {
             notes,
             egress: Vec::new(),
         })
-    }
-
-    fn denial_layout(&self) -> Option<&dyn DenialLayout> {
-        Some(self)
     }
 }
 

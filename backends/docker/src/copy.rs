@@ -136,6 +136,7 @@ pub(crate) async fn copy_in(docker: &Docker, plan: &CopyIn<'_>) -> Result<(), Do
         extra_roots: &[],
         spill_volume: "unused",
         network: None,
+        egress: None,
         labels: HashMap::new(),
     })
     .into_iter()

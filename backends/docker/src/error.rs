@@ -89,15 +89,36 @@ pub enum DockerError {
         #[source]
         source: std::io::Error,
     },
-    /// The spec asks for filtered network mode (`[network] allow`), which this backend cannot
-    /// enforce yet: refused rather than run with the network fully on or silently off.
+    /// Filtered network mode (`[network] allow`) cannot run in this configuration: refused
+    /// rather than run with the network fully on or silently off.
     #[error(
-        "failed to start the container: filtered network mode is not supported by the docker \
-         backend yet: remove `[network] allow` ({at}) or use --backend local"
+        "failed to start the container: filtered network mode ({at}) cannot run here: {reason}; \
+         fix that, remove `[network] allow` or use --backend local"
     )]
     FilteredNetwork {
         /// `FILE:LINE` of the first `[network] allow` entry.
         at: String,
+        /// Why (copy mode, no usable helper binary).
+        reason: String,
+    },
+    /// A step of setting up the egress proxy failed.
+    #[error("failed to {step} (filtered network mode): {reason}")]
+    Egress {
+        /// The step.
+        step: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The forwarder that brings the egress proxy into the container did not start.
+    #[error(
+        "failed to start the egress forwarder (cordon-helper forward) in container {container}: \
+         {reason}; without it commands cannot reach the network in filtered mode"
+    )]
+    Forwarder {
+        /// The container name.
+        container: String,
+        /// What went wrong.
+        reason: String,
     },
     /// The daemon does not answer.
     #[error("failed to reach the Docker daemon at {host}: {reason}. {next_step}")]

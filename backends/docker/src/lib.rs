@@ -21,6 +21,7 @@
 mod bash;
 pub mod client;
 mod copy;
+mod egress;
 mod error;
 mod files;
 mod mask;
@@ -47,6 +48,9 @@ use cordon_remote::transport::{Collected, StdinEnd, collect};
 
 use crate::client::DockerTransport;
 pub use crate::client::Owner;
+pub use crate::egress::{
+    EGRESS_PORT, EgressMounts, EgressResolver, HELPER_IN_CONTAINER, SOCKET_DIR, choose_helper,
+};
 pub use crate::error::{DockerError, Hints};
 use crate::plan::{ContainerPlan, HOME_DIR, SPILL_DIR, WorkspaceSource};
 
@@ -82,6 +86,12 @@ pub struct DockerConfig {
     pub user: Option<(u32, u32)>,
     /// Network to join when the spec enables the network; `None` uses the daemon's default.
     pub network: Option<String>,
+    /// Filtered network mode: the `cordon-helper` binary the forwarder runs; `None` looks for
+    /// it like `cordon_helper::locate_helper` (`CORDON_HELPER`, next to the executable).
+    pub helper: Option<PathBuf>,
+    /// Filtered network mode: resolves destination names for the proxy; `None` uses the
+    /// system resolver.
+    pub egress_resolver: Option<EgressResolver>,
 }
 
 impl DockerConfig {
@@ -99,6 +109,8 @@ impl DockerConfig {
             mode: WorkspaceMode::Bind,
             user: None,
             network: None,
+            helper: None,
+            egress_resolver: None,
         }
     }
 }
@@ -149,6 +161,8 @@ pub(crate) struct Inner {
     /// The container's creation body: a dead container is replaced by one made from it.
     body: ContainerCreateBody,
     recovery: recovery::Recovery,
+    /// Filtered network mode: the session's egress proxy and forwarder.
+    egress: Option<egress::Egress>,
 }
 
 impl Inner {
@@ -338,15 +352,9 @@ impl DockerBackend {
             mode,
             user,
             network,
+            helper,
+            egress_resolver,
         } = config;
-        match spec.network {
-            NetworkMode::Disabled | NetworkMode::Enabled => {}
-            NetworkMode::Filtered => {
-                let at = spec.sources.egress_allow_at();
-                tracing::warn!(%at, "docker: filtered network mode refused (not supported yet)");
-                return Err(DockerError::FilteredNetwork { at });
-            }
-        }
         let (host_root, meta) = start::open_root(&root)?;
         let user = match user {
             Some(ids) => ids,
@@ -361,6 +369,21 @@ impl DockerBackend {
         client::reap_stale(&docker, &owner).await;
         start::check_image(&docker, &image).await?;
         let (session, labels) = start::session_labels(&owner, &host_root);
+        let egress = match spec.network {
+            NetworkMode::Disabled | NetworkMode::Enabled => None,
+            NetworkMode::Filtered => Some(
+                start::egress(
+                    &docker,
+                    &spec,
+                    mode,
+                    helper.as_deref(),
+                    egress_resolver,
+                    &format!("cordon-{session}"),
+                    user.0,
+                )
+                .await?,
+            ),
+        };
         let spill_volume = start::create_spill_volume(&docker, &host_root, &owner).await?;
         let launch = start::Launch {
             container: format!("cordon-{session}"),
@@ -398,6 +421,7 @@ impl DockerBackend {
             extra_roots: &extra_roots,
             spill_volume: &spill_volume,
             network: launch.network.as_deref(),
+            egress: egress.as_ref().map(egress::Egress::mounts),
             labels: launch.labels.clone(),
         });
 
@@ -463,13 +487,21 @@ impl DockerBackend {
             pinned_on_host: pinned,
             body,
             recovery: recovery::Recovery::default(),
+            egress,
         };
-        match inner.probe().await {
-            Ok(has_rg) => inner.has_rg = has_rg,
-            Err(e) => {
-                remove_container_and_volumes(&inner.docker, &container, &cleanup_volumes).await;
-                return Err(e);
+        let probed = async {
+            inner.has_rg = inner.probe().await?;
+            if let Some(egress) = &inner.egress {
+                egress
+                    .ensure_forwarder(&inner.docker, &container, inner.recovery.generation())
+                    .await?;
             }
+            Ok::<(), DockerError>(())
+        }
+        .await;
+        if let Err(e) = probed {
+            remove_container_and_volumes(&inner.docker, &container, &cleanup_volumes).await;
+            return Err(e);
         }
         // The first call then finds a worker ready.
         inner.runner.keep_a_spare();

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, ResourcesUlimits};
 use cordon_core::sandbox::{Limits, NetworkMode, RootAccess, SandboxSpec};
 
+use crate::egress::{EgressMounts, HELPER_IN_CONTAINER, SOCKET_DIR};
+
 /// Mount point of the per-root spill volume inside the container.
 pub const SPILL_DIR: &str = "/cordon-spill";
 /// Home directory of commands (a private tmpfs owned by the session's uid).
@@ -62,6 +64,8 @@ pub struct ContainerPlan<'a> {
     pub spill_volume: &'a str,
     /// Network to join when the spec enables the network (`None`: the daemon's default).
     pub network: Option<&'a str>,
+    /// Filtered network mode: the egress proxy's socket directory and the forwarder binary.
+    pub egress: Option<&'a EgressMounts>,
     /// Labels.
     pub labels: HashMap<String, String>,
 }
@@ -105,7 +109,8 @@ fn volume(name: &str, target: &Path, read_only: bool) -> Mount {
     }
 }
 
-/// The mounts: workspace, protected paths read-only on top, extra roots, spill volume.
+/// The mounts: workspace, protected paths read-only on top, extra roots, spill volume, and in
+/// filtered network mode the egress socket's directory and the forwarder binary (read-only).
 pub fn mounts(plan: &ContainerPlan<'_>) -> Vec<Mount> {
     let read_only_root = match plan.spec.workspace {
         RootAccess::ReadOnly => true,
@@ -133,6 +138,10 @@ pub fn mounts(plan: &ContainerPlan<'_>) -> Vec<Mount> {
         ));
     }
     out.push(volume(plan.spill_volume, Path::new(SPILL_DIR), false));
+    if let Some(egress) = plan.egress {
+        out.push(bind(&egress.socket_dir, Path::new(SOCKET_DIR), true));
+        out.push(bind(&egress.helper, Path::new(HELPER_IN_CONTAINER), true));
+    }
     out
 }
 
@@ -164,7 +173,7 @@ pub fn container_body(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
         .memory_bytes
         .map(|m| i64::try_from(m).unwrap_or(i64::MAX));
     let network_mode = match plan.spec.network {
-        // Filtered is refused at start; should a plan still be built, it gets no network.
+        // Filtered mode's only way out is the egress proxy's socket, mounted in.
         NetworkMode::Disabled | NetworkMode::Filtered => Some("none".to_owned()),
         NetworkMode::Enabled => plan.network.map(str::to_owned),
     };
@@ -344,6 +353,7 @@ mod tests {
             extra_roots: &[],
             spill_volume: "s",
             network: None,
+            egress: None,
             labels: HashMap::new(),
         };
         let body = container_body(&plan);
@@ -416,6 +426,7 @@ mod tests {
             extra_roots: &[(PathBuf::from("/opt/tools"), false)],
             spill_volume: "cordon-spill-abc",
             network: None,
+            egress: None,
             labels: labels.clone(),
         };
         let expected = ContainerCreateBody {
@@ -534,5 +545,60 @@ mod tests {
             ..on.clone()
         };
         assert!(exposure(&listed, None, &[]).contains("cannot grant host Unix sockets"));
+    }
+}
+
+#[cfg(test)]
+mod egress_tests {
+    use super::*;
+
+    /// Filtered mode: no network, the socket's directory and the forwarder binary mounted
+    /// read-only after the spill volume.
+    #[test]
+    fn filtered_mode_mounts_the_proxy_socket_and_the_forwarder_read_only() {
+        let spec = SandboxSpec {
+            network: NetworkMode::Filtered,
+            ..SandboxSpec::default()
+        };
+        let source = WorkspaceSource::Bind(PathBuf::from("/p"));
+        let egress = EgressMounts {
+            socket_dir: PathBuf::from("/tmp/cordon-egress-x/socket"),
+            helper: PathBuf::from("/opt/cordon/cordon-helper"),
+        };
+        let plan = ContainerPlan {
+            image: "i",
+            user: (1, 1),
+            spec: &spec,
+            passed_env: &[],
+            workspace: Path::new("/workspace"),
+            source: &source,
+            protected: &[],
+            masks: &[],
+            extra_roots: &[],
+            spill_volume: "s",
+            network: Some("bridge"),
+            egress: Some(&egress),
+            labels: HashMap::new(),
+        };
+        let all = mounts(&plan);
+        assert_eq!(
+            all[all.len() - 2..],
+            [
+                bind(
+                    Path::new("/tmp/cordon-egress-x/socket"),
+                    Path::new("/cordon-egress"),
+                    true
+                ),
+                bind(
+                    Path::new("/opt/cordon/cordon-helper"),
+                    Path::new("/cordon-egress-helper/cordon-helper"),
+                    true
+                ),
+            ]
+        );
+        let body = container_body(&plan);
+        let host = body.host_config.expect("host config");
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
+        assert_eq!(body.network_disabled, Some(true));
     }
 }

@@ -453,3 +453,44 @@ impl Launch {
         Ok(())
     }
 }
+
+/// Filtered network mode's egress proxy for a session, once the configuration can run it: a
+/// bind-mounted workspace (the proxy's socket is a host path; copy mode is for engines
+/// elsewhere) and a `cordon-helper` binary for the engine's architecture. Whether the image
+/// can run that binary is learnt when the forwarder starts.
+pub(crate) async fn egress(
+    docker: &Docker,
+    spec: &SandboxSpec,
+    mode: WorkspaceMode,
+    helper: Option<&Path>,
+    resolver: Option<crate::EgressResolver>,
+    container: &str,
+    command_uid: u32,
+) -> Result<crate::egress::Egress, DockerError> {
+    let at = spec.sources.egress_allow_at();
+    let refuse = |reason: String| {
+        tracing::warn!(%at, %reason, "docker: filtered network mode refused");
+        DockerError::FilteredNetwork {
+            at: at.clone(),
+            reason,
+        }
+    };
+    match mode {
+        WorkspaceMode::Bind => {}
+        WorkspaceMode::Copy => {
+            return Err(refuse(
+                "copy mode (an engine on another machine) cannot reach the egress proxy's \
+                 socket on this host; use a local engine with bind mode"
+                    .to_owned(),
+            ));
+        }
+    }
+    let arch = docker
+        .info()
+        .await
+        .map_err(|e| DockerError::api("read the engine's architecture", e))?
+        .architecture
+        .unwrap_or_default();
+    let helper = crate::egress::choose_helper(helper, &arch).map_err(refuse)?;
+    crate::egress::Egress::start(spec, container, helper, resolver.map(|r| r.0), command_uid)
+}

@@ -7,6 +7,7 @@ mod support;
 
 mod bash;
 mod copy;
+mod egress;
 mod faults;
 mod files;
 mod lifecycle;

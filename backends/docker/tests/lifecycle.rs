@@ -75,25 +75,6 @@ async fn daemon_down_is_a_clear_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn filtered_network_mode_is_refused_before_any_container_exists() {
-    // The refusal comes before the daemon is asked anything: no daemon is needed.
-    let ws = workspace();
-    let mut config = support::config("unix:///nonexistent/cordon/docker.sock", ws.path());
-    config.spec.network = cordon_core::sandbox::NetworkMode::Filtered;
-    config.spec.egress.allow = vec!["crates.io".to_owned()];
-    config.spec.sources.file = "policy.toml".to_owned();
-    config.spec.sources.egress_allow = vec![7];
-    let err = DockerBackend::start(config)
-        .await
-        .expect_err("filtered mode is not supported here");
-    assert_eq!(
-        err.to_string(),
-        "failed to start the container: filtered network mode is not supported by the docker \
-         backend yet: remove `[network] allow` (policy.toml:7) or use --backend local"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_image_is_a_clear_error() {
     let host = host_or_skip!();
     let ws = workspace();

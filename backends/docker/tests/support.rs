@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub const BUSYBOX: &str = "cordon-sandbox-busybox:latest";
+pub const DEBIAN: &str = cordon_backend_docker::DEFAULT_IMAGE;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

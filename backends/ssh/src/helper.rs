@@ -23,6 +23,7 @@ use russh_sftp::protocol::{FileAttributes, OpenFlags, Packet, StatusCode};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
+use cordon_helper::binary::{ARCHITECTURES, check_elf};
 use cordon_remote::exec::TransportEvent;
 
 use crate::conn::Pool;
@@ -30,16 +31,6 @@ use crate::remote::RemoteExec;
 
 /// The helper binary's file name, next to the `cordon` executable and in the remote cache.
 pub const HELPER_NAME: &str = "cordon-helper";
-
-/// The ELF machine numbers of the architectures Cordon builds a helper for, by the names
-/// `uname -m` gives them.
-const ARCHITECTURES: &[(&str, u16, &str)] = &[
-    // (uname -m, e_machine, the helper's suffix)
-    ("x86_64", 62, "x86_64"),
-    ("amd64", 62, "x86_64"),
-    ("aarch64", 183, "aarch64"),
-    ("arm64", 183, "aarch64"),
-];
 
 /// Largest stderr tail kept for an error message.
 const STDERR_TAIL: usize = 4096;
@@ -174,31 +165,6 @@ pub(crate) fn helper_arch(uname: &str) -> Result<(&'static str, u16), RemoteHelp
         .ok_or_else(|| RemoteHelperError::UnknownArchitecture {
             arch: uname.to_owned(),
         })
-}
-
-/// Whether `head` (the first bytes of a file) is a 64-bit little-endian ELF executable for
-/// `machine`; the error says what it is instead.
-pub(crate) fn check_elf(head: &[u8], machine: u16) -> Result<(), String> {
-    if head.len() < 20 || &head[..4] != b"\x7fELF" {
-        return Err("it is not an ELF executable".to_owned());
-    }
-    if head[4] != 2 || head[5] != 1 {
-        return Err("it is not a 64-bit little-endian ELF file".to_owned());
-    }
-    let kind = u16::from_le_bytes([head[16], head[17]]);
-    if kind != 2 && kind != 3 {
-        return Err(format!("its ELF type {kind} is not an executable"));
-    }
-    let found = u16::from_le_bytes([head[18], head[19]]);
-    if found != machine {
-        let name = ARCHITECTURES
-            .iter()
-            .find(|(_, m, _)| *m == found)
-            .map(|(_, _, suffix)| (*suffix).to_owned())
-            .unwrap_or_else(|| format!("ELF machine {found}"));
-        return Err(format!("it is built for {name}"));
-    }
-    Ok(())
 }
 
 /// A local helper binary chosen for a host: where it is and its sha256 (hex).

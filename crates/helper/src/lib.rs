@@ -7,6 +7,7 @@
 //! searches are the same in-process ripgrep libraries, and commands run under the same
 //! sandbox layers as locally (failing closed, or degraded when the spec allows it).
 //!
+//! - [`binary`]: the architectures a helper is built for and the ELF check of a binary;
 //! - [`frame`]: the byte layout (length-prefixed JSON header + raw payload) and its bounds;
 //! - [`protocol`]: the messages, wire forms of paths and errors, the version;
 //! - [`server`]: the helper's side ([`serve`]);
@@ -23,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod binary;
 pub mod client;
 mod error;
 pub mod forward;

@@ -1,0 +1,401 @@
+//! Filtered network mode: the container has no network; commands reach allowed destinations
+//! through the session's egress proxy (in this process, behind a Unix socket mounted into the
+//! container and `cordon-helper forward` inside), and nothing else. The destinations are
+//! servers of this test on the host's loopback, named through a resolver the test controls.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cordon_backend_docker::{DockerBackend, DockerError, EgressResolver, WorkspaceMode};
+use cordon_core::sandbox::NetworkMode;
+use cordon_egress::proxy::StaticResolver;
+use cordon_ops::{EgressOutcome, EgressProtocol, EgressRecord};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::support::{self, BUSYBOX, host_or_skip, run, workspace};
+
+/// This build's `cordon-helper` (`cargo build -p cordon-helper` makes it), beside the test
+/// binary's directory.
+fn helper() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir")
+        .join("cordon-helper");
+    assert!(
+        path.is_file(),
+        "{} is missing: build it with `cargo build -p cordon-helper` before these tests",
+        path.display()
+    );
+    path
+}
+
+/// A host server answering every HTTP request with a body naming the request line.
+async fn http_server(listener: TcpListener) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            return;
+        };
+        tokio::spawn(async move {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let text = String::from_utf8_lossy(&head);
+            let line = text.lines().next().unwrap_or_default().to_owned();
+            let body = format!("host server saw: {line}");
+            let reply = format!(
+                "HTTP/1.0 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(reply.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
+}
+
+/// A filtered session allowing `allowed.test` on `port` and the loopback address it resolves
+/// to (an allowed name resolving to a loopback address is refused without that entry).
+async fn filtered_session(
+    host: &str,
+    root: &std::path::Path,
+    port: u16,
+    image: &str,
+) -> Result<DockerBackend, DockerError> {
+    let mut config = support::config(host, root);
+    config.image = image.to_owned();
+    config.spec.network = NetworkMode::Filtered;
+    config.spec.egress.allow = vec![format!("allowed.test:{port}"), format!("127.0.0.1:{port}")];
+    config.spec.sources.file = "policy.toml".to_owned();
+    config.spec.sources.egress_allow = vec![4, 5];
+    config.helper = Some(helper());
+    let loopback = vec![IpAddr::V4(Ipv4Addr::LOCALHOST)];
+    config.egress_resolver = Some(EgressResolver(Arc::new(StaticResolver::new([
+        ("allowed.test", loopback.clone()),
+        ("denied.test", loopback),
+    ]))));
+    DockerBackend::start(config).await
+}
+
+fn only(records: &[EgressRecord]) -> &EgressRecord {
+    assert_eq!(records.len(), 1, "{records:#?}");
+    &records[0]
+}
+
+/// The host's own IPv4 addresses other than loopback (what a container on a bridge network
+/// would reach the host at), and Docker's usual bridge gateway.
+fn host_addresses() -> Vec<String> {
+    let out = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show"])
+        .output()
+        .expect("run ip addr (iproute2)");
+    let mut found: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(3))
+        .filter_map(|cidr| cidr.split('/').next())
+        .filter(|ip| !ip.starts_with("127."))
+        .map(str::to_owned)
+        .collect();
+    found.push("172.17.0.1".to_owned());
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_reach_allowed_hosts_through_the_proxy_and_nothing_else() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(http_server(listener));
+    // A host server on every address, for the direct attempts.
+    let any = TcpListener::bind("0.0.0.0:0").await.expect("bind any");
+    let any_port = any.local_addr().expect("addr").port();
+    tokio::spawn(http_server(any));
+    let backend = filtered_session(&host, ws.path(), port, support::DEBIAN)
+        .await
+        .expect("a filtered session starts");
+
+    // Plain HTTP through HTTP_PROXY, unmodified urllib.
+    let ran = run(
+        &backend,
+        &format!(
+            "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://allowed.test:{port}/plain').read().decode())\""
+        ),
+    )
+    .await;
+    assert_eq!(
+        ran.outcome.status.map(|s| s.code()),
+        Some(0),
+        "{}",
+        ran.output
+    );
+    assert!(
+        ran.output.contains("host server saw: GET /plain"),
+        "{}",
+        ran.output
+    );
+    let record = only(&ran.outcome.egress);
+    assert_eq!(record.protocol, EgressProtocol::HttpForward);
+    assert_eq!(record.outcome, EgressOutcome::Allowed);
+    assert_eq!((record.host.as_str(), record.port), ("allowed.test", port));
+    assert_eq!(record.source.as_deref(), Some("policy.toml:4"));
+
+    // A CONNECT tunnel to the proxy named by HTTPS_PROXY (plain HTTP inside the tunnel: the
+    // proxy relays bytes and never sees them).
+    let ran = run(
+        &backend,
+        &format!(
+            "python3 -c \"\nimport http.client, os, urllib.parse\nproxy = urllib.parse.urlsplit(os.environ['HTTPS_PROXY'])\nc = http.client.HTTPConnection(proxy.hostname, proxy.port)\nc.set_tunnel('allowed.test', {port})\nc.request('GET', '/tunnel')\nprint(c.getresponse().read().decode())\n\""
+        ),
+    )
+    .await;
+    assert_eq!(
+        ran.outcome.status.map(|s| s.code()),
+        Some(0),
+        "{}",
+        ran.output
+    );
+    assert!(
+        ran.output.contains("host server saw: GET /tunnel"),
+        "{}",
+        ran.output
+    );
+    let record = only(&ran.outcome.egress);
+    assert_eq!(record.protocol, EgressProtocol::HttpConnect);
+    assert_eq!(record.outcome, EgressOutcome::Allowed);
+    assert!(record.bytes_down > 0, "{record:?}");
+
+    // A destination no entry allows: 403 naming what to add, a denied record, the note.
+    let ran = run(
+        &backend,
+        &format!(
+            "python3 -c \"\nimport urllib.request, urllib.error\ntry:\n    urllib.request.urlopen('http://denied.test:{port}/')\nexcept urllib.error.HTTPError as e:\n    print(e.code, e.read().decode())\n\""
+        ),
+    )
+    .await;
+    assert!(ran.output.contains("403"), "{}", ran.output);
+    assert!(
+        ran.output.contains(&format!("denied.test:{port}")),
+        "{}",
+        ran.output
+    );
+    let record = only(&ran.outcome.egress);
+    assert_eq!(record.outcome, EgressOutcome::Denied);
+    assert_eq!(record.suggestion, Some(format!("denied.test:{port}")));
+    let note = cordon_ops::denial::egress_note(&ran.outcome.egress, &support_sources())
+        .expect("a refused destination gets a note");
+    assert!(note.contains(&format!("denied.test:{port}")), "{note}");
+
+    // Direct sockets lead nowhere: the container has loopback only. Not to the host's own
+    // addresses (the bridge gateway, the host's loopback from inside is the container's), not
+    // to the allowed destination without the proxy, not over UDP, and no name resolves.
+    let addresses = host_addresses();
+    let targets: Vec<String> = addresses
+        .iter()
+        .map(|ip| format!("('{ip}', {any_port})"))
+        .chain([
+            format!("('127.0.0.1', {port})"),
+            format!("('127.0.0.1', {any_port})"),
+        ])
+        .collect();
+    let gateway = &addresses[0];
+    let ran = run(
+        &backend,
+        &format!(
+            "python3 -c \"\nimport socket\nfor addr in [{}]:\n    try:\n        socket.create_connection(addr, timeout=5)\n        print('CONNECTED', addr)\n    except OSError as e:\n        print('blocked', addr, e)\ntry:\n    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n    u.sendto(b'x', ('{gateway}', 53))\n    print('SENT udp')\nexcept OSError as e:\n    print('blocked udp', e)\ntry:\n    socket.getaddrinfo('allowed.test', 80)\n    print('RESOLVED')\nexcept OSError as e:\n    print('blocked dns', e)\n\"",
+            targets.join(", ")
+        ),
+    )
+    .await;
+    assert!(!ran.output.contains("CONNECTED"), "{}", ran.output);
+    assert!(!ran.output.contains("SENT"), "{}", ran.output);
+    assert!(!ran.output.contains("RESOLVED"), "{}", ran.output);
+    assert_eq!(
+        ran.output.matches("blocked").count(),
+        targets.len() + 2,
+        "{}",
+        ran.output
+    );
+    assert!(ran.outcome.egress.is_empty(), "{:?}", ran.outcome.egress);
+
+    // The same host address straight from this process works: the refusals above are the
+    // container's, not a dead server.
+    tokio::net::TcpStream::connect(("127.0.0.1", any_port))
+        .await
+        .expect("the host server answers the host");
+    backend.stop().await.expect("stop");
+}
+
+fn support_sources() -> cordon_core::sandbox::SpecSources {
+    cordon_core::sandbox::SpecSources {
+        file: "policy.toml".to_owned(),
+        egress_allow: vec![4, 5],
+        ..Default::default()
+    }
+}
+
+/// Commands cannot stop the forwarder (another uid, no capabilities); one that ended anyway
+/// (killed from the host here) is replaced before the next command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_forwarder_survives_commands_and_is_restarted_when_it_ended() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(http_server(listener));
+    let backend = filtered_session(&host, ws.path(), port, support::DEBIAN)
+        .await
+        .expect("a filtered session starts");
+    let fetch = format!(
+        "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://allowed.test:{port}/again').read().decode())\""
+    );
+
+    // The pattern does not match its own command line.
+    let ran = run(
+        &backend,
+        "pkill -9 -f 'cordon-helper [f]orward' 2>&1; echo done",
+    )
+    .await;
+    assert!(
+        ran.output.contains("Operation not permitted"),
+        "{}",
+        ran.output
+    );
+    assert!(ran.output.contains("done"), "{}", ran.output);
+    let ran = run(&backend, &fetch).await;
+    assert!(
+        ran.output.contains("host server saw: GET /again"),
+        "{}",
+        ran.output
+    );
+
+    let pid = forwarder_host_pid(&backend)
+        .await
+        .expect("the forwarder runs");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    // Wait for the engine to see it gone (its state, not a delay).
+    while forwarder_host_pid(&backend).await.as_deref() == Some(pid.as_str()) {
+        tokio::task::yield_now().await;
+    }
+    let ran = run(&backend, &fetch).await;
+    assert!(
+        ran.output.contains("host server saw: GET /again"),
+        "{}",
+        ran.output
+    );
+    assert_eq!(ran.outcome.egress.len(), 1, "{:?}", ran.outcome.egress);
+    let again = forwarder_host_pid(&backend)
+        .await
+        .expect("a new forwarder runs");
+    assert_ne!(again, pid);
+    backend.stop().await.expect("stop");
+}
+
+/// The host pid of the forwarder in the session's container, from the engine's process list.
+async fn forwarder_host_pid(backend: &DockerBackend) -> Option<String> {
+    let top = backend
+        .docker()
+        .top_processes(
+            backend.container(),
+            None::<bollard::query_parameters::TopOptions>,
+        )
+        .await
+        .expect("list the container's processes");
+    let titles = top.titles.unwrap_or_default();
+    let pid_at = titles.iter().position(|t| t == "PID")?;
+    let cmd_at = titles.iter().position(|t| t == "CMD" || t == "COMMAND")?;
+    top.processes
+        .unwrap_or_default()
+        .into_iter()
+        .find(|row| {
+            row.get(cmd_at)
+                .is_some_and(|cmd| cmd.contains("cordon-helper forward"))
+        })
+        .and_then(|row| row.get(pid_at).cloned())
+}
+
+/// The busybox image (`FROM scratch`, no C library) cannot run a glibc helper: the session
+/// is refused with the reason, and no container is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_that_cannot_run_the_helper_is_refused() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let err = filtered_session(&host, ws.path(), 8080, BUSYBOX)
+        .await
+        .expect_err("busybox cannot run the glibc helper");
+    let text = err.to_string();
+    assert!(matches!(err, DockerError::Forwarder { .. }), "{text}");
+    assert!(
+        text.contains("failed to start the egress forwarder"),
+        "{text}"
+    );
+    assert!(
+        text.contains("the image cannot run the helper binary"),
+        "{text}"
+    );
+    assert!(text.contains("commands cannot reach the network"), "{text}");
+    let container = text
+        .split("in container ")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .expect("the error names the container");
+    assert!(
+        !support::container_exists(&host, container).await,
+        "{container} was left behind"
+    );
+}
+
+/// Copy mode (an engine elsewhere) cannot reach a host socket, and a helper that is not an
+/// executable for the engine is refused by name, before any container exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configurations_that_cannot_run_filtered_mode_are_refused_with_the_reason() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let mut config = support::config(&host, ws.path());
+    config.spec.network = NetworkMode::Filtered;
+    config.spec.egress.allow = vec!["crates.io".to_owned()];
+    config.spec.sources.file = "policy.toml".to_owned();
+    config.spec.sources.egress_allow = vec![7];
+    config.helper = Some(helper());
+    config.mode = WorkspaceMode::Copy;
+    let err = DockerBackend::start(config.clone())
+        .await
+        .expect_err("copy mode cannot reach the socket");
+    assert_eq!(
+        err.to_string(),
+        "failed to start the container: filtered network mode (policy.toml:7) cannot run here: \
+         copy mode (an engine on another machine) cannot reach the egress proxy's socket on \
+         this host; use a local engine with bind mode; fix that, remove `[network] allow` or \
+         use --backend local"
+    );
+
+    let script = ws.path().join("not-a-helper");
+    std::fs::write(&script, "#!/bin/sh\n").expect("write");
+    config.mode = WorkspaceMode::Bind;
+    config.helper = Some(script.clone());
+    let err = DockerBackend::start(config)
+        .await
+        .expect_err("not an executable");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "failed to start the container: filtered network mode (policy.toml:7) cannot run \
+             here: {} cannot run in the container: it is not an ELF executable; fix that, \
+             remove `[network] allow` or use --backend local",
+            script.display()
+        )
+    );
+}
