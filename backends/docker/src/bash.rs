@@ -102,14 +102,6 @@ impl CommandHost for Inner {
         &self.id
     }
 
-    /// Filtered network mode: the proxy environment on top of the request's.
-    fn command_env(&self, mut env: Vec<(String, String)>) -> Vec<(String, String)> {
-        if self.egress.is_some() {
-            env.extend(crate::egress::proxy_env());
-        }
-        env
-    }
-
     /// In filtered network mode a forwarder must run first (a new one when it ended: no
     /// command runs without its way out being the proxy's), and the outcome carries the
     /// attempts made while the command ran (module `egress`).

@@ -5,7 +5,8 @@
 //! container. Inside, `cordon-helper forward` (bind-mounted read-only) listens on
 //! `127.0.0.1:`[`EGRESS_PORT`] and relays each connection to that socket; commands get the
 //! proxy environment ([`proxy_env`]). Every decision is the proxy's (rules from
-//! `cordon_ops::egress_rules`); the forwarder is untrusted plumbing.
+//! `cordon_ops::egress_rules`); the forwarder is untrusted plumbing. The proxy variables are
+//! in the container's environment (module `plan`), under the spec's own entries.
 //!
 //! The forwarder runs as a uid other than the commands' (they cannot signal it: no capability
 //! in the container). Should it end anyway (the container was replaced, it crashed), the next

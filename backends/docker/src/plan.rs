@@ -70,8 +70,8 @@ pub struct ContainerPlan<'a> {
     pub labels: HashMap<String, String>,
 }
 
-/// The environment of commands: a small baseline, then passed host variables, then fixed
-/// values (later entries win).
+/// The environment of commands: a small baseline, the proxy variables in filtered network
+/// mode, then passed host variables, then fixed values (later entries win).
 pub fn environment(spec: &SandboxSpec, passed: &[(String, String)]) -> Vec<String> {
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     for (k, v) in [
@@ -82,6 +82,12 @@ pub fn environment(spec: &SandboxSpec, passed: &[(String, String)]) -> Vec<Strin
         ("TMPDIR", "/tmp"),
     ] {
         env.insert(k.to_owned(), v.to_owned());
+    }
+    match spec.network {
+        // The egress proxy is the only way out; the spec's own entries may still change
+        // NO_PROXY and the like (as on the local backend).
+        NetworkMode::Filtered => env.extend(crate::egress::proxy_env()),
+        NetworkMode::Disabled | NetworkMode::Enabled => {}
     }
     for (k, v) in passed.iter().chain(spec.env.set.iter()) {
         env.insert(k.clone(), v.clone());
@@ -600,5 +606,40 @@ mod egress_tests {
         let host = body.host_config.expect("host config");
         assert_eq!(host.network_mode.as_deref(), Some("none"));
         assert_eq!(body.network_disabled, Some(true));
+    }
+
+    /// The proxy variables come before the spec's own entries, which win.
+    #[test]
+    fn filtered_mode_sets_the_proxy_environment_under_the_specs_own_entries() {
+        let mut spec = SandboxSpec {
+            network: NetworkMode::Filtered,
+            ..SandboxSpec::default()
+        };
+        spec.env.set = vec![("NO_PROXY".to_owned(), "localhost,internal.test".to_owned())];
+        let env = environment(&spec, &[]);
+        assert!(
+            env.contains(&"HTTPS_PROXY=http://127.0.0.1:3128".to_owned()),
+            "{env:?}"
+        );
+        assert!(
+            env.contains(&"all_proxy=socks5h://127.0.0.1:3128".to_owned()),
+            "{env:?}"
+        );
+        assert!(
+            env.contains(&"NO_PROXY=localhost,internal.test".to_owned()),
+            "{env:?}"
+        );
+        assert!(
+            env.contains(&"no_proxy=localhost,127.0.0.1,::1".to_owned()),
+            "{env:?}"
+        );
+        spec.network = NetworkMode::Enabled;
+        let unfiltered = environment(&spec, &[]);
+        assert!(
+            !unfiltered
+                .iter()
+                .any(|v| v.to_ascii_uppercase().contains("_PROXY=http")),
+            "{unfiltered:?}"
+        );
     }
 }
