@@ -25,7 +25,8 @@
 //! A name matches only name entries, an IP literal only IP/CIDR entries. After an allowed name
 //! is resolved, every address is checked with [`Rules::check_address`]: loopback, private,
 //! link-local (the cloud metadata address 169.254.169.254 among them), shared (CGNAT),
-//! unspecified, multicast and broadcast addresses, also as IPv4-mapped IPv6, are refused unless
+//! unspecified, multicast and broadcast addresses, also as IPv4-mapped IPv6 (and as the IPv6
+//! forms that lead to an IPv4 address: NAT64, 6to4, IPv4-compatible), are refused unless
 //! an IP/CIDR allow entry covers the address and port, and deny IP/CIDR entries apply to
 //! resolved addresses too. This is the DNS-rebinding and SSRF defence: an allowed name cannot be
 //! pointed at the host's own services.
@@ -433,7 +434,8 @@ fn special_v4(ip: Ipv4Addr) -> Option<SpecialRange> {
 }
 
 fn special_v6(ip: Ipv6Addr) -> Option<SpecialRange> {
-    let first = ip.segments()[0];
+    let segments = ip.segments();
+    let first = segments[0];
     if ip.is_loopback() {
         Some(SpecialRange::Loopback)
     } else if ip.is_unspecified() {
@@ -444,8 +446,26 @@ fn special_v6(ip: Ipv6Addr) -> Option<SpecialRange> {
         Some(SpecialRange::LinkLocal)
     } else if ip.is_multicast() {
         Some(SpecialRange::Multicast)
+    } else if segments[..3] == [0x64, 0xff9b, 1] {
+        // The local-use NAT64 prefix (64:ff9b:1::/48) is a network's own translator.
+        Some(SpecialRange::Private)
     } else {
-        None
+        embedded_v4(segments).and_then(special_v4)
+    }
+}
+
+/// The IPv4 address an IPv6 address leads to: NAT64 with the well-known prefix
+/// (64:ff9b::/96, where a DNS64 resolver points names and the translator connects to the
+/// IPv4 address), 6to4 (2002::/16) and the deprecated IPv4-compatible form (::/96). An
+/// allowed name resolving to one of these must not reach what its IPv4 address could not.
+fn embedded_v4(segments: [u16; 8]) -> Option<Ipv4Addr> {
+    let v4 = |high: u16, low: u16| Ipv4Addr::from_bits((u32::from(high) << 16) | u32::from(low));
+    match segments {
+        [0x64, 0xff9b, 0, 0, 0, 0, high, low] | [0, 0, 0, 0, 0, 0, high, low] => {
+            Some(v4(high, low))
+        }
+        [0x2002, high, low, ..] => Some(v4(high, low)),
+        _ => None,
     }
 }
 

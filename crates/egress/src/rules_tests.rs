@@ -389,6 +389,45 @@ fn special_ranges_are_classified() {
 }
 
 #[test]
+fn ipv6_forms_that_carry_an_ipv4_address_are_classified_by_it() {
+    // NAT64 (a DNS64 resolver hands these out; the translator connects to the IPv4 address),
+    // 6to4 and IPv4-compatible addresses lead to the embedded address.
+    let cases = [
+        ("64:ff9b::7f00:1", Some(SpecialRange::Loopback)),
+        ("64:ff9b::a9fe:a9fe", Some(SpecialRange::LinkLocal)),
+        ("64:ff9b::a00:5", Some(SpecialRange::Private)),
+        ("64:ff9b::c0a8:101", Some(SpecialRange::Private)),
+        ("64:ff9b::6440:1", Some(SpecialRange::SharedCgnat)),
+        ("64:ff9b::808:808", None),
+        // The local-use NAT64 prefix is a network's own translator: inside, always.
+        ("64:ff9b:1::a00:5", Some(SpecialRange::Private)),
+        ("64:ff9b:1:203:4:500::", Some(SpecialRange::Private)),
+        ("2002:7f00:1::", Some(SpecialRange::Loopback)),
+        ("2002:a9fe:a9fe::1", Some(SpecialRange::LinkLocal)),
+        ("2002:a00:5:1::1", Some(SpecialRange::Private)),
+        ("2002:808:808::1", None),
+        ("::7f00:1", Some(SpecialRange::Loopback)),
+        ("::a9fe:a9fe", Some(SpecialRange::LinkLocal)),
+        ("::808:808", None),
+    ];
+    for (ip, range) in cases {
+        assert_eq!(special_range(ip.parse().expect("ip")), range, "{ip}");
+    }
+    // An IPv4 entry does not reach through these forms: only an IPv6 entry allows them.
+    let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+    let with_loopback = rules(&["pkg.test", "127.0.0.0/8"], &[]);
+    assert_eq!(
+        with_loopback.check_address(ip("64:ff9b::7f00:1"), 443),
+        AddressCheck::Special(SpecialRange::Loopback)
+    );
+    let with_nat64 = rules(&["pkg.test", "[64:ff9b::a00:0/120]:443"], &[]);
+    assert_eq!(
+        with_nat64.check_address(ip("64:ff9b::a00:5"), 443),
+        AddressCheck::Pass
+    );
+}
+
+#[test]
 fn resolved_special_addresses_need_an_ip_allow_entry() {
     let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
     let plain = rules(&["pkg.test"], &[]);
