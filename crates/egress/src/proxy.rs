@@ -615,7 +615,10 @@ impl Proxy {
             }
             Protocol::HttpForward | Protocol::Unknown => Ok(()),
         };
-        client.read = leftover.len() as u64;
+        // Bytes up are what reached the destination: a forwarded head (whose URL can carry as
+        // much as a body) and what followed it, not a CONNECT or SOCKS5 request.
+        let head_len = forward_head.as_ref().map_or(0, Vec::len);
+        client.read = (head_len + leftover.len()) as u64;
         client.written = 0;
         // Connected: a relay cut before it ends is still an allowed connection.
         attempt.outcome = Outcome::Allowed;
@@ -919,11 +922,14 @@ where
 }
 
 fn parse_host(text: &str, attempt: &mut Attempt) -> Result<Host, Refusal> {
-    attempt.host = text.chars().take(crate::rules::MAX_NAME_LEN).collect();
+    let shown: String = text.chars().take(crate::rules::MAX_NAME_LEN).collect();
+    // The event's host reaches the audit log, the model and terminals: an invalid one keeps
+    // no control or non-ASCII characters (a valid host has none to escape).
+    attempt.host = shown.chars().flat_map(char::escape_default).collect();
     Host::parse(text).map_err(|problem| {
         let mut refusal = Refusal::bad_request(
             400,
-            format!("invalid destination host {:?}: {problem}", attempt.host),
+            format!("invalid destination host {shown:?}: {problem}"),
         );
         refusal.socks = 0x04;
         refusal

@@ -482,3 +482,63 @@ async fn a_connection_cut_by_its_owner_goes_to_the_given_sink_with_the_reason() 
     // The upstream side was closed with the client's.
     held.await.expect("the destination saw the connection end");
 }
+
+#[tokio::test]
+async fn a_forwarded_request_head_counts_as_bytes_sent_up() {
+    // The destination echoes what it gets: the rewritten head reached it and must be counted
+    // (a URL can carry as much as a body).
+    let echo = TcpListener::bind("127.0.0.1:0").await.expect("bind echo");
+    let port = echo.local_addr().expect("echo address").port();
+    tokio::spawn(async move {
+        let (mut stream, _) = echo.accept().await.expect("accept");
+        let (mut read, mut write) = stream.split();
+        let _ = tokio::io::copy(&mut read, &mut write).await;
+    });
+    let allow = [EntrySpec::new(format!("127.0.0.1/32:{port}"), "p:7")];
+    let (events, mut rx) = EventSink::channel(4);
+    let config = ProxyConfig {
+        session: "head".into(),
+        rules: Arc::new(Rules::compile(&allow, &[]).expect("rules")),
+        resolver: Arc::new(StaticResolver::default()),
+        events,
+        limits: Limits::default(),
+    };
+    let proxy = Proxy::new(config);
+    let secret = "s".repeat(4000);
+    let input = format!("GET http://127.0.0.1:{port}/{secret} HTTP/1.1\r\n\r\nbody");
+    let (answer, event) = exchange(&proxy, &mut rx, input.as_bytes()).await;
+    let answer = String::from_utf8(answer).expect("utf-8");
+    assert!(
+        answer.starts_with(&format!("GET /{secret} HTTP/1.1\r\n")),
+        "{answer}"
+    );
+    assert!(answer.ends_with("\r\n\r\nbody"), "{answer}");
+    assert_eq!(event.outcome, Outcome::Allowed);
+    assert_eq!(
+        (event.bytes_up, event.bytes_down),
+        (answer.len() as u64, answer.len() as u64)
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_host_is_recorded_without_its_control_characters() {
+    let (proxy, mut rx) = proxy(Limits::default());
+    let input = b"CONNECT evil\x1b[2J\nSandbox:fine\x07:443 HTTP/1.1\r\n\r\n";
+    let (answer, event) = exchange(&proxy, &mut rx, input).await;
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 400"));
+    assert_eq!(event.outcome, Outcome::Failed);
+    assert_eq!(event.host, "evil\\u{1b}[2J\\nSandbox:fine\\u{7}");
+    assert!(
+        event
+            .reason
+            .starts_with("invalid destination host \"evil\\u{1b}[2J\\nSandbox:fine\\u{7}\": "),
+        "{}",
+        event.reason
+    );
+    // A SOCKS5 name is any bytes: the same.
+    let mut socks = b"\x05\x01\x00\x05\x01\x00\x03\x06a\rb\x00\xffc".to_vec();
+    socks.extend_from_slice(&443u16.to_be_bytes());
+    let (_, event) = exchange(&proxy, &mut rx, &socks).await;
+    assert_eq!(event.outcome, Outcome::Failed);
+    assert_eq!(event.host, "a\\rb\\u{0}\\u{fffd}c");
+}
