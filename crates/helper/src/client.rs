@@ -35,8 +35,8 @@ use tokio_util::sync::CancellationToken;
 use crate::error::HelperError;
 use crate::frame::{Frame, FrameError, MAX_PAYLOAD_BYTES, read_frame, write_frame};
 use crate::protocol::{
-    Classification, Envelope, MAX_IN_FLIGHT, PROTOCOL_VERSION, ProbeReport, Request, Response,
-    SessionInfo, SessionStart, WireError, WirePath,
+    Classification, Envelope, MAX_IN_FLIGHT, OUTPUT_WINDOW, PROTOCOL_VERSION, ProbeReport, Request,
+    Response, SessionInfo, SessionStart, WireError, WirePath,
 };
 use crate::server::IO_BUFFER;
 
@@ -54,12 +54,56 @@ struct Link {
     out: mpsc::Sender<Frame>,
     /// Where each call's answers go. Unbounded so the reader never waits for one call (that
     /// would stall every other): a call gets one answer, except a command, whose output the
-    /// helper sends only within the window the call acknowledges (`OUTPUT_WINDOW`).
-    pending: Mutex<HashMap<u64, mpsc::UnboundedSender<Answer>>>,
+    /// helper sends only within the window the call acknowledges (`OUTPUT_WINDOW`). The
+    /// reader holds the helper to that ([`Pending::admit`]): the helper may be on a host
+    /// that is not trusted, and its answers must not fill this process's memory.
+    pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
     in_flight: Arc<Semaphore>,
     dead: CancellationToken,
     death: Mutex<Option<String>>,
+}
+
+/// One call waiting for answers, and what the helper may still send it.
+struct Pending {
+    sender: mpsc::UnboundedSender<Answer>,
+    /// Bytes of command output delivered to the call and not acknowledged yet.
+    unacknowledged: u64,
+    /// Whether the call's last answer (anything but output) arrived.
+    answered: bool,
+}
+
+impl Pending {
+    fn new(sender: mpsc::UnboundedSender<Answer>) -> Pending {
+        Pending {
+            sender,
+            unacknowledged: 0,
+            answered: false,
+        }
+    }
+
+    /// Take an answer of `len` payload bytes for this call, or say how it breaks the
+    /// protocol: output beyond the window the client acknowledged, or anything after the
+    /// last answer. An empty piece of output counts as one byte, so the number of queued
+    /// answers is bounded too.
+    fn admit(&mut self, answer: &Response, len: usize) -> Result<(), String> {
+        if self.answered {
+            return Err("it answered one request twice".to_owned());
+        }
+        if let Response::Output = answer {
+            let unacknowledged = self.unacknowledged.saturating_add(len.max(1) as u64);
+            if unacknowledged > OUTPUT_WINDOW {
+                return Err(format!(
+                    "it sent {unacknowledged} bytes of a command's output the client had not \
+                     acknowledged, more than the window of {OUTPUT_WINDOW}"
+                ));
+            }
+            self.unacknowledged = unacknowledged;
+        } else {
+            self.answered = true;
+        }
+        Ok(())
+    }
 }
 
 impl Link {
@@ -106,7 +150,7 @@ impl Link {
         self.pending
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, sender);
+            .insert(id, Pending::new(sender));
         let mut call = Call {
             id,
             answers,
@@ -163,12 +207,24 @@ async fn read_answers<R: AsyncRead + Unpin>(reader: R, link: Weak<Link>) {
             }
             continue;
         }
-        let sender = link
+        let admitted = link
             .pending
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&envelope.id)
-            .cloned();
+            .get_mut(&envelope.id)
+            .map(|pending| {
+                pending
+                    .admit(&envelope.body, frame.payload.len())
+                    .map(|()| pending.sender.clone())
+            })
+            .transpose();
+        let sender = match admitted {
+            Ok(sender) => sender,
+            Err(violation) => {
+                tracing::warn!(id = envelope.id, %violation, "helper broke the protocol");
+                return link.die(format!("the helper broke the protocol: {violation}"));
+            }
+        };
         drop(link);
         if let Some(sender) = sender {
             // A call that went away drops its receiver: the answer has nobody to go to.
@@ -235,6 +291,16 @@ impl Call {
     /// Tell the helper the caller took `bytes` of this command's output: it may send that much
     /// more.
     async fn acknowledge(&self, bytes: usize) {
+        // Room for the helper to send more is made before it is told so.
+        if let Some(pending) = self
+            .link
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(&self.id)
+        {
+            pending.unacknowledged = pending.unacknowledged.saturating_sub(bytes as u64);
+        }
         let Ok(header) = serde_json::to_vec(&Envelope {
             id: 0,
             body: Request::Ack {
@@ -1055,6 +1121,49 @@ impl SearchOperations for HelperClient {
             other => Err(SearchError::Backend {
                 reason: unexpected("find", &other).to_string(),
             }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending() -> (Pending, mpsc::UnboundedReceiver<Answer>) {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        (Pending::new(sender), receiver)
+    }
+
+    #[test]
+    fn output_is_admitted_within_the_acknowledged_window_only() {
+        let (mut call, _answers) = pending();
+        let window = usize::try_from(OUTPUT_WINDOW).unwrap();
+        assert_eq!(call.admit(&Response::Output, window - 1), Ok(()));
+        // An empty piece counts as one byte: the window is full now.
+        assert_eq!(call.admit(&Response::Output, 0), Ok(()));
+        assert_eq!(
+            call.admit(&Response::Output, 1),
+            Err(format!(
+                "it sent {} bytes of a command's output the client had not acknowledged, more \
+                 than the window of {OUTPUT_WINDOW}",
+                OUTPUT_WINDOW + 1
+            ))
+        );
+        // What the caller took and acknowledged makes room again.
+        call.unacknowledged -= 10;
+        assert_eq!(call.admit(&Response::Output, 10), Ok(()));
+    }
+
+    #[test]
+    fn nothing_is_admitted_after_the_last_answer() {
+        let (mut call, _answers) = pending();
+        assert_eq!(call.admit(&Response::Output, 5), Ok(()));
+        assert_eq!(call.admit(&Response::Ok, 0), Ok(()));
+        for late in [Response::Ok, Response::Output, Response::Bytes] {
+            assert_eq!(
+                call.admit(&late, 1),
+                Err("it answered one request twice".to_owned())
+            );
         }
     }
 }
