@@ -443,3 +443,24 @@ impl SearchOperations for HelperOps {
         client.find(request, cancel).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_explicit_helper_path_wins_and_a_missing_one_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let program = dir.path().join(HELPER_NAME);
+        std::fs::write(&program, b"").expect("write");
+        assert_eq!(locate_helper(Some(&program)).expect("found"), program);
+        let missing = dir.path().join("nowhere");
+        match locate_helper(Some(&missing)) {
+            Err(HelperError::NotFound { looked }) => assert_eq!(looked.first(), Some(&missing)),
+            // CORDON_HELPER or a helper beside the test binary may exist; the explicit path
+            // was still looked at first and skipped.
+            Ok(found) => assert_ne!(found, missing),
+            Err(other) => panic!("unexpected error: {other}"),
+        }
+    }
+}
