@@ -1439,6 +1439,74 @@ fn hello_origin() -> u16 {
     port
 }
 
+/// The same on the docker backend: the container has no network; the proxy in the `cordon`
+/// process is reached through `cordon-helper forward` (found beside `cordon`), and the host's
+/// loopback servers are the destinations.
+#[test]
+fn docker_exec_in_filtered_mode_goes_through_the_proxy_and_names_what_it_refused() {
+    if std::env::var("CORDON_SKIP_DOCKER").as_deref() == Ok("1") {
+        eprintln!("skipped: CORDON_SKIP_DOCKER=1");
+        return;
+    }
+    let docker_host = cordon_tests::infra::docker_host()
+        .unwrap_or_else(|reason| panic!("no Docker engine for the docker backend: {reason}"));
+    let helper = Path::new(BIN).with_file_name("cordon-helper");
+    assert!(
+        helper.is_file(),
+        "{} is missing: build it with `cargo build -p cordon-helper`",
+        helper.display()
+    );
+    let ws = Ws::new();
+    let allowed = hello_origin();
+    let refused = hello_origin();
+    let policy = ws.path("policy.toml");
+    std::fs::write(
+        &policy,
+        format!("version = 1\n[network]\nallow = [\"127.0.0.1/32:{allowed}\"]\n"),
+    )
+    .expect("write policy");
+    let policy = policy.to_string_lossy().into_owned();
+    // The image has python3, not curl; loopback is in NO_PROXY, so it is emptied here.
+    let fetch = |port: u16| {
+        format!(
+            "NO_PROXY= no_proxy= python3 -c \"import urllib.request, urllib.error\ntry:\n    \
+             print(urllib.request.urlopen('http://127.0.0.1:{port}/').read().decode())\nexcept \
+             urllib.error.HTTPError as e:\n    print(e.code)\""
+        )
+    };
+    let command = format!("{}; {}", fetch(allowed), fetch(refused));
+    let args = serde_json::to_string(&json!({ "command": command })).expect("json");
+    let child = Command::new(BIN)
+        .args(["exec", "bash", &args, "--json", "--policy", &policy])
+        .args(["--backend", "docker", "--root", &ws.root])
+        .env("DOCKER_HOST", &docker_host)
+        .current_dir(ws.path(""))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("failed to start cordon");
+    let bash = finish(child);
+    let lines = bash.json_lines();
+    let result = &lines[0];
+    let text = result["content"][0]["text"].as_str().expect("text");
+    assert!(text.starts_with("hello\n403\n"), "{bash:#?}");
+    assert!(
+        text.contains(&format!(
+            "- 127.0.0.1:{refused}: no entry allows 127.0.0.1:{refused}; to allow it, the \
+             operator can add \"127.0.0.1:{refused}\" to `[network] allow` in {policy}"
+        )),
+        "{bash:#?}"
+    );
+    let egress = result["details"]["egress"]
+        .as_array()
+        .expect("details.egress");
+    assert_eq!(egress.len(), 2, "{bash:#?}");
+    assert_eq!(egress[0]["outcome"], "allowed");
+    assert_eq!(egress[0]["source"], format!("{policy}:3"));
+    assert_eq!(egress[1]["outcome"], "denied");
+}
+
 #[test]
 fn exec_in_filtered_mode_goes_through_the_proxy_and_names_what_it_refused() {
     let ws = Ws::new();

@@ -75,6 +75,28 @@ fn doctor_reports_every_item_and_exits_zero_on_a_capable_host() {
             .any(|line| line.starts_with("ssh: known_hosts: ")),
         "{text}"
     );
+    // Whether filtered network mode can run on docker: this build's helper beside `cordon`
+    // when `cargo build -p cordon-helper` made it, else the reason it is missing.
+    let beside = Path::new(env!("CARGO_BIN_EXE_cordon"))
+        .with_file_name("cordon-helper")
+        .is_file();
+    let filtered = lines
+        .iter()
+        .find(|line| line.starts_with("docker: filtered network: "))
+        .unwrap_or_else(|| panic!("no filtered network line in:\n{text}"));
+    if beside {
+        assert!(
+            filtered.starts_with("docker: filtered network: ok (")
+                && filtered.contains("cordon-helper forwards the egress proxy"),
+            "{text}"
+        );
+    } else {
+        assert!(
+            filtered.starts_with("docker: filtered network: missing (")
+                && filtered.contains("are refused on this backend"),
+            "{text}"
+        );
+    }
     assert!(
         lines
             .iter()

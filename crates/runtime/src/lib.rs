@@ -34,6 +34,9 @@ mod session;
 
 pub use approval::{Approval, ApprovalRequest, Approver, escape_for_question};
 pub use audit::{AuditLog, head_file_path};
+/// The `cordon-helper` the Docker backend's filtered network mode would mount, for reports.
+#[cfg(feature = "docker")]
+pub use cordon_backend_docker::choose_helper as docker_egress_helper;
 /// How the Docker engine is reached (`DOCKER_HOST`, TLS), for reports such as `cordon doctor`.
 #[cfg(feature = "docker")]
 pub use cordon_backend_docker::client::Engine as DockerEngine;

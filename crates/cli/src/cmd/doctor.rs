@@ -383,6 +383,62 @@ fn engine_tls(report: &mut Report) {
 #[cfg(not(feature = "docker"))]
 fn engine_tls(_report: &mut Report) {}
 
+/// Whether filtered network mode (`[network] allow`) can run: a `cordon-helper` for this
+/// machine's architecture that runs here (the engine is assumed local: filtered mode needs
+/// bind mode). Not a blocker: only policies with an allow list need it.
+#[cfg(feature = "docker")]
+fn docker_filtered(report: &mut Report) {
+    let item = "filtered network";
+    let helper = match cordon_runtime::docker_egress_helper(None, std::env::consts::ARCH) {
+        Ok(path) => path,
+        Err(reason) => {
+            report.line(
+                item,
+                Status::Missing,
+                format!("{reason}; policies with `[network] allow` are refused on this backend"),
+            );
+            return;
+        }
+    };
+    match std::process::Command::new(&helper)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(out) if out.status.success() => report.line(
+            item,
+            Status::Ok,
+            format!(
+                "{} forwards the egress proxy into containers (the image must be able to run \
+                 it: a glibc build needs a glibc image such as cordon-sandbox)",
+                helper.display()
+            ),
+        ),
+        Ok(out) => report.line(
+            item,
+            Status::Missing,
+            format!(
+                "{} --version failed ({}); policies with `[network] allow` are refused on \
+                 this backend",
+                helper.display(),
+                out.status
+            ),
+        ),
+        Err(error) => report.line(
+            item,
+            Status::Missing,
+            format!(
+                "failed to run {}: {error}; policies with `[network] allow` are refused on \
+                 this backend",
+                helper.display()
+            ),
+        ),
+    }
+}
+
+#[cfg(not(feature = "docker"))]
+fn docker_filtered(_report: &mut Report) {}
+
 async fn check_docker(selected: bool, common: &CommonArgs, settings: &Settings) -> Report {
     let mut report = Report::new();
     let host =
@@ -390,6 +446,7 @@ async fn check_docker(selected: bool, common: &CommonArgs, settings: &Settings) 
     report.line("engine", Status::Info, format!("DOCKER_HOST={host}"));
     engine_tls(&mut report);
     report.line("image", Status::Info, settings.image.clone());
+    docker_filtered(&mut report);
     if !selected {
         report.line(
             "session",
