@@ -21,8 +21,8 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation, U
 use cordon_ops::bounds::MAX_COMMAND_CHARS;
 use cordon_ops::denial::{self, DenialLayout, Evidence};
 use cordon_ops::{
-    BashOperations, ExecError, ExecOutcome, ExecRequest, ExitStatus, FileOperations, Termination,
-    ToolKind,
+    BashOperations, EgressOutcome, EgressRecord, ExecError, ExecOutcome, ExecRequest, ExitStatus,
+    FileOperations, Termination, ToolKind,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -39,7 +39,8 @@ use crate::truncate::{DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Limits};
 pub const UPDATE_THROTTLE: Duration = Duration::from_millis(100);
 
 /// Most egress proxy records of one command kept in the result's `details.egress` (for the
-/// audit log); the rest are counted in `details.egressOmitted`.
+/// audit log); the rest are counted in `details.egressOmitted`. Which ones: see
+/// [`kept_egress`].
 pub const MAX_EGRESS_DETAILS: usize = 256;
 /// Output chunks in flight between the backend and the tool; awaiting a full channel is the
 /// back-pressure that keeps memory bounded.
@@ -607,10 +608,10 @@ fn build_result(
     if let Ok(ExecOutcome { egress, .. }) = &outcome
         && !egress.is_empty()
     {
-        let kept = &egress[..egress.len().min(MAX_EGRESS_DETAILS)];
+        let kept = kept_egress(egress);
         details.insert(
             "egress".into(),
-            serde_json::to_value(kept).unwrap_or(Value::Null),
+            serde_json::to_value(&kept).unwrap_or(Value::Null),
         );
         if egress.len() > kept.len() {
             details.insert("egressOmitted".into(), json!(egress.len() - kept.len()));
@@ -637,6 +638,39 @@ fn build_result(
         is_error,
         terminate: false,
     }
+}
+
+/// The records `details.egress` keeps, in the order the attempts ended: all of them up to
+/// [`MAX_EGRESS_DETAILS`]; beyond, each destination's first attempt (allowed ones before
+/// refused ones before failed ones), then repeats in the same order. A command that floods
+/// the proxy with garbage or with one allowed destination cannot push another destination it
+/// reached (or tried) out of the audit log; only a flood of distinct destinations fills it.
+fn kept_egress(egress: &[EgressRecord]) -> Vec<&EgressRecord> {
+    if egress.len() <= MAX_EGRESS_DETAILS {
+        return egress.iter().collect();
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut ranked: Vec<(u8, usize)> = egress
+        .iter()
+        .enumerate()
+        .map(|(index, record)| {
+            let outcome: u8 = match record.outcome {
+                EgressOutcome::Allowed => 0,
+                EgressOutcome::Denied => 1,
+                EgressOutcome::Failed => 2,
+            };
+            let first = seen.insert((record.host.as_str(), record.port, outcome));
+            (if first { outcome } else { 3 + outcome }, index)
+        })
+        .collect();
+    ranked.sort_unstable();
+    let mut kept: Vec<usize> = ranked
+        .into_iter()
+        .take(MAX_EGRESS_DETAILS)
+        .map(|(_, index)| index)
+        .collect();
+    kept.sort_unstable();
+    kept.into_iter().map(|index| &egress[index]).collect()
 }
 
 #[cfg(test)]
@@ -1174,6 +1208,54 @@ mod tests {
             .call(json!({"command": "cargo fetch"}))
             .await;
         assert_eq!(text(&result), "(no output)");
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_attempts_does_not_push_other_destinations_out_of_the_details() {
+        use cordon_ops::EgressOutcome::{Allowed, Denied, Failed};
+        // Garbage and repeats first, the connections that matter last.
+        let mut records: Vec<_> = (0..MAX_EGRESS_DETAILS)
+            .map(|_| egress_record("", Failed))
+            .collect();
+        records.extend((0..MAX_EGRESS_DETAILS).map(|_| egress_record("crates.test", Allowed)));
+        records.extend((0..10).map(|i| egress_record(&format!("h{i}.test"), Denied)));
+        records.push(egress_record("paste.test", Allowed));
+        records.push(egress_record("evil.test", Denied));
+        let total = records.len();
+        let bash = ScriptedBash::new(
+            vec![],
+            Ok(ExecOutcome {
+                status: Some(ExitStatus::Code(0)),
+                termination: Termination::Exited,
+                notes: vec![],
+                egress: records,
+            }),
+        );
+        let result = Harness::new(bash).call(json!({"command": "x"})).await;
+        let details = result.details.clone().expect("details");
+        let kept = details["egress"].as_array().expect("egress");
+        assert_eq!(kept.len(), MAX_EGRESS_DETAILS);
+        assert_eq!(details["egressOmitted"], total - MAX_EGRESS_DETAILS);
+        let hosts: Vec<(&str, &str)> = kept
+            .iter()
+            .map(|r| {
+                (
+                    r["host"].as_str().expect("host"),
+                    r["outcome"].as_str().expect("outcome"),
+                )
+            })
+            .collect();
+        // Each destination once (allowed, then refused, then failed), then repeats, in the
+        // order the attempts ended.
+        let mut expected = vec![("", "failed"), ("crates.test", "allowed")];
+        expected.extend(
+            (MAX_EGRESS_DETAILS..MAX_EGRESS_DETAILS * 2 - 14).map(|_| ("crates.test", "allowed")),
+        );
+        let denied: Vec<String> = (0..10).map(|i| format!("h{i}.test")).collect();
+        expected.extend(denied.iter().map(|h| (h.as_str(), "denied")));
+        expected.push(("paste.test", "allowed"));
+        expected.push(("evil.test", "denied"));
+        assert_eq!(hosts, expected);
     }
 
     #[tokio::test]
