@@ -171,6 +171,19 @@ impl HelperOps {
                 found: fresh.client.root().to_path_buf(),
             });
         }
+        let weaker: Vec<&str> = fresh
+            .client
+            .missing_layers()
+            .iter()
+            .filter(|layer| !self.missing_layers.contains(layer))
+            .map(String::as_str)
+            .collect();
+        if !weaker.is_empty() {
+            tracing::warn!(backend = %self.id, missing = ?weaker, "helper: refused a new helper with a weaker sandbox");
+            return Err(HelperError::SandboxWeakened {
+                missing: weaker.join("; "),
+            });
+        }
         let client = Arc::clone(&fresh.client);
         *live = Some(fresh);
         Ok(client)

@@ -64,4 +64,13 @@ pub enum HelperError {
         /// What the new helper reported.
         found: PathBuf,
     },
+    /// A new helper's sandbox lacks layers the session's first helper had (another kernel, a
+    /// host out of user namespaces): the session's reported layers would understate it.
+    #[error(
+        "failed to restart the helper: its sandbox lacks what the session started with ({missing}); start a new session to run without it"
+    )]
+    SandboxWeakened {
+        /// The layers the new helper misses, joined.
+        missing: String,
+    },
 }
