@@ -11,6 +11,15 @@ use cordon_tests::procs::{assert_gone, sleep_marker, wait_for_processes};
 use cordon_tests::{Harness, Workspace, WorkspaceOptions};
 use serde_json::{Value, json};
 
+/// `builtin:default.toml:LINE` of `max_timeout` in the default policy, as shipped.
+fn max_timeout_line() -> String {
+    let line = include_str!("../../../policies/default.toml")
+        .lines()
+        .position(|line| line.starts_with("max_timeout"))
+        .expect("the default policy sets max_timeout");
+    format!("builtin:default.toml:{}", line + 1)
+}
+
 pub async fn merged_output_and_structured_content(h: Arc<dyn Harness>) {
     let ws = Workspace::open(&h).await;
     let run = ws
@@ -125,10 +134,11 @@ pub async fn timeout_kills_process_tree(h: Arc<dyn Harness>) {
     // The note explaining the timeout comes from the sandbox, which SSH runs without.
     let note = match ws.backend_name() {
         "ssh" => String::new(),
-        _ => "\n\nSandbox: the command was stopped at the timeout of 5 s it was given. Pass a \
-              larger `timeout` (at most 1800 s, `[limits] max_timeout` \
-              (builtin:default.toml:91))."
-            .to_owned(),
+        _ => format!(
+            "\n\nSandbox: the command was stopped at the timeout of 5 s it was given. Pass a \
+             larger `timeout` (at most 1800 s, `[limits] max_timeout` ({})).",
+            max_timeout_line()
+        ),
     };
     run.assert_error(&format!(
         "before\n\n\nCommand timed out after 5 seconds{note}"
