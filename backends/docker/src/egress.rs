@@ -187,11 +187,13 @@ impl Forwarder {
     async fn runs(&self, docker: &Docker) -> bool {
         match tokio::time::timeout(ENGINE_TIMEOUT, docker.inspect_exec(&self.exec)).await {
             Ok(Ok(inspect)) => inspect.running == Some(true),
+            // The engine did not answer: a second forwarder could not bind the port anyway,
+            // and the command itself needs the engine; the stream's flag decides.
             Ok(Err(error)) => {
                 tracing::debug!(%error, "docker: failed to inspect the egress forwarder");
-                false
+                self.alive.load(Ordering::SeqCst)
             }
-            Err(_) => false,
+            Err(_) => self.alive.load(Ordering::SeqCst),
         }
     }
 }

@@ -72,14 +72,23 @@ async fn filtered_session(
     let mut config = support::config(host, root);
     config.image = image.to_owned();
     config.spec.network = NetworkMode::Filtered;
-    config.spec.egress.allow = vec![format!("allowed.test:{port}"), format!("127.0.0.1:{port}")];
+    config.spec.egress.allow = vec![
+        format!("allowed.test:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("rebound.test:{port}"),
+    ];
     config.spec.sources.file = "policy.toml".to_owned();
-    config.spec.sources.egress_allow = vec![4, 5];
+    config.spec.sources.egress_allow = vec![4, 5, 6];
     config.helper = Some(helper());
     let loopback = vec![IpAddr::V4(Ipv4Addr::LOCALHOST)];
     config.egress_resolver = Some(EgressResolver(Arc::new(StaticResolver::new([
         ("allowed.test", loopback.clone()),
         ("denied.test", loopback),
+        // Allowed by name, resolving to a loopback address no IP entry allows.
+        (
+            "rebound.test",
+            vec![IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))],
+        ),
     ]))));
     DockerBackend::start(config).await
 }
@@ -195,6 +204,24 @@ async fn commands_reach_allowed_hosts_through_the_proxy_and_nothing_else() {
         .expect("a refused destination gets a note");
     assert!(note.contains(&format!("denied.test:{port}")), "{note}");
 
+    // An allowed name that resolves to a loopback address no IP entry allows (DNS
+    // rebinding) is refused at that address.
+    let ran = run(
+        &backend,
+        &format!(
+            "python3 -c \"\nimport urllib.request, urllib.error\ntry:\n    urllib.request.urlopen('http://rebound.test:{port}/')\nexcept urllib.error.HTTPError as e:\n    print(e.code)\n\""
+        ),
+    )
+    .await;
+    assert!(ran.output.contains("403"), "{}", ran.output);
+    let record = only(&ran.outcome.egress);
+    assert_eq!(record.outcome, EgressOutcome::Denied);
+    assert_eq!(
+        record.address.map(|a| a.ip()),
+        Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))),
+        "{record:?}"
+    );
+
     // Direct sockets lead nowhere: the container has loopback only. Not to the host's own
     // addresses (the bridge gateway, the host's loopback from inside is the container's), not
     // to the allowed destination without the proxy, not over UDP, and no name resolves.
@@ -238,7 +265,7 @@ async fn commands_reach_allowed_hosts_through_the_proxy_and_nothing_else() {
 fn support_sources() -> cordon_core::sandbox::SpecSources {
     cordon_core::sandbox::SpecSources {
         file: "policy.toml".to_owned(),
-        egress_allow: vec![4, 5],
+        egress_allow: vec![4, 5, 6],
         ..Default::default()
     }
 }
