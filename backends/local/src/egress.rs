@@ -19,7 +19,7 @@ use cordon_core::sandbox::SandboxSpec;
 use cordon_egress::proxy::{
     ConnectionEvent, EventSink, Limits, Proxy, ProxyConfig, Resolver, SystemResolver,
 };
-use cordon_ops::{EgressOutcome, EgressProtocol, EgressRecord};
+use cordon_ops::{EgressLog, EgressOutcome, EgressProtocol, EgressRecord};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -105,8 +105,7 @@ impl Egress {
             events,
             connections: JoinSet::new(),
             stop: CancellationToken::new(),
-            records: Vec::new(),
-            unrecorded: 0,
+            records: EgressLog::new(MAX_RECORDS),
         })
     }
 }
@@ -121,8 +120,7 @@ pub(crate) struct CommandEgress {
     events: mpsc::Receiver<ConnectionEvent>,
     connections: JoinSet<()>,
     stop: CancellationToken,
-    records: Vec<EgressRecord>,
-    unrecorded: usize,
+    records: EgressLog,
 }
 
 impl CommandEgress {
@@ -156,11 +154,7 @@ impl CommandEgress {
     }
 
     fn record(&mut self, event: &ConnectionEvent) {
-        if self.records.len() < MAX_RECORDS {
-            self.records.push(EgressRecord::from(event));
-        } else {
-            self.unrecorded += 1;
-        }
+        self.records.push(EgressRecord::from(event));
     }
 
     /// After the command ended: let its connections finish (cutting those still open after
@@ -201,16 +195,13 @@ impl CommandEgress {
             );
         }
         for _ in 0..unaccepted {
-            if self.records.len() < MAX_RECORDS {
-                self.records.push(unaccepted_record());
-            } else {
-                self.unrecorded += 1;
-            }
+            self.records.push(unaccepted_record());
         }
-        if self.unrecorded > 0 {
+        let unrecorded = self.records.omitted();
+        if unrecorded > 0 {
             tracing::warn!(
-                recorded = self.records.len(),
-                unrecorded = self.unrecorded,
+                recorded = MAX_RECORDS,
+                unrecorded,
                 "local egress: the command made more connection attempts than are recorded"
             );
         }
@@ -218,7 +209,7 @@ impl CommandEgress {
         if dropped > 0 {
             tracing::warn!(dropped, "local egress: events dropped for this command");
         }
-        self.records
+        self.records.into_records()
     }
 }
 

@@ -162,6 +162,90 @@ impl From<&ConnectionEvent> for EgressRecord {
     }
 }
 
+/// A command's attempts, at most a given number, in the order they ended. When more arrive
+/// than it holds it keeps each destination's first attempt (allowed before refused before
+/// failed) before any repeat, and earlier before later among equals: a command flooding the
+/// proxy with garbage, or with one allowed destination, cannot push another destination it
+/// reached (or tried) out of the record. Only a flood of distinct destinations fills it.
+#[derive(Debug)]
+pub struct EgressLog {
+    max: usize,
+    /// `(rank, arrival, record)`; a lower rank is kept first.
+    kept: Vec<(u8, u64, EgressRecord)>,
+    /// Destinations seen so far, at most [`EgressLog::MAX_SEEN`].
+    seen: std::collections::HashSet<(String, u16, u8)>,
+    arrived: u64,
+    omitted: u64,
+}
+
+impl EgressLog {
+    /// Most distinct destinations remembered to tell a first attempt from a repeat; beyond,
+    /// an attempt to a destination not remembered counts as a first one.
+    pub const MAX_SEEN: usize = 8192;
+
+    /// An empty log keeping at most `max` records.
+    pub fn new(max: usize) -> Self {
+        EgressLog {
+            max,
+            kept: Vec::new(),
+            seen: std::collections::HashSet::new(),
+            arrived: 0,
+            omitted: 0,
+        }
+    }
+
+    /// Adds one attempt (possibly in place of a kept one that matters less).
+    pub fn push(&mut self, record: EgressRecord) {
+        let outcome: u8 = match record.outcome {
+            EgressOutcome::Allowed => 0,
+            EgressOutcome::Denied => 1,
+            EgressOutcome::Failed => 2,
+        };
+        let key = (record.host.clone(), record.port, outcome);
+        let first = if self.seen.contains(&key) {
+            false
+        } else {
+            if self.seen.len() < Self::MAX_SEEN {
+                self.seen.insert(key);
+            }
+            true
+        };
+        let rank = if first { outcome } else { 3 + outcome };
+        let arrival = self.arrived;
+        self.arrived += 1;
+        if self.kept.len() < self.max {
+            self.kept.push((rank, arrival, record));
+            return;
+        }
+        self.omitted += 1;
+        // The kept record that matters least: the highest rank, the latest among those.
+        let worst = self
+            .kept
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, (rank, arrival, _))| (*rank, *arrival))
+            .map(|(index, (rank, _, _))| (index, *rank));
+        if let Some((index, worst_rank)) = worst
+            && worst_rank > rank
+        {
+            self.kept.remove(index);
+            self.kept.push((rank, arrival, record));
+        }
+    }
+
+    /// How many attempts were left out.
+    pub fn omitted(&self) -> u64 {
+        self.omitted
+    }
+
+    /// The kept records in the order they ended.
+    pub fn into_records(self) -> Vec<EgressRecord> {
+        let mut kept = self.kept;
+        kept.sort_by_key(|(_, arrival, _)| *arrival);
+        kept.into_iter().map(|(_, _, record)| record).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -188,6 +272,51 @@ mod tests {
             bytes_down: 40_960,
             duration: Duration::from_micros(12_345),
         }
+    }
+
+    fn attempt(host: &str, outcome: EgressOutcome) -> EgressRecord {
+        EgressRecord {
+            host: host.to_owned(),
+            outcome,
+            ..EgressRecord::from(&event())
+        }
+    }
+
+    #[test]
+    fn a_full_log_keeps_each_destination_before_repeats() {
+        use EgressOutcome::{Allowed, Denied, Failed};
+        let mut log = EgressLog::new(4);
+        for _ in 0..3 {
+            log.push(attempt("", Failed));
+        }
+        log.push(attempt("a.test", Allowed));
+        log.push(attempt("a.test", Allowed));
+        log.push(attempt("b.test", Denied));
+        log.push(attempt("c.test", Allowed));
+        log.push(attempt("a.test", Allowed));
+        log.push(attempt("d.test", Failed));
+        assert_eq!(log.omitted(), 5);
+        let kept: Vec<(String, EgressOutcome)> = log
+            .into_records()
+            .into_iter()
+            .map(|record| (record.host, record.outcome))
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                (String::new(), Failed),
+                ("a.test".to_owned(), Allowed),
+                ("b.test".to_owned(), Denied),
+                ("c.test".to_owned(), Allowed),
+            ]
+        );
+
+        // Under the bound, everything in order.
+        let mut log = EgressLog::new(4);
+        log.push(attempt("a.test", Allowed));
+        log.push(attempt("a.test", Allowed));
+        assert_eq!(log.omitted(), 0);
+        assert_eq!(log.into_records().len(), 2);
     }
 
     #[test]

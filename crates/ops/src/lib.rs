@@ -31,5 +31,7 @@ pub use backend::{
     GrepOutput, GrepRequest, SearchError, SearchOperations, ShutdownError, SpillWriter,
     Termination,
 };
-pub use egress::{EgressOutcome, EgressProtocol, EgressRecord, egress_entry_specs, egress_rules};
+pub use egress::{
+    EgressLog, EgressOutcome, EgressProtocol, EgressRecord, egress_entry_specs, egress_rules,
+};
 pub use tool::{Op, PathArg, ToolKind, paths_of};

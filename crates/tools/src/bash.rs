@@ -21,7 +21,7 @@ use cordon_core::tool::{AgentTool, AgentToolResult, ToolError, ToolInvocation, U
 use cordon_ops::bounds::MAX_COMMAND_CHARS;
 use cordon_ops::denial::{self, DenialLayout, Evidence};
 use cordon_ops::{
-    BashOperations, EgressOutcome, EgressRecord, ExecError, ExecOutcome, ExecRequest, ExitStatus,
+    BashOperations, EgressLog, EgressRecord, ExecError, ExecOutcome, ExecRequest, ExitStatus,
     FileOperations, Termination, ToolKind,
 };
 use serde::Deserialize;
@@ -39,8 +39,8 @@ use crate::truncate::{DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Limits};
 pub const UPDATE_THROTTLE: Duration = Duration::from_millis(100);
 
 /// Most egress proxy records of one command kept in the result's `details.egress` (for the
-/// audit log); the rest are counted in `details.egressOmitted`. Which ones: see
-/// [`kept_egress`].
+/// audit log); the rest are counted in `details.egressOmitted`. Which ones are kept: each
+/// destination's first attempt before repeats ([`EgressLog`]).
 pub const MAX_EGRESS_DETAILS: usize = 256;
 /// Output chunks in flight between the backend and the tool; awaiting a full channel is the
 /// back-pressure that keeps memory bounded.
@@ -641,36 +641,15 @@ fn build_result(
 }
 
 /// The records `details.egress` keeps, in the order the attempts ended: all of them up to
-/// [`MAX_EGRESS_DETAILS`]; beyond, each destination's first attempt (allowed ones before
-/// refused ones before failed ones), then repeats in the same order. A command that floods
-/// the proxy with garbage or with one allowed destination cannot push another destination it
-/// reached (or tried) out of the audit log; only a flood of distinct destinations fills it.
-fn kept_egress(egress: &[EgressRecord]) -> Vec<&EgressRecord> {
-    if egress.len() <= MAX_EGRESS_DETAILS {
-        return egress.iter().collect();
+/// [`MAX_EGRESS_DETAILS`]; beyond, each destination's first attempt before repeats
+/// ([`EgressLog`]), so a flood of garbage or of one destination cannot push another
+/// destination out of the audit log.
+fn kept_egress(egress: &[EgressRecord]) -> Vec<EgressRecord> {
+    let mut log = EgressLog::new(MAX_EGRESS_DETAILS);
+    for record in egress {
+        log.push(record.clone());
     }
-    let mut seen = std::collections::HashSet::new();
-    let mut ranked: Vec<(u8, usize)> = egress
-        .iter()
-        .enumerate()
-        .map(|(index, record)| {
-            let outcome: u8 = match record.outcome {
-                EgressOutcome::Allowed => 0,
-                EgressOutcome::Denied => 1,
-                EgressOutcome::Failed => 2,
-            };
-            let first = seen.insert((record.host.as_str(), record.port, outcome));
-            (if first { outcome } else { 3 + outcome }, index)
-        })
-        .collect();
-    ranked.sort_unstable();
-    let mut kept: Vec<usize> = ranked
-        .into_iter()
-        .take(MAX_EGRESS_DETAILS)
-        .map(|(_, index)| index)
-        .collect();
-    kept.sort_unstable();
-    kept.into_iter().map(|index| &egress[index]).collect()
+    log.into_records()
 }
 
 #[cfg(test)]
