@@ -426,3 +426,126 @@ async fn configurations_that_cannot_run_filtered_mode_are_refused_with_the_reaso
         )
     );
 }
+
+/// A bare repository with one commit, served over git's dumb HTTP protocol by `python3 -m
+/// http.server` on the host's loopback: `(server, port, directory)`.
+async fn git_server() -> (tokio::process::Child, u16, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let git = |args: &[&str], cwd: &std::path::Path| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(cwd)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .output()
+            .expect("run git (these tests need it on the host)");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir");
+    git(&["init", "-q", "-b", "main"], &work);
+    std::fs::write(work.join("README"), "fetched through the proxy\n").expect("write");
+    git(&["add", "README"], &work);
+    git(&["commit", "-q", "-m", "one"], &work);
+    git(&["clone", "-q", "--bare", "work", "repo.git"], dir.path());
+    git(&["update-server-info"], &dir.path().join("repo.git"));
+    let mut server = tokio::process::Command::new("python3")
+        .args([
+            "-u",
+            "-m",
+            "http.server",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+        ])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start python3 -m http.server (these tests need python3 on the host)");
+    let stdout = server.stdout.take().expect("stdout");
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let line = lines
+        .next_line()
+        .await
+        .expect("read the server's first line")
+        .expect("the server says where it listens");
+    // "Serving HTTP on 127.0.0.1 port 41234 (http://127.0.0.1:41234/) ..."
+    let port = line
+        .split(" port ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {line:?}"));
+    (server, port, dir)
+}
+
+/// A real client: `git clone` over HTTP through the proxy environment, from an allowed name;
+/// the same repository under a name no entry allows fails with the proxy's 403.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_clones_over_http_from_an_allowed_host_only() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let (_server, port, _repo) = git_server().await;
+    let backend = filtered_session(&host, ws.path(), port, support::DEBIAN)
+        .await
+        .expect("a filtered session starts");
+    let ran = run(
+        &backend,
+        &format!(
+            "cd /tmp && git clone -q http://allowed.test:{port}/repo.git c 2>&1 && cat c/README"
+        ),
+    )
+    .await;
+    assert_eq!(
+        ran.outcome.status.map(|s| s.code()),
+        Some(0),
+        "{}",
+        ran.output
+    );
+    assert!(
+        ran.output.contains("fetched through the proxy"),
+        "{}",
+        ran.output
+    );
+    assert!(!ran.outcome.egress.is_empty());
+    assert!(
+        ran.outcome
+            .egress
+            .iter()
+            .all(|r| r.outcome == EgressOutcome::Allowed && r.host == "allowed.test"),
+        "{:?}",
+        ran.outcome.egress
+    );
+
+    let ran = run(
+        &backend,
+        &format!("cd /tmp && git clone -q http://denied.test:{port}/repo.git d 2>&1"),
+    )
+    .await;
+    assert_ne!(
+        ran.outcome.status.map(|s| s.code()),
+        Some(0),
+        "{}",
+        ran.output
+    );
+    assert!(ran.output.contains("403"), "{}", ran.output);
+    assert!(
+        ran.outcome
+            .egress
+            .iter()
+            .any(|r| r.outcome == EgressOutcome::Denied
+                && r.suggestion.as_deref() == Some(&format!("denied.test:{port}"))),
+        "{:?}",
+        ran.outcome.egress
+    );
+    backend.stop().await.expect("stop");
+}
