@@ -115,7 +115,6 @@ pub(crate) fn layer_of(error: &SandboxError) -> &'static str {
         SandboxError::LandlockRuleset { .. } | SandboxError::LandlockRule { .. } => {
             Layer::LandlockFilesystem.name()
         }
-        SandboxError::LandlockNetRule { .. } => Layer::LandlockNetwork.name(),
         SandboxError::EgressListener { .. } => Layer::NetworkNamespace.name(),
         SandboxError::SeccompBuild { .. } => Layer::Seccomp.name(),
         SandboxError::RelativePath { .. }

@@ -67,12 +67,12 @@ pub enum NetworkAccess {
     Off,
     /// The host's network (no vsock, no `io_uring`).
     On,
-    /// A private network namespace holding only the loopback interface: the one place a
-    /// command can connect to is `127.0.0.1:`[`EGRESS_PORT`], where the sandbox's init listens
-    /// and hands the listening socket to this process (`SandboxedChild::egress_listener`); the
-    /// caller serves it (an egress proxy). IP sockets may be created (nothing but loopback
-    /// exists), netlink, packet, vsock and `io_uring` stay denied, Landlock (ABI >= 4) allows
-    /// TCP connect to that port only and no bind.
+    /// A private network namespace holding only the loopback interface: the one way off it is
+    /// `127.0.0.1:`[`EGRESS_PORT`], where the sandbox's init listens and hands the listening
+    /// socket to this process (`SandboxedChild::egress_listener`); the caller serves it (an
+    /// egress proxy). IP sockets may be created, bound and connected inside the namespace
+    /// (a command's own loopback servers work; nothing but loopback exists), netlink, packet,
+    /// vsock and `io_uring` stay denied.
     Filtered,
 }
 
@@ -175,9 +175,9 @@ pub enum Layer {
     LandlockFilesystem,
     /// Landlock control of device ioctls (ABI >= 5). Used when available.
     LandlockIoctl,
-    /// Landlock TCP bind/connect denial with the network off, and connect to the egress port
-    /// only with the network filtered (ABI >= 4). Used when available; seccomp already denies
-    /// every IP socket with the network off, and only loopback exists when filtered.
+    /// Landlock TCP bind/connect denial with the network off (ABI >= 4). Used when
+    /// available; seccomp already denies every IP socket with the network off. Not used with
+    /// the network filtered: its private namespace is the boundary.
     LandlockNetwork,
     /// Landlock scoping of signals and abstract Unix sockets to the sandbox (ABI >= 6).
     /// Used when available; the PID namespace and seccomp cover most of it.
@@ -390,10 +390,10 @@ impl SandboxConfig {
                         NetworkAccess::Off | NetworkAccess::Filtered => Requirement::Optional,
                     }),
                     // Off: seccomp already denies every IP socket. Filtered: only loopback
-                    // exists; Landlock narrows it to the egress port.
+                    // exists, and the egress listener is the one way off it.
                     Layer::LandlockNetwork => match self.network {
-                        NetworkAccess::Off | NetworkAccess::Filtered => Some(Requirement::Optional),
-                        NetworkAccess::On => None,
+                        NetworkAccess::Off => Some(Requirement::Optional),
+                        NetworkAccess::Filtered | NetworkAccess::On => None,
                     },
                     Layer::NetworkNamespace => match self.network {
                         NetworkAccess::Filtered => Some(Requirement::Required),
@@ -591,7 +591,13 @@ mod tests {
         };
         let requirements = filtered.layer_requirements(&full());
         assert!(requirements.contains(&(Layer::NetworkNamespace, Requirement::Required)));
-        assert!(requirements.contains(&(Layer::LandlockNetwork, Requirement::Optional)));
+        // The namespace is the boundary; Landlock's TCP rules would only break a command's
+        // own loopback servers.
+        assert!(
+            !requirements
+                .iter()
+                .any(|(layer, _)| *layer == Layer::LandlockNetwork)
+        );
         assert!(requirements.contains(&(Layer::LandlockScopes, Requirement::Optional)));
         let no_netns = HostSupport {
             network_namespaces: false,

@@ -60,15 +60,6 @@ pub enum SandboxError {
         #[source]
         source: io::Error,
     },
-    /// The Landlock rule granting TCP connect to the egress port could not be added.
-    #[error("failed to add a Landlock rule for TCP port {port}: {source}")]
-    LandlockNetRule {
-        /// The port of the rule.
-        port: u16,
-        /// The OS error.
-        #[source]
-        source: io::Error,
-    },
     /// The egress listener a filtered sandbox's init opened did not reach this process.
     #[error("failed to receive the egress listener from the sandbox init: {source}")]
     EgressListener {

@@ -10,7 +10,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::config::{EGRESS_PORT, NetworkAccess};
+use crate::config::NetworkAccess;
 use crate::error::SandboxError;
 use crate::linux::sys;
 
@@ -145,25 +145,14 @@ pub(crate) fn handled_fs(abi: u32) -> u64 {
 }
 
 /// Network rights handled at `abi`: all TCP bind/connect when the network is off (no rule
-/// grants any port) or filtered (a rule grants connect to the egress port), nothing when it
-/// is on.
+/// grants any port), nothing when it is on or filtered. A filtered sandbox's private network
+/// namespace holds only loopback, so it is the boundary: commands may run their own loopback
+/// servers (a test suite's HTTP server, a database) and connect to them, and the only way
+/// off the namespace is the egress listener.
 pub(crate) fn handled_net(abi: u32, network: NetworkAccess) -> u64 {
     match network {
-        NetworkAccess::Off | NetworkAccess::Filtered if abi >= 4 => NET_BIND_TCP | NET_CONNECT_TCP,
+        NetworkAccess::Off if abi >= 4 => NET_BIND_TCP | NET_CONNECT_TCP,
         NetworkAccess::Off | NetworkAccess::Filtered | NetworkAccess::On => 0,
-    }
-}
-
-/// The reviewed TCP port rules: `(port, rights)` granted with the network filtered (the
-/// egress listener; binding stays denied everywhere). Empty otherwise.
-pub(crate) fn net_port_rules(abi: u32, network: NetworkAccess) -> Vec<(u16, u64)> {
-    if handled_net(abi, network) == 0 {
-        return Vec::new();
-    }
-    match network {
-        // Connecting to the egress listener is the only way out of the namespace.
-        NetworkAccess::Filtered => vec![(EGRESS_PORT, NET_CONNECT_TCP)],
-        NetworkAccess::Off | NetworkAccess::On => Vec::new(),
     }
 }
 
@@ -244,10 +233,6 @@ pub(crate) fn build_ruleset(
             }
         })?;
     }
-    for (port, rights) in net_port_rules(abi, network) {
-        sys::landlock_add_net_rule(&ruleset, port, rights)
-            .map_err(|source| SandboxError::LandlockNetRule { port, source })?;
-    }
     Ok(ruleset)
 }
 
@@ -314,29 +299,14 @@ mod tests {
     }
 
     #[test]
-    fn tcp_is_handled_only_with_the_network_off_or_filtered() {
+    fn tcp_is_handled_only_with_the_network_off() {
         assert_eq!(
             handled_net(7, NetworkAccess::Off),
             NET_BIND_TCP | NET_CONNECT_TCP
         );
-        assert_eq!(
-            handled_net(4, NetworkAccess::Filtered),
-            NET_BIND_TCP | NET_CONNECT_TCP
-        );
+        assert_eq!(handled_net(7, NetworkAccess::Filtered), 0);
         assert_eq!(handled_net(7, NetworkAccess::On), 0);
         assert_eq!(handled_net(3, NetworkAccess::Off), 0);
-        assert_eq!(handled_net(3, NetworkAccess::Filtered), 0);
-    }
-
-    #[test]
-    fn filtered_network_may_connect_to_the_egress_port_only() {
-        assert_eq!(
-            net_port_rules(7, NetworkAccess::Filtered),
-            vec![(EGRESS_PORT, NET_CONNECT_TCP)]
-        );
-        assert_eq!(net_port_rules(3, NetworkAccess::Filtered), vec![]);
-        assert_eq!(net_port_rules(7, NetworkAccess::Off), vec![]);
-        assert_eq!(net_port_rules(7, NetworkAccess::On), vec![]);
     }
 
     #[test]

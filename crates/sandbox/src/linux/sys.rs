@@ -67,16 +67,6 @@ struct MountAttr {
 const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
 /// `landlock_add_rule(2)` rule type: a file hierarchy.
 const LANDLOCK_RULE_PATH_BENEATH: c_int = 1;
-/// `landlock_add_rule(2)` rule type: a TCP port (ABI 4).
-const LANDLOCK_RULE_NET_PORT: c_int = 2;
-
-/// `struct landlock_net_port_attr` (packed in the kernel ABI).
-#[repr(C, packed)]
-struct LandlockNetPortAttr {
-    allowed_access: u64,
-    port: u64,
-}
-
 /// `struct landlock_ruleset_attr` (ABI 6 layout; its size tells the kernel which fields
 /// are present).
 #[repr(C)]
@@ -197,25 +187,6 @@ pub(crate) fn landlock_add_path_rule(
             ruleset.as_raw_fd(),
             LANDLOCK_RULE_PATH_BENEATH,
             &attr as *const LandlockPathBeneathAttr,
-            0u32,
-        )
-    })?;
-    Ok(())
-}
-
-/// Add a TCP port rule granting `rights` (connect and/or bind) on `port`.
-pub(crate) fn landlock_add_net_rule(ruleset: &OwnedFd, port: u16, rights: u64) -> io::Result<()> {
-    let attr = LandlockNetPortAttr {
-        allowed_access: rights,
-        port: u64::from(port),
-    };
-    // SAFETY: `attr` is a live, correctly laid out rule; the fd is open.
-    check_io(unsafe {
-        libc::syscall(
-            libc::SYS_landlock_add_rule,
-            ruleset.as_raw_fd(),
-            LANDLOCK_RULE_NET_PORT,
-            &attr as *const LandlockNetPortAttr,
             0u32,
         )
     })?;
