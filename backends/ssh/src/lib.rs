@@ -87,7 +87,8 @@ pub struct SshConfig {
     /// The remote directory for Cordon's per-user state (the spill files of every root under
     /// `spill/`); `None` is `/tmp/cordon-<uid>`. Absolute; each level Cordon creates is 0700,
     /// and it, `spill/` and the root's directory must be real directories owned by the remote
-    /// user.
+    /// user; every directory above it must be owned by root or the remote user and writable by
+    /// nobody else unless sticky (`/tmp`).
     pub state_dir: Option<PathBuf>,
     /// The `cordon-helper` binary to run on the remote host (`--ssh-helper`); `None`: the one
     /// next to the current executable, `cordon-helper-<arch>` for the host's architecture
@@ -209,6 +210,25 @@ if command -v rg >/dev/null 2>&1; then r=1; else r=0; fi
 printf 'rg\0%s\0' "$r"
 printf 'arch\0%s\0' "$(uname -m)"
 umask 077
+# Above the state directory (canonical): owned by root or us, writable by nobody else unless
+# sticky, or another user could swap the spill chain (and read what commands printed).
+mkdir -p "$base" 2>/dev/null
+if canon=$(cd "$base" 2>/dev/null && pwd -P); then
+    p=$canon
+    while [ "$p" != / ]; do
+        p=${p%/*}
+        [ -n "$p" ] || p=/
+        set -- $(ls -ldn -- "$p")
+        case $3 in
+            0|"$uid") ;;
+            *) printf 'above\0%s is owned by uid %s, not by root or the remote user (%s)\0' "$p" "$3" "$uid"; exit 0 ;;
+        esac
+        case $1 in
+            ?????????[tT]*) ;;
+            ?????w*|????????w*) printf 'above\0%s is writable by its group or by others and not sticky (mode %s)\0' "$p" "$1"; exit 0 ;;
+        esac
+    done
+fi
 for d in "$base" "$base/spill" "$base/spill/$hash"; do
     mkdir -p "$d" 2>/dev/null
     if [ -L "$d" ] || [ ! -d "$d" ] || [ ! -O "$d" ]; then
@@ -332,6 +352,14 @@ impl SshBackend {
         .map_err(probe_error)?;
         let pairs = parse_probe(&out.stdout);
         let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+        if let Some(reason) = get("above") {
+            tracing::warn!(host = %label, %reason, "ssh: refused a state directory another user could swap");
+            return Err(probe_error(format!(
+                "the state directory is unsafe: {reason}, so another user could replace it; \
+                 choose a state directory whose parents only root and the remote user can \
+                 write"
+            )));
+        }
         if let Some(dir) = get("unsafe") {
             return Err(probe_error(format!(
                 "the spill directory {dir} is a symlink, not a directory, or not owned by the \

@@ -458,6 +458,36 @@ async fn connecting_removes_stale_write_temp_files_and_keeps_live_ones() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_directory_below_a_directory_others_can_write_is_refused() {
+    let Some(server) = server() else { return };
+    let shared = server.dir.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut config = server.config();
+    config.state_dir = Some(shared.join("state"));
+    let error = SshBackend::connect(config).await.unwrap_err().to_string();
+    assert!(
+        error.contains(&format!(
+            "the state directory is unsafe: {} is writable by its group or by others and not \
+             sticky",
+            shared.display()
+        )),
+        "{error}"
+    );
+    assert!(!shared.join("state").join("spill").exists());
+    // Sticky, like /tmp: fine.
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let mut config = server.config();
+    config.state_dir = Some(shared.join("state"));
+    let backend = SshBackend::connect(config).await.expect("connect");
+    assert!(
+        backend
+            .spill_dir()
+            .starts_with(shared.join("state").join("spill"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relative_or_symlinked_state_directory_is_refused() {
     let Some(server) = server() else { return };
     let mut config = server.config();
