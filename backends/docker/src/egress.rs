@@ -15,8 +15,10 @@
 //! Attribution: every command registers while it runs; a connection the proxy accepts is
 //! attributed to every command running at that moment (the forwarder is shared, so commands
 //! that overlap see each other's attempts), or, when none runs, to the next command. A command
-//! ends by waiting (at most [`CONNECTION_GRACE`]) for its connections to close, then takes its
-//! records; a connection still open then is reported with the next command.
+//! ends by waiting (at most [`CONNECTION_GRACE`]) for its connections to close; the ones still
+//! open then that no other running command shares are cut (the proxy reports them with the
+//! reason saying so), and the command takes its records. A connection another running command
+//! shares stays open and is reported with that command.
 //!
 //! It does not own the container (the backend does) nor the proxy's rules or protocol
 //! (`cordon-egress`).
@@ -37,6 +39,7 @@ use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixListener;
 use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 use crate::DockerError;
 use crate::client;
@@ -56,8 +59,9 @@ pub(crate) const CONNECTION_GRACE: Duration = Duration::from_secs(2);
 /// Most attempts recorded for one command (and waiting for the next one); later ones are
 /// counted and logged only.
 pub(crate) const MAX_RECORDS: usize = 1024;
-/// Connections the proxy serves at once for one session; more are closed when accepted.
-const MAX_CONNECTIONS: usize = 256;
+/// Connections accepted at once for one session; more are closed when accepted (the proxy
+/// itself answers `503` past its own bound, [`Limits::max_connections`]).
+const MAX_CONNECTIONS: usize = 512;
 /// How long a new forwarder has to say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// Most bytes of a forwarder's output kept for an error message.
@@ -128,11 +132,17 @@ struct Ledger {
     running: BTreeMap<u64, Vec<EgressRecord>>,
     /// Attempts no running command could take: the next command reports them.
     unclaimed: Vec<EgressRecord>,
-    /// Open connections and the commands they are attributed to.
-    open: BTreeMap<u64, BTreeSet<u64>>,
+    /// Open connections: the commands they are attributed to, and what cuts them.
+    open: BTreeMap<u64, Open>,
     next_connection: u64,
     /// Attempts not recorded because a list was full.
     dropped: u64,
+}
+
+/// One open connection.
+struct Open {
+    owners: BTreeSet<u64>,
+    cut: CancellationToken,
 }
 
 fn push_bounded(list: &mut Vec<EgressRecord>, record: EgressRecord, dropped: &mut u64) {
@@ -235,7 +245,7 @@ impl Egress {
         };
         let server = tokio::spawn(serve(
             listener,
-            config,
+            Proxy::new(config),
             Arc::clone(&ledger),
             Arc::clone(&closed),
         ));
@@ -299,32 +309,31 @@ impl Egress {
     /// then take its attempts.
     pub(crate) async fn finish(&self, ticket: Ticket) -> Vec<EgressRecord> {
         let Ticket(id) = ticket;
-        let settled = async {
-            loop {
-                let notified = self.closed.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                let open = {
-                    let ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
-                    ledger.open.values().any(|owners| owners.contains(&id))
-                };
-                if !open {
-                    return;
-                }
-                notified.await;
-            }
-        };
-        if tokio::time::timeout(CONNECTION_GRACE, settled)
+        if tokio::time::timeout(CONNECTION_GRACE, self.settled(id))
             .await
             .is_err()
         {
+            let cut = {
+                let ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut cut = 0;
+                for open in ledger.open.values() {
+                    if open.owners.contains(&id) && open.owners.len() == 1 {
+                        open.cut.cancel();
+                        cut += 1;
+                    }
+                }
+                cut
+            };
             tracing::debug!(
-                "docker: egress connections of an ended command still open; the next command reports them"
+                cut,
+                "docker: egress connections of an ended command still open after the grace"
             );
+            // A cut connection reports at once; a shared one stays with its other command.
+            let _ = tokio::time::timeout(CONNECTION_GRACE, self.settled_alone(id)).await;
         }
         let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
-        for owners in ledger.open.values_mut() {
-            owners.remove(&id);
+        for open in ledger.open.values_mut() {
+            open.owners.remove(&id);
         }
         let records = ledger.running.remove(&id).unwrap_or_default();
         if ledger.dropped > 0 {
@@ -335,6 +344,34 @@ impl Egress {
             ledger.dropped = 0;
         }
         records
+    }
+
+    /// Until no open connection is attributed to command `id`.
+    async fn settled(&self, id: u64) {
+        self.until(|open| open.owners.contains(&id)).await;
+    }
+
+    /// Until no open connection is attributed to command `id` alone.
+    async fn settled_alone(&self, id: u64) {
+        self.until(|open| open.owners.contains(&id) && open.owners.len() == 1)
+            .await;
+    }
+
+    /// Until no open connection matches `pending`.
+    async fn until(&self, pending: impl Fn(&Open) -> bool) {
+        loop {
+            let notified = self.closed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let waiting = {
+                let ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+                ledger.open.values().any(&pending)
+            };
+            if !waiting {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -366,10 +403,11 @@ fn bind_socket() -> Result<(tempfile::TempDir, PathBuf, UnixListener), DockerErr
 }
 
 /// Accept connections from the forwarder: each is served by the proxy with its own event
-/// sink, and its one event becomes a record of the commands it is attributed to.
+/// sink and a token that cuts it, and its one event becomes a record of the commands it is
+/// attributed to.
 async fn serve(
     listener: UnixListener,
-    config: ProxyConfig,
+    proxy: Proxy,
     ledger: Arc<Mutex<Ledger>>,
     closed: Arc<Notify>,
 ) {
@@ -394,27 +432,37 @@ async fn serve(
             );
             continue;
         };
+        let cut = CancellationToken::new();
         let connection = {
             let mut ledger = ledger.lock().unwrap_or_else(PoisonError::into_inner);
             let id = ledger.next_connection;
             ledger.next_connection += 1;
             let owners: BTreeSet<u64> = ledger.running.keys().copied().collect();
-            ledger.open.insert(id, owners);
+            ledger.open.insert(
+                id,
+                Open {
+                    owners,
+                    cut: cut.clone(),
+                },
+            );
             id
         };
         let (events, mut received) = EventSink::channel(1);
-        let proxy = Proxy::new(ProxyConfig {
-            events,
-            ..config.clone()
-        });
+        let proxy = proxy.clone();
         let ledger = Arc::clone(&ledger);
         let closed = Arc::clone(&closed);
         tokio::spawn(async move {
-            proxy.handle(stream).await;
+            proxy
+                .serve_connection(stream, &events, cut.cancelled())
+                .await;
             drop(permit);
             let record = received.try_recv().ok().map(|e| EgressRecord::from(&e));
             let mut ledger = ledger.lock().unwrap_or_else(PoisonError::into_inner);
-            let owners = ledger.open.remove(&connection).unwrap_or_default();
+            let owners = ledger
+                .open
+                .remove(&connection)
+                .map(|open| open.owners)
+                .unwrap_or_default();
             if let Some(record) = record {
                 tracing::debug!(host = %record.host, port = record.port, outcome = ?record.outcome, "docker: egress attempt");
                 let Ledger {

@@ -549,3 +549,40 @@ async fn git_clones_over_http_from_an_allowed_host_only() {
     );
     backend.stop().await.expect("stop");
 }
+
+/// A tunnel whose destination never closes outlives its command only for the grace: it is then
+/// cut and reported with that command, the reason saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_left_open_is_cut_when_its_command_ends_and_still_recorded() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    // Accepts, reads to the end, and holds the connection open for ever.
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let mut sink = Vec::new();
+            let _ = stream.read_to_end(&mut sink).await;
+            held.push(stream);
+        }
+    });
+    let backend = filtered_session(&host, ws.path(), port, support::DEBIAN)
+        .await
+        .expect("a filtered session starts");
+    let ran = run(
+        &backend,
+        &format!(
+            "python3 -c \"\nimport socket\ns = socket.create_connection(('127.0.0.1', 3128))\ns.sendall(b'CONNECT allowed.test:{port} HTTP/1.1\\r\\nHost: allowed.test:{port}\\r\\n\\r\\n')\nprint(s.recv(100).decode().splitlines()[0])\ns.sendall(b'bytes for the far side')\n\""
+        ),
+    )
+    .await;
+    assert!(ran.output.contains(" 200 "), "{}", ran.output);
+    let record = only(&ran.outcome.egress);
+    assert_eq!(record.outcome, EgressOutcome::Allowed, "{record:?}");
+    assert!(record.reason.contains("then cut"), "{record:?}");
+    backend.stop().await.expect("stop");
+}
