@@ -586,3 +586,40 @@ async fn a_tunnel_left_open_is_cut_when_its_command_ends_and_still_recorded() {
     assert!(record.reason.contains("then cut"), "{record:?}");
     backend.stop().await.expect("stop");
 }
+
+/// SOCKS5 (`ALL_PROXY=socks5h://…`, the name resolved by the proxy) leads to an allowed
+/// destination through the same forwarder, and is refused (reply 2) for another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks5_from_all_proxy_reaches_allowed_hosts_only() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(http_server(listener));
+    let backend = filtered_session(&host, ws.path(), port, support::DEBIAN)
+        .await
+        .expect("a filtered session starts");
+    // A minimal SOCKS5 client: no authentication, CONNECT by name (the proxy resolves it).
+    let socks = |name: &str| {
+        format!(
+            "python3 -c \"\nimport os, socket, struct, urllib.parse\nproxy = urllib.parse.urlsplit(os.environ['ALL_PROXY'])\nassert proxy.scheme == 'socks5h', proxy\ns = socket.create_connection((proxy.hostname, proxy.port))\ns.sendall(b'\\x05\\x01\\x00')\nassert s.recv(2) == b'\\x05\\x00'\nname = b'{name}'\ns.sendall(b'\\x05\\x01\\x00\\x03' + bytes([len(name)]) + name + struct.pack('>H', {port}))\nreply = s.recv(10)\nprint('reply', reply[1])\nif reply[1] == 0:\n    s.sendall(b'GET /socks HTTP/1.0\\r\\n\\r\\n')\n    print(s.recv(200).decode().splitlines()[-1])\n\""
+        )
+    };
+    let ran = run(&backend, &socks("allowed.test")).await;
+    assert!(ran.output.contains("reply 0"), "{}", ran.output);
+    assert!(
+        ran.output.contains("host server saw: GET /socks"),
+        "{}",
+        ran.output
+    );
+    let record = only(&ran.outcome.egress);
+    assert_eq!(record.protocol, EgressProtocol::Socks5);
+    assert_eq!(record.outcome, EgressOutcome::Allowed);
+
+    let ran = run(&backend, &socks("denied.test")).await;
+    assert!(ran.output.contains("reply 2"), "{}", ran.output);
+    let record = only(&ran.outcome.egress);
+    assert_eq!(record.protocol, EgressProtocol::Socks5);
+    assert_eq!(record.outcome, EgressOutcome::Denied);
+    backend.stop().await.expect("stop");
+}
