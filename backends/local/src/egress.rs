@@ -34,6 +34,25 @@ pub(crate) const MAX_RECORDS: usize = 1024;
 /// Undelivered events one command's sink holds while its supervisor is busy.
 const EVENT_CAPACITY: usize = 256;
 
+/// Descriptors one relayed connection holds in this process (both sockets and a pipe per
+/// direction for `splice(2)`), with room to spare.
+const FDS_PER_CONNECTION: u64 = 8;
+/// Descriptors left for everything else this process does (audit log, spills, commands).
+const FDS_RESERVED: u64 = 512;
+/// The open files limit assumed when it cannot be read (the common default soft limit).
+const ASSUMED_OPEN_FILES: u64 = 1024;
+
+/// Connections the proxy serves at once under an open files limit of `open_files`: the
+/// proxy's default, or fewer when the limit leaves no room for that many (a command holding
+/// every connection open would otherwise starve this whole process of descriptors; the
+/// connections over the bound are answered `503`, naming it).
+fn connection_limit(open_files: u64) -> usize {
+    let fit = open_files.saturating_sub(FDS_RESERVED) / FDS_PER_CONNECTION;
+    usize::try_from(fit)
+        .unwrap_or(usize::MAX)
+        .clamp(1, Limits::default().max_connections)
+}
+
 /// The environment that sends ordinary tools (curl, pip, cargo, git, npm, go) through the
 /// proxy: HTTP and HTTPS through it, anything else by SOCKS5 with names resolved by the proxy
 /// (`socks5h`), nothing for loopback (the command's own servers, if it runs any).
@@ -80,12 +99,27 @@ impl Egress {
             source,
         })?;
         let (events, unused) = EventSink::channel(1);
+        // The proxy's connections hold this process's descriptors: raise the soft limit and
+        // serve only as many connections at once as the limit leaves room for.
+        let open_files = cordon_sandbox::raise_open_files_limit().unwrap_or_else(|error| {
+            tracing::warn!(%error, assumed = ASSUMED_OPEN_FILES, "local egress: the open files limit is unknown");
+            ASSUMED_OPEN_FILES
+        });
+        let limits = Limits {
+            max_connections: connection_limit(open_files),
+            ..Limits::default()
+        };
+        tracing::debug!(
+            open_files,
+            max_connections = limits.max_connections,
+            "local egress: connection limit"
+        );
         let proxy = Proxy::new(ProxyConfig {
             session: session.into(),
             rules: Arc::new(rules),
             resolver: resolver.unwrap_or_else(|| Arc::new(SystemResolver)),
             events,
-            limits: Limits::default(),
+            limits,
         });
         Ok(Egress {
             proxy,
@@ -244,6 +278,21 @@ fn is_per_connection(error: &io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_connection_limit_leaves_descriptors_for_the_rest_of_the_process() {
+        assert_eq!(connection_limit(1024), 64);
+        assert_eq!(
+            connection_limit(4096),
+            448.min(Limits::default().max_connections)
+        );
+        assert_eq!(connection_limit(1 << 20), Limits::default().max_connections);
+        assert_eq!(connection_limit(100), 1);
+        assert_eq!(
+            connection_limit(u64::MAX),
+            Limits::default().max_connections
+        );
+    }
 
     #[test]
     fn commands_get_every_proxy_variable_in_both_cases() {

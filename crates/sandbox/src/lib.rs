@@ -58,7 +58,8 @@ mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::{
     PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home,
-    is_placeholder_dir, is_placeholder_mode, probe, rename_at, start_writeback,
+    is_placeholder_dir, is_placeholder_mode, probe, raise_open_files_limit, rename_at,
+    start_writeback,
 };
 
 /// What [`rename_at`] does when the target name exists.
@@ -75,5 +76,6 @@ mod unsupported;
 #[cfg(not(target_os = "linux"))]
 pub use unsupported::{
     PreparedSandbox, SandboxedChild, TreeSignaller, host_defaults, host_defaults_for_home,
-    is_placeholder_dir, is_placeholder_mode, probe, rename_at, start_writeback,
+    is_placeholder_dir, is_placeholder_mode, probe, raise_open_files_limit, rename_at,
+    start_writeback,
 };

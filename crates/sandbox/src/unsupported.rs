@@ -45,6 +45,11 @@ pub fn start_writeback(_file: &std::fs::File) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Limits are left as they are elsewhere.
+pub fn raise_open_files_limit() -> std::io::Result<u64> {
+    Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+}
+
 /// `renameat2(2)` is Linux's: unsupported elsewhere.
 pub fn rename_at(
     _old_dir: std::os::fd::BorrowedFd<'_>,

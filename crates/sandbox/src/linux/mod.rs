@@ -67,6 +67,19 @@ pub fn start_writeback(file: &std::fs::File) -> io::Result<()> {
     sys::start_writeback(file.as_fd())
 }
 
+/// Raise this process's soft limit on open files to its hard limit and return the new soft
+/// limit. The egress proxy in the local backend holds about six descriptors per relayed
+/// connection (both sockets, a pipe per direction): under the common soft limit of 1024 a
+/// command with 150 tunnels would leave this process (audit log, spills, other commands)
+/// without descriptors.
+pub fn raise_open_files_limit() -> io::Result<u64> {
+    let (soft, hard) = sys::open_files_limit()?;
+    if soft < hard {
+        sys::set_open_files_limit(hard, hard)?;
+    }
+    Ok(sys::open_files_limit()?.0)
+}
+
 /// Rename `old` in `old_dir` to `new` in `new_dir` (`renameat2(2)`), for the local backend's
 /// atomic writes and quarantines. A raw system call, so the static (musl) build has it too.
 pub fn rename_at(
@@ -186,6 +199,15 @@ fn release_placeholders(placeholders: Vec<mounts::Placeholder>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_open_files_limit_is_raised_to_the_hard_limit() {
+        let (_, hard) = sys::open_files_limit().expect("getrlimit");
+        // One below the hard limit: lower enough to see the raise, harmless to other tests.
+        sys::set_open_files_limit(hard - 1, hard).expect("lower the soft limit");
+        assert_eq!(raise_open_files_limit().expect("raise"), hard);
+        assert_eq!(sys::open_files_limit().expect("getrlimit"), (hard, hard));
+    }
 
     fn assert_send_sync<T: Send + Sync>() {}
 

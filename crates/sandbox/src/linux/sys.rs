@@ -398,6 +398,28 @@ pub(crate) fn fstatat_id(dirfd: &OwnedFd, name: &CStr) -> io::Result<(u64, u64)>
     Ok((stat.st_dev, stat.st_ino))
 }
 
+/// This process's `RLIMIT_NOFILE`: `(soft, hard)`.
+pub(crate) fn open_files_limit() -> io::Result<(u64, u64)> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit` into the struct we own.
+    check_io(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } as c_long)?;
+    Ok((limit.rlim_cur, limit.rlim_max))
+}
+
+/// Set this process's `RLIMIT_NOFILE`.
+pub(crate) fn set_open_files_limit(soft: u64, hard: u64) -> io::Result<()> {
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit reads one `rlimit` from the struct we own.
+    check_io(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } as c_long)?;
+    Ok(())
+}
+
 /// A pipe whose both ends are close-on-exec: `(read, write)`.
 pub(crate) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as c_int; 2];
