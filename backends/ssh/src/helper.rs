@@ -750,6 +750,8 @@ pub(crate) struct SshConnector {
     pub pool: Arc<Pool>,
     pub local: LocalHelper,
     pub state_dir: Option<String>,
+    /// The cache the session's spec denies: a later helper must run from the same one.
+    pub cache_dir: String,
     pub first: Mutex<Option<HelperChannel>>,
 }
 
@@ -766,6 +768,21 @@ impl cordon_helper::Connector for SshConnector {
                     source: std::io::Error::other(error.to_string()),
                 })?,
         };
+        if channel.cache_dir != self.cache_dir {
+            tracing::warn!(
+                expected = %self.cache_dir,
+                found = %channel.cache_dir,
+                "ssh: refused a new helper started from another cache"
+            );
+            return Err(cordon_helper::HelperError::Spawn {
+                program: PathBuf::from(HELPER_NAME),
+                source: std::io::Error::other(format!(
+                    "the new helper's cache {} is not {}, the one the session denies to \
+                     commands (a path to the state directory changed); start a new session",
+                    channel.cache_dir, self.cache_dir
+                )),
+            });
+        }
         let HelperChannel {
             reader,
             writer,

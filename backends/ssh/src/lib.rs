@@ -659,6 +659,7 @@ async fn start_helper(
         pool: Arc::clone(pool),
         local,
         state_dir,
+        cache_dir: channel.cache_dir.clone(),
         first: std::sync::Mutex::new(Some(channel)),
     };
     let backend = cordon_helper::HelperBackend::start(Box::new(connector), session)

@@ -522,6 +522,54 @@ async fn a_helper_killed_mid_call_fails_the_call_and_the_next_call_starts_a_new_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_helper_from_another_cache_is_refused() {
+    let Some(server) = server() else { return };
+    let ws = server.workspace.clone();
+    let (one, two) = (server.dir.path().join("one"), server.dir.path().join("two"));
+    std::fs::create_dir_all(one.join("state")).unwrap();
+    std::fs::create_dir_all(two.join("state")).unwrap();
+    let now = server.dir.path().join("now");
+    std::os::unix::fs::symlink(&one, &now).unwrap();
+    let mut config = server.helper_config();
+    config.state_dir = Some(now.join("state"));
+    let backend = SshBackend::connect(config).await.expect("connect");
+    let report = backend.helper_report().expect("the helper runs").clone();
+    assert!(
+        report.remote_path.starts_with(&*one.to_string_lossy()),
+        "{report:?}"
+    );
+
+    // The state directory's path now leads elsewhere, whose cache the session does not deny;
+    // then the helper dies.
+    std::fs::remove_file(&now).unwrap();
+    std::os::unix::fs::symlink(&two, &now).unwrap();
+    for pid in helper_pids(&server) {
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while backend.helper_probe().await.is_ok() {
+        assert!(Instant::now() < deadline, "the helper never died");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (result, output) = bash(&backend, "echo ran", &ws).await;
+    match result {
+        Err(ExecError::Backend { reason }) => assert!(
+            reason.contains(&format!(
+                "the new helper's cache {}/state/helper is not {}/state/helper, the one the \
+                 session denies to commands",
+                two.display(),
+                one.display()
+            )),
+            "{reason}"
+        ),
+        other => panic!("a helper from another cache ran: {other:?} {output}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupted_helper_is_replaced_before_the_next_session_runs_it() {
     let Some(server) = server() else { return };
     let first = SshBackend::connect(server.helper_config())
