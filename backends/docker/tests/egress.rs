@@ -623,3 +623,50 @@ async fn socks5_from_all_proxy_reaches_allowed_hosts_only() {
     assert_eq!(record.outcome, EgressOutcome::Denied);
     backend.stop().await.expect("stop");
 }
+
+/// Commands that overlap share the forwarder, so each is given every connection accepted
+/// while it ran: here both see both fetches (each command waits for the other's marker file,
+/// so the two fetches happen while both run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_commands_each_get_the_connections_made_while_they_ran() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(http_server(listener));
+    let backend = filtered_session(&host, ws.path(), port, support::DEBIAN)
+        .await
+        .expect("a filtered session starts");
+    let fetch = |path: &str| {
+        format!(
+            "python3 -c \"import urllib.request; urllib.request.urlopen('http://allowed.test:{port}/{path}').read()\""
+        )
+    };
+    let wait = |file: &str| format!("while [ ! -e /tmp/{file} ]; do sleep 0.05; done");
+    let first = format!(
+        "touch /tmp/a-started; {}; {}; touch /tmp/a-done; {}; echo a",
+        wait("b-started"),
+        fetch("a"),
+        wait("b-done")
+    );
+    let second = format!(
+        "touch /tmp/b-started; {}; {}; touch /tmp/b-done; echo b",
+        wait("a-done"),
+        fetch("b")
+    );
+    let (a, b) = tokio::join!(run(&backend, &first), run(&backend, &second));
+    assert!(a.output.contains('a'), "{}", a.output);
+    assert!(b.output.contains('b'), "{}", b.output);
+    for ran in [&a, &b] {
+        assert_eq!(ran.outcome.egress.len(), 2, "{:?}", ran.outcome.egress);
+        assert!(
+            ran.outcome
+                .egress
+                .iter()
+                .all(|r| r.outcome == EgressOutcome::Allowed),
+            "{:?}",
+            ran.outcome.egress
+        );
+    }
+    backend.stop().await.expect("stop");
+}
