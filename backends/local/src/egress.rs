@@ -258,6 +258,7 @@ fn unaccepted_record() -> EgressRecord {
         entry: None,
         source: None,
         suggestion: None,
+        asked: None,
         reason: "the command ended before the egress proxy accepted the connection".to_owned(),
         bytes_up: 0,
         bytes_down: 0,

@@ -37,6 +37,10 @@ pub struct EgressSpec {
     pub allow: Vec<String>,
     /// `[network] deny`: destinations refused even when an allow entry matches.
     pub deny: Vec<String>,
+    /// `[network] ask`: destinations no allow or deny entry matches that a person may approve
+    /// (once or for the session) where Cordon can ask one; refused elsewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ask: Vec<String>,
 }
 
 /// Access to the workspace root.
@@ -216,6 +220,9 @@ pub struct SpecSources {
     /// The line of each [`EgressSpec::deny`] entry, in the same order.
     #[serde(default)]
     pub egress_deny: Vec<usize>,
+    /// The line of each [`EgressSpec::ask`] entry, in the same order.
+    #[serde(default)]
+    pub egress_ask: Vec<usize>,
     /// `[limits] timeout`.
     pub timeout: usize,
     /// `[limits] max_timeout`.
@@ -316,6 +323,7 @@ mod tests {
             egress: EgressSpec {
                 allow: vec!["crates.io".to_owned()],
                 deny: vec!["evil.crates.io".to_owned()],
+                ask: Vec::new(),
             },
             ..SandboxSpec::default()
         };

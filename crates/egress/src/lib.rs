@@ -19,6 +19,10 @@
 //!    refused unless an IP/CIDR allow entry covers it: an allowed name cannot be re-pointed
 //!    (DNS rebinding) at the host's own services. The proxy connects only to an address that passed, taken from that one
 //!    resolution, so a second answer cannot differ from the checked one.
+//!    A destination only an ask entry matches is first put to the proxy's approver
+//!    ([`ask::EgressApprover`], when it has one): approved once or for the session it goes on
+//!    to resolution and the same address check; refused, unanswered in time, or with nobody
+//!    to ask it is refused.
 //! 4. A refusal answers HTTP `403` (body: the destination, the deciding entry and its
 //!    `FILE:LINE` or "no entry allows it", and the entry to add to `[network] allow`) or SOCKS5
 //!    reply `0x02`. Every attempt, allowed or not, ends in one [`proxy::ConnectionEvent`] to the
@@ -29,6 +33,7 @@
 
 #![warn(missing_docs)]
 
+pub mod ask;
 pub mod proxy;
 pub mod rules;
 #[cfg(target_os = "linux")]

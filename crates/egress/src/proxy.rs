@@ -27,6 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 
+use crate::ask::{Approvals, AskRequest, Asked, EgressApprover};
 use crate::rules::{
     AddressCheck, Decision, Host, Matched, Rules, suggested_address_entry, suggested_entry,
 };
@@ -46,6 +47,9 @@ pub struct Limits {
     pub max_connections: usize,
     /// Most addresses of one name that are considered.
     pub max_addresses: usize,
+    /// Time an approver has to answer about a destination an ask entry matched; no answer
+    /// in time is a refusal.
+    pub ask_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -57,6 +61,7 @@ impl Default for Limits {
             connect_timeout: Duration::from_secs(10),
             max_connections: 256,
             max_addresses: 32,
+            ask_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -154,6 +159,8 @@ pub struct ConnectionEvent {
     pub outcome: Outcome,
     /// The entry that decided, if one did.
     pub source: Option<Matched>,
+    /// For a destination an ask entry matched: how it was settled.
+    pub asked: Option<Asked>,
     /// Why, in words (the text a denied client also gets).
     pub reason: String,
     /// For a destination refused because no entry allows it (or its resolved address): the
@@ -239,14 +246,27 @@ pub struct Proxy {
 struct Shared {
     config: ProxyConfig,
     permits: Arc<Semaphore>,
+    approvals: Approvals,
 }
 
 impl Proxy {
-    /// A proxy with this configuration.
+    /// A proxy with this configuration and nobody to ask: a destination only an ask entry
+    /// matches is refused.
     pub fn new(config: ProxyConfig) -> Proxy {
+        Proxy::with_approver(config, None)
+    }
+
+    /// A proxy that asks `approver` (when given) about destinations an ask entry matches,
+    /// waiting at most [`Limits::ask_timeout`] for an answer.
+    pub fn with_approver(config: ProxyConfig, approver: Option<Arc<dyn EgressApprover>>) -> Proxy {
         let permits = Arc::new(Semaphore::new(config.limits.max_connections));
+        let approvals = Approvals::new(approver, config.limits.ask_timeout);
         Proxy {
-            shared: Arc::new(Shared { config, permits }),
+            shared: Arc::new(Shared {
+                config,
+                permits,
+                approvals,
+            }),
         }
     }
 
@@ -347,6 +367,7 @@ impl Proxy {
             address: attempt.address,
             outcome: attempt.outcome,
             source: attempt.source,
+            asked: attempt.asked,
             reason: attempt.reason,
             suggestion: attempt.suggestion,
             bytes_up: if relayed { client.read } else { 0 },
@@ -432,6 +453,38 @@ impl Proxy {
                     .deny(client, attempt, Some(matched), reason, None)
                     .await;
             }
+            Decision::Ask(matched) => {
+                let asked = self
+                    .shared
+                    .approvals
+                    .settle(AskRequest {
+                        session: config.session.clone(),
+                        host: host.clone(),
+                        port,
+                        entry: matched.clone(),
+                    })
+                    .await;
+                attempt.asked = Some(asked);
+                let why = match asked {
+                    Asked::Once | Asked::Session | Asked::Remembered => None,
+                    Asked::Refused => Some("the person asked refused it".to_owned()),
+                    Asked::TimedOut => Some(format!(
+                        "no answer came within {:?}",
+                        self.shared.approvals.timeout()
+                    )),
+                    Asked::NoApprover => Some("nobody can be asked about it here".to_owned()),
+                };
+                if let Some(why) = why {
+                    let reason = format!(
+                        "ask entry {matched} matches {destination}, which needs approval, and {why}"
+                    );
+                    let suggestion = suggested_entry(&host, port);
+                    return self
+                        .deny(client, attempt, Some(matched), reason, Some(suggestion))
+                        .await;
+                }
+                matched
+            }
             Decision::NotAllowed => {
                 let reason = format!("no entry allows {destination}");
                 let suggestion = suggested_entry(&host, port);
@@ -452,11 +505,18 @@ impl Proxy {
                 }
             },
         };
+        // An IP literal a person approved was named by the IP/CIDR ask entry that matched,
+        // as an allow entry would name it; an approved name gets no such pass (rebinding).
+        let approved_literal =
+            matches!((&host, attempt.asked), (Host::Ip(_), Some(asked)) if asked.approved());
         let mut passed = Vec::new();
         let mut first_refusal = None;
         for ip in addresses.into_iter().take(config.limits.max_addresses) {
             match config.rules.check_address(ip, port) {
                 AddressCheck::Pass => passed.push(SocketAddr::new(ip, port)),
+                AddressCheck::Special(_) if approved_literal => {
+                    passed.push(SocketAddr::new(ip, port));
+                }
                 check @ (AddressCheck::Denied(_) | AddressCheck::Special(_)) => {
                     tracing::debug!(%host, %ip, port, ?check, "egress proxy: resolved address refused");
                     first_refusal.get_or_insert((ip, check));
@@ -525,6 +585,9 @@ impl Proxy {
             "egress proxy: destination denied"
         );
         let fix = match &suggestion {
+            Some(entry) if attempt.asked.is_some() => format!(
+                "to allow it without asking, add {entry:?} to [network] allow in the policy"
+            ),
             Some(entry) => format!("to allow it, add {entry:?} to [network] allow in the policy"),
             None => "to allow it, remove or narrow that deny entry in [network] deny".to_owned(),
         };
@@ -688,6 +751,7 @@ struct Attempt {
     address: Option<SocketAddr>,
     outcome: Outcome,
     source: Option<Matched>,
+    asked: Option<Asked>,
     reason: String,
     suggestion: Option<String>,
 }
@@ -701,6 +765,7 @@ impl Attempt {
             address: None,
             outcome: Outcome::Failed,
             source: None,
+            asked: None,
             reason: String::new(),
             suggestion: None,
         }

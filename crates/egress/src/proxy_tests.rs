@@ -1,4 +1,5 @@
 use super::*;
+use crate::ask::{AskRequest, Asked};
 use crate::rules::EntrySpec;
 
 fn attempt() -> Attempt {
@@ -541,4 +542,165 @@ async fn an_invalid_host_is_recorded_without_its_control_characters() {
     let (_, event) = exchange(&proxy, &mut rx, &socks).await;
     assert_eq!(event.outcome, Outcome::Failed);
     assert_eq!(event.host, "a\\rb\\u{0}\\u{fffd}c");
+}
+
+/// Answers every question with `answer`, counting them.
+struct Answering {
+    answer: crate::ask::AskAnswer,
+    asked: std::sync::Mutex<Vec<AskRequest>>,
+}
+
+#[async_trait::async_trait]
+impl EgressApprover for Answering {
+    async fn ask(&self, request: AskRequest) -> crate::ask::AskAnswer {
+        self.asked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(request);
+        self.answer
+    }
+}
+
+fn ask_proxy(
+    ask: &str,
+    resolver: StaticResolver,
+    approver: Option<Arc<Answering>>,
+) -> (Proxy, mpsc::Receiver<ConnectionEvent>) {
+    let rules = Rules::compile(&[EntrySpec::new("pkg.test", "p:1")], &[])
+        .and_then(|rules| rules.with_ask(&[EntrySpec::new(ask, "p:4")]))
+        .expect("rules");
+    let (events, rx) = EventSink::channel(8);
+    let config = ProxyConfig {
+        session: "ask".into(),
+        rules: Arc::new(rules),
+        resolver: Arc::new(resolver),
+        events,
+        limits: Limits::default(),
+    };
+    let approver = approver.map(|a| -> Arc<dyn EgressApprover> { a });
+    (Proxy::with_approver(config, approver), rx)
+}
+
+async fn echo_port() -> u16 {
+    let echo = TcpListener::bind("127.0.0.1:0").await.expect("bind echo");
+    let port = echo.local_addr().expect("echo address").port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = echo.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let (mut read, mut write) = stream.split();
+                let _ = tokio::io::copy(&mut read, &mut write).await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn an_ask_destination_approved_for_the_session_is_relayed_and_not_asked_again() {
+    let port = echo_port().await;
+    let approver = Arc::new(Answering {
+        answer: crate::ask::AskAnswer::Session,
+        asked: std::sync::Mutex::new(Vec::new()),
+    });
+    let (proxy, mut rx) = ask_proxy(
+        &format!("127.0.0.1/32:{port}"),
+        StaticResolver::default(),
+        Some(approver.clone()),
+    );
+    let input = format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\nping");
+    let (answer, event) = exchange(&proxy, &mut rx, input.as_bytes()).await;
+    assert_eq!(answer, b"HTTP/1.1 200 Connection established\r\n\r\nping");
+    assert_eq!(
+        (event.outcome, event.asked, event.source.map(|m| m.source)),
+        (Outcome::Allowed, Some(Asked::Session), Some("p:4".into()))
+    );
+    let (answer, event) = exchange(&proxy, &mut rx, input.as_bytes()).await;
+    assert_eq!(answer, b"HTTP/1.1 200 Connection established\r\n\r\nping");
+    assert_eq!(
+        (event.outcome, event.asked),
+        (Outcome::Allowed, Some(Asked::Remembered))
+    );
+    let asked = approver.asked.lock().expect("asked").clone();
+    assert_eq!(
+        asked,
+        vec![AskRequest {
+            session: "ask".into(),
+            host: Host::Ip("127.0.0.1".parse().expect("ip")),
+            port,
+            entry: Matched {
+                entry: format!("127.0.0.1/32:{port}").into(),
+                source: "p:4".into(),
+            },
+        }]
+    );
+}
+
+#[tokio::test]
+async fn an_ask_destination_without_an_approver_is_refused_saying_how_to_allow_it() {
+    let (proxy, mut rx) = ask_proxy("*.ask.test", StaticResolver::default(), None);
+    let (answer, event) =
+        exchange(&proxy, &mut rx, b"CONNECT a.ask.test:443 HTTP/1.1\r\n\r\n").await;
+    let answer = String::from_utf8(answer).expect("utf-8");
+    assert!(answer.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{answer}");
+    assert!(
+        answer.ends_with(
+            "cordon: connection to a.ask.test:443 refused by the network policy\n\
+             ask entry \"*.ask.test\" (p:4) matches a.ask.test:443, which needs approval, and \
+             nobody can be asked about it here\n\
+             to allow it without asking, add \"a.ask.test\" to [network] allow in the policy\n"
+        ),
+        "{answer}"
+    );
+    assert_eq!(
+        (event.outcome, event.asked, event.suggestion.as_deref()),
+        (Outcome::Denied, Some(Asked::NoApprover), Some("a.ask.test"))
+    );
+}
+
+#[tokio::test]
+async fn an_ask_destination_the_person_refuses_is_refused() {
+    let approver = Arc::new(Answering {
+        answer: crate::ask::AskAnswer::Deny,
+        asked: std::sync::Mutex::new(Vec::new()),
+    });
+    let (proxy, mut rx) = ask_proxy("*.ask.test", StaticResolver::default(), Some(approver));
+    let (answer, event) =
+        exchange(&proxy, &mut rx, b"CONNECT a.ask.test:443 HTTP/1.1\r\n\r\n").await;
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 403 Forbidden\r\n"));
+    assert_eq!(
+        (event.outcome, event.asked),
+        (Outcome::Denied, Some(Asked::Refused))
+    );
+    assert!(
+        event.reason.ends_with("and the person asked refused it"),
+        "{}",
+        event.reason
+    );
+}
+
+#[tokio::test]
+async fn an_approval_does_not_let_a_name_resolve_to_a_loopback_address() {
+    let approver = Arc::new(Answering {
+        answer: crate::ask::AskAnswer::Session,
+        asked: std::sync::Mutex::new(Vec::new()),
+    });
+    let resolver = StaticResolver::new([("a.ask.test", vec!["127.0.0.1".parse().expect("ip")])]);
+    let (proxy, mut rx) = ask_proxy("*.ask.test", resolver, Some(approver));
+    let (answer, event) =
+        exchange(&proxy, &mut rx, b"CONNECT a.ask.test:443 HTTP/1.1\r\n\r\n").await;
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 403 Forbidden\r\n"));
+    assert_eq!(
+        (event.outcome, event.asked),
+        (Outcome::Denied, Some(Asked::Session))
+    );
+    assert!(
+        event
+            .reason
+            .contains("a.ask.test resolved to 127.0.0.1, a loopback address"),
+        "{}",
+        event.reason
+    );
 }

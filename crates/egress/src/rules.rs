@@ -21,7 +21,12 @@
 //! is only allowed as the whole leftmost label. Requested names are compared case-insensitively
 //! and without a trailing dot, so `Example.COM.` is `example.com`.
 //!
-//! Decisions: a deny entry that matches beats any allow entry; no matching entry is a denial.
+//! Decisions: a deny entry that matches beats any allow entry, an allow entry beats an ask
+//! entry, and an ask entry (`[network] ask`) means the destination needs someone's approval
+//! (the proxy asks its approver, if it has one, and refuses otherwise); no matching entry is a
+//! denial. Ask entries never let a name's resolved address into a special range: only IP/CIDR
+//! allow entries do (the proxy lets an approved IP literal through as its IP/CIDR ask entry
+//! names it, as an allow entry would).
 //! A name matches only name entries, an IP literal only IP/CIDR entries. After an allowed name
 //! is resolved, every address is checked with [`Rules::check_address`]: loopback, private,
 //! link-local (the cloud metadata address 169.254.169.254 among them), shared (CGNAT),
@@ -54,6 +59,8 @@ pub enum ListKind {
     Allow,
     /// `[network] deny`
     Deny,
+    /// `[network] ask`
+    Ask,
 }
 
 impl fmt::Display for ListKind {
@@ -61,6 +68,7 @@ impl fmt::Display for ListKind {
         match self {
             ListKind::Allow => f.write_str("allow"),
             ListKind::Deny => f.write_str("deny"),
+            ListKind::Ask => f.write_str("ask"),
         }
     }
 }
@@ -367,6 +375,8 @@ pub enum Decision {
     Allowed(Matched),
     /// A deny entry matches (whatever the allow list says).
     Denied(Matched),
+    /// No deny or allow entry matches but an ask entry does: the destination needs approval.
+    Ask(Matched),
     /// No entry allows it.
     NotAllowed,
 }
@@ -480,11 +490,12 @@ pub enum AddressCheck {
     Special(SpecialRange),
 }
 
-/// The compiled allow and deny lists.
+/// The compiled allow, deny and ask lists.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rules {
     allow: Vec<Entry>,
     deny: Vec<Entry>,
+    ask: Vec<Entry>,
 }
 
 impl Rules {
@@ -493,7 +504,21 @@ impl Rules {
         Ok(Rules {
             allow: compile_list(ListKind::Allow, allow)?,
             deny: compile_list(ListKind::Deny, deny)?,
+            ask: Vec::new(),
         })
+    }
+
+    /// These rules with the ask list (`[network] ask`) compiled in.
+    pub fn with_ask(self, ask: &[EntrySpec]) -> Result<Rules, RulesError> {
+        Ok(Rules {
+            ask: compile_list(ListKind::Ask, ask)?,
+            ..self
+        })
+    }
+
+    /// The ask entries in order.
+    pub fn ask(&self) -> &[Entry] {
+        &self.ask
     }
 
     /// The allow entries in order.
@@ -506,8 +531,8 @@ impl Rules {
         &self.deny
     }
 
-    /// Decides a requested destination: a deny entry beats an allow entry; names match name
-    /// entries, IP literals IP/CIDR entries. An allowed name must still pass
+    /// Decides a requested destination: a deny entry beats an allow entry, which beats an ask
+    /// entry; names match name entries, IP literals IP/CIDR entries. An allowed name must still pass
     /// [`Rules::check_address`] for each address it resolves to; an allowed IP literal too.
     pub fn decide(&self, host: &Host, port: u16) -> Decision {
         let matches = |entry: &&Entry| match host {
@@ -517,8 +542,11 @@ impl Rules {
         if let Some(entry) = self.deny.iter().find(matches) {
             return Decision::Denied(entry.matched.clone());
         }
-        match self.allow.iter().find(matches) {
-            Some(entry) => Decision::Allowed(entry.matched.clone()),
+        if let Some(entry) = self.allow.iter().find(matches) {
+            return Decision::Allowed(entry.matched.clone());
+        }
+        match self.ask.iter().find(matches) {
+            Some(entry) => Decision::Ask(entry.matched.clone()),
             None => Decision::NotAllowed,
         }
     }

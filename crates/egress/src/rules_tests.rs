@@ -524,3 +524,58 @@ fn garbage_entries_and_hosts_never_panic() {
         let _ = Host::parse(&text);
     }
 }
+
+#[test]
+fn ask_entries_come_after_deny_and_allow() {
+    let rules = rules(&["pkg.example.com"], &["evil.example.com"])
+        .with_ask(&[spec("*.example.com", 201), spec("10.9.0.0/16:5432", 202)])
+        .expect("ask list compiles");
+    assert_eq!(
+        rules.decide(&name("pkg.example.com"), 443),
+        Decision::Allowed(matched("pkg.example.com", "policy.toml:1"))
+    );
+    assert_eq!(
+        rules.decide(&name("evil.example.com"), 443),
+        Decision::Denied(matched("evil.example.com", "policy.toml:101"))
+    );
+    assert_eq!(
+        rules.decide(&name("docs.example.com"), 443),
+        Decision::Ask(matched("*.example.com", "policy.toml:201"))
+    );
+    assert_eq!(
+        rules.decide(&name("docs.example.com"), 22),
+        Decision::NotAllowed
+    );
+    assert_eq!(
+        rules.decide(&name("example.com"), 443),
+        Decision::NotAllowed
+    );
+    assert_eq!(
+        rules.decide(&Host::parse("10.9.1.2").expect("ip"), 5432),
+        Decision::Ask(matched("10.9.0.0/16:5432", "policy.toml:202"))
+    );
+}
+
+#[test]
+fn an_ask_entry_does_not_let_a_name_resolve_into_a_special_range() {
+    let rules = rules(&["pkg.test"], &[])
+        .with_ask(&[spec("10.9.0.0/16", 201)])
+        .expect("ask list compiles");
+    assert_eq!(
+        rules.check_address("10.9.1.2".parse().expect("ip"), 443),
+        AddressCheck::Special(SpecialRange::Private)
+    );
+}
+
+#[test]
+fn ask_compile_errors_name_the_ask_list() {
+    let error = Rules::default()
+        .with_ask(&[spec("B@d", 7)])
+        .expect_err("bad ask entry");
+    assert!(
+        error
+            .to_string()
+            .starts_with("failed to parse network ask entry \"B@d\" (policy.toml:7)"),
+        "{error}"
+    );
+}

@@ -25,6 +25,7 @@ impl Fake {
                 network: 7,
                 egress_allow: vec![],
                 egress_deny: vec![],
+                egress_ask: vec![],
                 timeout: 9,
                 max_timeout: 10,
                 memory: 11,
@@ -402,6 +403,7 @@ fn refused(host: &str, port: u16, suggestion: Option<&str>, source: Option<&str>
         entry: source.map(|_| host.to_owned()),
         source: source.map(str::to_owned),
         suggestion: suggestion.map(str::to_owned),
+        asked: None,
         reason: match source {
             Some(at) => format!("deny entry {host:?} ({at}) matches {host}:{port}"),
             None => format!("no entry allows {host}:{port}"),

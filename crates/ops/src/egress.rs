@@ -8,13 +8,25 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use cordon_core::sandbox::SandboxSpec;
+use cordon_egress::ask::Asked;
 use cordon_egress::proxy::{ConnectionEvent, Outcome, Protocol};
 use cordon_egress::rules::{EntrySpec, Rules, RulesError};
 use serde::{Deserialize, Serialize};
 
-/// The `[network] allow` and `deny` entries of `spec`, each with the `FILE:LINE` it was
-/// written at (the label the proxy's refusals and events name).
-pub fn egress_entry_specs(spec: &SandboxSpec) -> (Vec<EntrySpec>, Vec<EntrySpec>) {
+/// The `[network] allow`, `deny` and `ask` entries of a spec, each with its `FILE:LINE`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EgressEntrySpecs {
+    /// `[network] allow`
+    pub allow: Vec<EntrySpec>,
+    /// `[network] deny`
+    pub deny: Vec<EntrySpec>,
+    /// `[network] ask`
+    pub ask: Vec<EntrySpec>,
+}
+
+/// The `[network] allow`, `deny` and `ask` entries of `spec`, each with the `FILE:LINE` it
+/// was written at (the label the proxy's refusals and events name).
+pub fn egress_entry_specs(spec: &SandboxSpec) -> EgressEntrySpecs {
     let sources = &spec.sources;
     let label = |lines: &[usize], index: usize| -> Arc<str> {
         sources.at(lines.get(index).copied().unwrap_or(0)).into()
@@ -26,17 +38,18 @@ pub fn egress_entry_specs(spec: &SandboxSpec) -> (Vec<EntrySpec>, Vec<EntrySpec>
             .map(|(index, text)| EntrySpec::new(text.clone(), label(lines, index)))
             .collect()
     };
-    (
-        list(&spec.egress.allow, &sources.egress_allow),
-        list(&spec.egress.deny, &sources.egress_deny),
-    )
+    EgressEntrySpecs {
+        allow: list(&spec.egress.allow, &sources.egress_allow),
+        deny: list(&spec.egress.deny, &sources.egress_deny),
+        ask: list(&spec.egress.ask, &sources.egress_ask),
+    }
 }
 
 /// The egress proxy's compiled rules for `spec` (a policy-compiled spec always compiles: the
 /// policy checked every entry with the same parser).
 pub fn egress_rules(spec: &SandboxSpec) -> Result<Rules, RulesError> {
-    let (allow, deny) = egress_entry_specs(spec);
-    Rules::compile(&allow, &deny)
+    let EgressEntrySpecs { allow, deny, ask } = egress_entry_specs(spec);
+    Rules::compile(&allow, &deny)?.with_ask(&ask)
 }
 
 /// How the command asked the proxy.
@@ -67,6 +80,24 @@ pub enum EgressOutcome {
     Failed,
 }
 
+/// How a destination an ask entry (`[network] ask`) matched was settled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum EgressAsked {
+    /// A person approved this connection.
+    Once,
+    /// A person approved the destination for the rest of the session.
+    Session,
+    /// An approval for the session given earlier covered it; nobody was asked.
+    Remembered,
+    /// The person asked refused it.
+    Refused,
+    /// Nobody answered in time.
+    TimedOut,
+    /// Nobody could be asked (no interactive front end).
+    NoApprover,
+}
+
 /// One connection attempt of a command through the egress proxy.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -91,6 +122,9 @@ pub struct EgressRecord {
     /// For a destination no entry allows: the `[network] allow` entry that would.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suggestion: Option<String>,
+    /// For a destination an ask entry matched: whether a person was asked and the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked: Option<EgressAsked>,
     /// Why, in words (what a refused command was also told).
     pub reason: String,
     /// Bytes relayed from the command to the destination.
@@ -130,6 +164,7 @@ impl From<&ConnectionEvent> for EgressRecord {
             address,
             outcome,
             source,
+            asked,
             reason,
             suggestion,
             bytes_up,
@@ -154,6 +189,14 @@ impl From<&ConnectionEvent> for EgressRecord {
             entry: source.as_ref().map(|m| m.entry.to_string()),
             source: source.as_ref().map(|m| m.source.to_string()),
             suggestion: suggestion.clone(),
+            asked: asked.map(|asked| match asked {
+                Asked::Once => EgressAsked::Once,
+                Asked::Session => EgressAsked::Session,
+                Asked::Remembered => EgressAsked::Remembered,
+                Asked::Refused => EgressAsked::Refused,
+                Asked::TimedOut => EgressAsked::TimedOut,
+                Asked::NoApprover => EgressAsked::NoApprover,
+            }),
             reason: reason.clone(),
             bytes_up: *bytes_up,
             bytes_down: *bytes_down,
@@ -266,6 +309,7 @@ mod tests {
                 entry: Arc::from("*.crates.io"),
                 source: Arc::from("policy.toml:7"),
             }),
+            asked: None,
             reason: "relayed until both sides closed".to_owned(),
             suggestion: None,
             bytes_up: 517,
@@ -332,6 +376,7 @@ mod tests {
                 entry: Some("*.crates.io".to_owned()),
                 source: Some("policy.toml:7".to_owned()),
                 suggestion: None,
+                asked: None,
                 reason: "relayed until both sides closed".to_owned(),
                 bytes_up: 517,
                 bytes_down: 40_960,
@@ -379,6 +424,24 @@ mod tests {
     }
 
     #[test]
+    fn an_asked_destination_records_the_answer() {
+        let refused = ConnectionEvent {
+            outcome: Outcome::Denied,
+            asked: Some(Asked::TimedOut),
+            ..event()
+        };
+        let record = EgressRecord::from(&refused);
+        assert_eq!(record.asked, Some(EgressAsked::TimedOut));
+        let json = serde_json::to_value(&record).expect("serialise");
+        assert_eq!(json["asked"], "timedOut");
+        let approved = EgressRecord::from(&ConnectionEvent {
+            asked: Some(Asked::Session),
+            ..event()
+        });
+        assert_eq!(approved.asked, Some(EgressAsked::Session));
+    }
+
+    #[test]
     fn entry_specs_carry_their_policy_lines() {
         let mut spec = SandboxSpec::default();
         spec.egress.allow = vec!["crates.io".to_owned(), "*.crates.io".to_owned()];
@@ -386,15 +449,19 @@ mod tests {
         spec.sources.file = "p.toml".to_owned();
         spec.sources.egress_allow = vec![4, 5];
         spec.sources.egress_deny = vec![9];
-        let (allow, deny) = egress_entry_specs(&spec);
+        spec.egress.ask = vec!["*.github.com".to_owned()];
+        spec.sources.egress_ask = vec![11];
         assert_eq!(
-            allow,
-            vec![
-                EntrySpec::new("crates.io", "p.toml:4"),
-                EntrySpec::new("*.crates.io", "p.toml:5"),
-            ]
+            egress_entry_specs(&spec),
+            EgressEntrySpecs {
+                allow: vec![
+                    EntrySpec::new("crates.io", "p.toml:4"),
+                    EntrySpec::new("*.crates.io", "p.toml:5"),
+                ],
+                deny: vec![EntrySpec::new("evil.crates.io", "p.toml:9")],
+                ask: vec![EntrySpec::new("*.github.com", "p.toml:11")],
+            }
         );
-        assert_eq!(deny, vec![EntrySpec::new("evil.crates.io", "p.toml:9")]);
         let rules = egress_rules(&spec).expect("compile");
         let host = cordon_egress::rules::Host::parse("evil.crates.io").expect("host");
         assert_eq!(
@@ -404,6 +471,17 @@ mod tests {
                 source: Arc::from("p.toml:9"),
             })
         );
+        let host = cordon_egress::rules::Host::parse("api.github.com").expect("host");
+        assert_eq!(
+            rules.decide(&host, 443),
+            cordon_egress::rules::Decision::Ask(Matched {
+                entry: Arc::from("*.github.com"),
+                source: Arc::from("p.toml:11"),
+            })
+        );
+        spec.egress.ask.push("B@d".to_owned());
+        assert!(egress_rules(&spec).is_err());
+        spec.egress.ask.pop();
         spec.egress.allow.push("B@d".to_owned());
         assert!(egress_rules(&spec).is_err());
     }

@@ -32,6 +32,7 @@ pub use backend::{
     Termination,
 };
 pub use egress::{
-    EgressLog, EgressOutcome, EgressProtocol, EgressRecord, egress_entry_specs, egress_rules,
+    EgressAsked, EgressEntrySpecs, EgressLog, EgressOutcome, EgressProtocol, EgressRecord,
+    egress_entry_specs, egress_rules,
 };
 pub use tool::{Op, PathArg, ToolKind, paths_of};

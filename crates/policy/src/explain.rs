@@ -36,10 +36,16 @@ pub fn check_summary(policy: &CompiledPolicy) -> String {
         match spec.network {
             NetworkMode::Disabled => "disabled".to_owned(),
             NetworkMode::Enabled => "enabled".to_owned(),
-            NetworkMode::Filtered => format!(
+            NetworkMode::Filtered if spec.egress.ask.is_empty() => format!(
                 "filtered: {} allow and {} deny entries",
                 spec.egress.allow.len(),
                 spec.egress.deny.len()
+            ),
+            NetworkMode::Filtered => format!(
+                "filtered: {} allow, {} deny and {} ask entries",
+                spec.egress.allow.len(),
+                spec.egress.deny.len(),
+                spec.egress.ask.len()
             ),
         },
         match spec.workspace {
@@ -249,13 +255,22 @@ pub fn explain_net(
                     );
                     (Decision::Deny, Some(matched), reason, Some(fix))
                 }
+                EgressDecision::Ask(matched) => {
+                    let reason = format!(
+                        "ask entry {matched} matches {judged} and no allow or deny entry does: \
+                         `cordon run` and the MCP server ask a person (once or for the rest of \
+                         the session); everywhere else it is refused"
+                    );
+                    let fix = format!("{add} to reach it without asking");
+                    (Decision::Ask, Some(matched), reason, Some(fix))
+                }
                 EgressDecision::NotAllowed => {
                     let reason = format!("no entry allows {judged}");
                     (Decision::Deny, None, reason, Some(add))
                 }
             };
             let note = match (&host, decision) {
-                (Host::Name(name), Decision::Allow) => Some(format!(
+                (Host::Name(name), Decision::Allow | Decision::Ask) => Some(format!(
                     "the proxy resolves {name} when a command connects; an address in a \
                      loopback, private, link-local (cloud metadata) or other special range is \
                      refused unless an IP/CIDR allow entry covers it (DNS-rebinding defence)"

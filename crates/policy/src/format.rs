@@ -58,6 +58,7 @@ pub(crate) struct RawNetwork {
     pub enabled: Option<Spanned<bool>>,
     pub allow: Option<SpannedList>,
     pub deny: Option<SpannedList>,
+    pub ask: Option<SpannedList>,
     pub unix_sockets: Option<SpannedList>,
 }
 

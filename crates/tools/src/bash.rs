@@ -1122,6 +1122,7 @@ mod tests {
             entry: None,
             source: None,
             suggestion: Some(host.to_owned()),
+            asked: None,
             reason: format!("no entry allows {host}:443"),
             bytes_up: 0,
             bytes_down: 0,

@@ -183,9 +183,10 @@ fn check_json(policy: &CompiledPolicy) -> Value {
             NetworkMode::Enabled => "enabled",
             NetworkMode::Filtered => "filtered",
         },
-        // The destinations of filtered mode (both empty otherwise).
+        // The destinations of filtered mode (all empty otherwise).
         "networkAllow": spec.egress.allow,
         "networkDeny": spec.egress.deny,
+        "networkAsk": spec.egress.ask,
         "workspace": match spec.workspace {
             RootAccess::ReadOnly => "read-only",
             RootAccess::ReadWrite => "read-write",

@@ -186,16 +186,18 @@ struct CompiledNetwork {
     egress: EgressSpec,
     allow_lines: Vec<usize>,
     deny_lines: Vec<usize>,
+    ask_lines: Vec<usize>,
     unix_sockets: Vec<String>,
 }
 
-/// `[network]`: `enabled`, `allow`, `deny` and `unix_sockets` together.
+/// `[network]`: `enabled`, `allow`, `deny`, `ask` and `unix_sockets` together.
 ///
 /// A non-empty `allow` turns filtered mode on (commands reach the network only through the
 /// egress proxy); an empty one is as if absent. `allow` with `enabled = true` is an error (the
 /// network would be fully on and the list meaningless, or the list would silently win: the
 /// operator says which); `deny` without a non-empty `allow` is an error (deny only narrows an
-/// allow list). Every entry is checked with the proxy's own parser, so what compiles here is
+/// allow list), and so is `ask` (a destination to ask about is an addition to an allow list,
+/// and filtered mode needs one to be on). Every entry is checked with the proxy's own parser, so what compiles here is
 /// what the proxy enforces.
 fn compile_network(
     raw: Option<RawNetwork>,
@@ -205,16 +207,19 @@ fn compile_network(
         enabled,
         allow,
         deny,
+        ask,
         unix_sockets,
     } = raw.unwrap_or(RawNetwork {
         enabled: None,
         allow: None,
         deny: None,
+        ask: None,
         unix_sockets: None,
     });
     let enabled_line = line_or_zero(enabled.as_ref(), map);
     let allow = allow.filter(|list| !list.get_ref().is_empty());
     let deny = deny.filter(|list| !list.get_ref().is_empty());
+    let ask = ask.filter(|list| !list.get_ref().is_empty());
     let mode = match (&enabled, &allow) {
         (Some(on), Some(list)) if *on.get_ref() => {
             return Err(map.bad_value(
@@ -239,20 +244,30 @@ fn compile_network(
              may reach, or remove `deny`",
         ));
     }
+    if let (Some(list), None) = (&ask, &allow) {
+        return Err(map.bad_value(
+            list.span().start,
+            "`ask` adds destinations a person may approve to an `allow` list: without one the \
+             network is fully on or fully off; add `allow` with the destinations commands may \
+             always reach (filtered mode), or remove `ask`",
+        ));
+    }
     let (allow, allow_lines) = compile_egress_list(allow.as_ref(), "allow", map)?;
     let (deny, deny_lines) = compile_egress_list(deny.as_ref(), "deny", map)?;
+    let (ask, ask_lines) = compile_egress_list(ask.as_ref(), "ask", map)?;
     let unix_sockets = compile_unix_sockets(unix_sockets.as_ref(), mode, map)?;
     Ok(CompiledNetwork {
         mode,
         enabled_line,
-        egress: EgressSpec { allow, deny },
+        egress: EgressSpec { allow, deny, ask },
         allow_lines,
         deny_lines,
+        ask_lines,
         unix_sockets,
     })
 }
 
-/// One of `[network] allow`/`deny`: each entry parsed as the egress proxy will parse it (an
+/// One of `[network] allow`/`deny`/`ask`: each entry parsed as the egress proxy will parse it (an
 /// error names its line and column and what is wrong), with its line; at most
 /// [`cordon_egress::rules::MAX_ENTRIES`] entries.
 fn compile_egress_list(
@@ -477,6 +492,7 @@ pub(super) fn compile(
         egress,
         allow_lines,
         deny_lines,
+        ask_lines,
         unix_sockets,
     } = compile_network(network, map)?;
 
@@ -484,6 +500,7 @@ pub(super) fn compile(
         network: network_line,
         egress_allow: allow_lines,
         egress_deny: deny_lines,
+        egress_ask: ask_lines,
         ..SpecSources::default()
     };
     let limits = compile_limits(limits, map, &mut sources)?;

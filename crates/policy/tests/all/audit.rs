@@ -98,6 +98,7 @@ fn egress_attempts_follow_prev_and_keep_the_chain_verifiable() {
         entry: source.map(|_| "*.crates.io".to_owned()),
         source: source.map(str::to_owned),
         suggestion: None,
+        asked: None,
         reason: "r".to_owned(),
         bytes_up: 10,
         bytes_down: 2000,

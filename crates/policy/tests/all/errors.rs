@@ -90,7 +90,7 @@ fn unknown_keys() {
         "unknown key",
         3,
         1,
-        "unknown field `allowed`, expected one of `enabled`, `allow`, `deny`, `unix_sockets`",
+        "unknown field `allowed`, expected one of `enabled`, `allow`, `deny`, `ask`, `unix_sockets`",
     );
 }
 
@@ -251,6 +251,23 @@ fn network_allow_and_deny_errors_name_the_line_and_the_fix() {
         4,
         8,
         "`deny` only narrows an `allow` list",
+    );
+    // ask alone adds to nothing, whatever `enabled` says
+    for enabled in ["", "enabled = true\n", "enabled = false\n"] {
+        check(
+            &format!("version = 1\n[network]\n{enabled}ask = [\"*.github.com\"]\n"),
+            "bad value",
+            if enabled.is_empty() { 3 } else { 4 },
+            7,
+            "`ask` adds destinations a person may approve to an `allow` list",
+        );
+    }
+    check(
+        "version = 1\n[network]\nallow = [\"a.test\"]\nask = [\"B.test\"]\n",
+        "bad value",
+        4,
+        8,
+        "network ask entry \"B.test\": names are written in lowercase",
     );
     // every entry is parsed as the proxy parses it; the error names the entry and the problem
     for (entry, column, needle) in [

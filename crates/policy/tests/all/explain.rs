@@ -308,6 +308,43 @@ fn explain_net_rejects_bad_destinations_with_a_bounded_message() {
 }
 
 #[test]
+fn explain_net_names_an_ask_entry_after_allow_and_deny() {
+    let with_ask = format!("{FILTERED}ask = [\"*.github.com\", \"crates.io:8080\"]\n");
+    let asked = net(&with_ask, "api.github.com");
+    assert_eq!(
+        asked.to_json(),
+        json!({
+            "decision": "ask",
+            "destination": "api.github.com:443",
+            "network": "filtered",
+            "entry": "*.github.com",
+            "source": "p.toml:10",
+            "reason": "ask entry \"*.github.com\" (p.toml:10) matches api.github.com:443 and no \
+                       allow or deny entry does: `cordon run` and the MCP server ask a person \
+                       (once or for the rest of the session); everywhere else it is refused",
+            "fix": "add \"api.github.com\" to [network] allow in p.toml to reach it without asking",
+            "note": "the proxy resolves api.github.com when a command connects; an address in a \
+                     loopback, private, link-local (cloud metadata) or other special range is \
+                     refused unless an IP/CIDR allow entry covers it (DNS-rebinding defence)",
+        })
+    );
+    // allow beats ask, deny beats both
+    assert_eq!(net(&with_ask, "crates.io").decision.as_str(), "allow");
+    assert_eq!(
+        net(&with_ask, "crates.io:8080").entry.as_deref(),
+        Some("crates.io:8080")
+    );
+    assert_eq!(net(&with_ask, "github.com").decision.as_str(), "deny");
+    let policy = CompiledPolicy::from_toml("p.toml", &with_ask, &EnvMap::new()).unwrap();
+    assert!(
+        check_summary(&policy)
+            .contains("network filtered: 4 allow, 1 deny and 2 ask entries, workspace"),
+        "{}",
+        check_summary(&policy)
+    );
+}
+
+#[test]
 fn check_summary_shows_filtered_mode() {
     let policy = CompiledPolicy::from_toml("p.toml", FILTERED, &EnvMap::new()).unwrap();
     let summary = check_summary(&policy);

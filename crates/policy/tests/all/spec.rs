@@ -88,6 +88,7 @@ set = { RUST_BACKTRACE = "1", LANG = "C.UTF-8" }
                 network: 9,
                 egress_allow: vec![],
                 egress_deny: vec![],
+                egress_ask: vec![],
                 timeout: 13,
                 max_timeout: 14,
                 memory: 15,
@@ -129,7 +130,7 @@ fn a_non_empty_allow_list_means_filtered_mode_with_each_entry_line() {
     let p = policy(
         "version = 1\n[network]\nenabled = false\nallow = [\n  \"crates.io\",\n  \
          \"*.crates.io\", \"10.1.2.0/24:5432\",\n]\ndeny = [\"evil.crates.io\"]\n\
-         unix_sockets = [\"/run/x.sock\"]\n",
+         unix_sockets = [\"/run/x.sock\"]\nask = [\"*.github.com\", \"pypi.org:443\"]\n",
     );
     let spec = p.sandbox_spec();
     assert_eq!(spec.network, NetworkMode::Filtered);
@@ -138,8 +139,10 @@ fn a_non_empty_allow_list_means_filtered_mode_with_each_entry_line() {
         EgressSpec {
             allow: strings(&["crates.io", "*.crates.io", "10.1.2.0/24:5432"]),
             deny: strings(&["evil.crates.io"]),
+            ask: strings(&["*.github.com", "pypi.org:443"]),
         }
     );
+    assert_eq!(spec.sources.egress_ask, vec![10, 10]);
     assert_eq!(
         (
             spec.sources.network,
@@ -149,8 +152,9 @@ fn a_non_empty_allow_list_means_filtered_mode_with_each_entry_line() {
         (3, vec![5, 6, 6], vec![8])
     );
     assert_eq!(spec.unix_sockets, strings(&["/run/x.sock"]));
-    let (allow, _) = cordon_ops::egress_entry_specs(&spec);
-    assert_eq!(&*allow[2].source, "test.toml:6");
+    let entries = cordon_ops::egress_entry_specs(&spec);
+    assert_eq!(&*entries.allow[2].source, "test.toml:6");
+    assert_eq!(&*entries.ask[1].source, "test.toml:10");
     cordon_ops::egress_rules(&spec).expect("what the policy accepts, the proxy compiles");
 
     // An empty allow list is as if absent.

@@ -341,6 +341,7 @@ mod tests {
             egress: cordon_core::sandbox::EgressSpec {
                 allow: vec!["crates.io".into(), "*.crates.io".into()],
                 deny: vec!["evil.crates.io".into()],
+                ask: Vec::new(),
             },
             ..SandboxSpec::default()
         };

@@ -1,0 +1,384 @@
+//! Destinations an ask entry (`[network] ask`) matches: the approver hook the proxy calls, the
+//! session's approved destinations, and the rule that one destination has at most one question
+//! in flight (connections to it meanwhile wait for that answer). It does not show questions (a
+//! front end's [`EgressApprover`] does) nor decide which entry matched ([`crate::rules`]).
+//!
+//! An approval "for the session" adds the exact destination asked about (`host:port`, never the
+//! wildcard entry that matched) to the proxy's approved set; later connections to it are not
+//! asked again. An approved destination is still resolved and its addresses checked like any
+//! allowed one: an approval never lets a name reach a loopback, private or metadata address.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::OnceCell;
+
+use crate::rules::{Host, Matched};
+
+/// Most destinations approved for one session; approvals beyond it count for one connection.
+pub const MAX_SESSION_APPROVALS: usize = 1024;
+
+/// A question about one destination.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AskRequest {
+    /// The proxy's session label.
+    pub session: Arc<str>,
+    /// The requested host (normalised: lowercase ASCII name characters, or an address).
+    pub host: Host,
+    /// The requested port.
+    pub port: u16,
+    /// The ask entry that matched and its `FILE:LINE`.
+    pub entry: Matched,
+}
+
+/// An approver's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AskAnswer {
+    /// Allow this connection (and the connections that waited for the same answer).
+    Once,
+    /// Allow this destination for the rest of the session.
+    Session,
+    /// Refuse it.
+    Deny,
+}
+
+/// Something that can ask a person whether a destination may be reached.
+#[async_trait::async_trait]
+pub trait EgressApprover: Send + Sync {
+    /// Asks; a failure to ask is [`AskAnswer::Deny`]. The proxy bounds the wait.
+    async fn ask(&self, request: AskRequest) -> AskAnswer;
+}
+
+/// How an ask entry's destination was settled, as the connection's event records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asked {
+    /// Approved for this connection.
+    Once,
+    /// Approved for the rest of the session.
+    Session,
+    /// An approval for the session given earlier covered it; nobody was asked.
+    Remembered,
+    /// The person asked refused it.
+    Refused,
+    /// No answer came in time.
+    TimedOut,
+    /// Nobody can be asked here (no approver).
+    NoApprover,
+}
+
+impl Asked {
+    /// Whether the connection may go on (to the address check).
+    pub fn approved(self) -> bool {
+        match self {
+            Asked::Once | Asked::Session | Asked::Remembered => true,
+            Asked::Refused | Asked::TimedOut | Asked::NoApprover => false,
+        }
+    }
+}
+
+/// The answer a question produced: `None` when none came in time.
+type Pending = Arc<OnceCell<Option<AskAnswer>>>;
+
+/// One proxy's approvals: the approver, how long to wait for it, the destinations approved for
+/// the session and the questions in flight.
+pub(crate) struct Approvals {
+    approver: Option<Arc<dyn EgressApprover>>,
+    timeout: Duration,
+    approved: Mutex<HashSet<String>>,
+    pending: Mutex<HashMap<String, Pending>>,
+}
+
+impl Approvals {
+    pub(crate) fn new(approver: Option<Arc<dyn EgressApprover>>, timeout: Duration) -> Self {
+        Approvals {
+            approver,
+            timeout,
+            approved: Mutex::new(HashSet::new()),
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Settles a destination an ask entry matched: the session's approvals, else the question
+    /// already in flight for it, else a new question bounded by the timeout.
+    pub(crate) async fn settle(&self, request: AskRequest) -> Asked {
+        let key = format!("{}:{}", request.host, request.port);
+        if lock(&self.approved).contains(&key) {
+            tracing::debug!(destination = %key, "egress proxy: destination approved earlier in the session");
+            return Asked::Remembered;
+        }
+        let Some(approver) = self.approver.clone() else {
+            return Asked::NoApprover;
+        };
+        let cell = lock(&self.pending).entry(key.clone()).or_default().clone();
+        let guard = PendingGuard {
+            pending: &self.pending,
+            key,
+            cell,
+        };
+        let timeout = self.timeout;
+        let answer = *guard
+            .cell
+            .get_or_init(|| async move {
+                tracing::info!(
+                    session = %request.session,
+                    host = %request.host,
+                    port = request.port,
+                    entry = %request.entry,
+                    "egress proxy: asking whether a destination may be reached"
+                );
+                tokio::time::timeout(timeout, approver.ask(request))
+                    .await
+                    .ok()
+            })
+            .await;
+        let key = &guard.key;
+        let asked = match answer {
+            Some(AskAnswer::Session) => {
+                let mut approved = lock(&self.approved);
+                if approved.len() < MAX_SESSION_APPROVALS {
+                    approved.insert(key.clone());
+                    Asked::Session
+                } else {
+                    tracing::warn!(
+                        destination = %key,
+                        limit = MAX_SESSION_APPROVALS,
+                        "egress proxy: too many destinations approved for the session; this approval counts once"
+                    );
+                    Asked::Once
+                }
+            }
+            Some(AskAnswer::Once) => Asked::Once,
+            Some(AskAnswer::Deny) => Asked::Refused,
+            None => Asked::TimedOut,
+        };
+        tracing::info!(destination = %key, ?asked, "egress proxy: ask settled");
+        // Dropping the guard now, after the approved set was updated, means a connection
+        // arriving meanwhile finds either the answered question or the approval.
+        drop(guard);
+        asked
+    }
+}
+
+/// Removes a question from the in-flight map once it is answered, or when its last waiter is
+/// gone unanswered (a connection cut while asking), so cut questions do not pile up.
+struct PendingGuard<'a> {
+    pending: &'a Mutex<HashMap<String, Pending>>,
+    key: String,
+    cell: Pending,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        let mut pending = lock(self.pending);
+        // The map and this guard hold one reference each when nobody else waits.
+        let last = Arc::strong_count(&self.cell) <= 2;
+        if pending
+            .get(&self.key)
+            .is_some_and(|p| Arc::ptr_eq(p, &self.cell))
+            && (self.cell.initialized() || last)
+        {
+            pending.remove(&self.key);
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The guarded sets stay consistent across a panic (single inserts and removes).
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::sync::Semaphore;
+
+    use super::*;
+
+    /// Answers `answer` once per permit released, counting the questions.
+    struct Scripted {
+        answer: AskAnswer,
+        release: Semaphore,
+        asked: AtomicUsize,
+    }
+
+    impl Scripted {
+        fn new(answer: AskAnswer, released: usize) -> Arc<Scripted> {
+            Arc::new(Scripted {
+                answer,
+                release: Semaphore::new(released),
+                asked: AtomicUsize::new(0),
+            })
+        }
+
+        fn asked(&self) -> usize {
+            self.asked.load(Ordering::SeqCst)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl EgressApprover for Scripted {
+        async fn ask(&self, _request: AskRequest) -> AskAnswer {
+            self.asked.fetch_add(1, Ordering::SeqCst);
+            match self.release.acquire().await {
+                Ok(permit) => permit.forget(),
+                Err(_) => return AskAnswer::Deny,
+            }
+            self.answer
+        }
+    }
+
+    fn request(host: &str, port: u16) -> AskRequest {
+        AskRequest {
+            session: "s".into(),
+            host: Host::parse(host).expect("host"),
+            port,
+            entry: Matched {
+                entry: "*.example.com".into(),
+                source: "policy.toml:7".into(),
+            },
+        }
+    }
+
+    fn approvals(approver: &Arc<Scripted>, timeout: Duration) -> Approvals {
+        let approver: Arc<dyn EgressApprover> = approver.clone();
+        Approvals::new(Some(approver), timeout)
+    }
+
+    const LONG: Duration = Duration::from_secs(3600);
+
+    #[tokio::test]
+    async fn concurrent_connections_to_one_destination_share_one_question() {
+        let approver = Scripted::new(AskAnswer::Once, 0);
+        let approvals = approvals(&approver, LONG);
+        // On a current-thread runtime `join!` first polls in order: the first connection is
+        // asking, the second is waiting for that question, then the answer is released.
+        let (first, second, ()) = tokio::join!(
+            approvals.settle(request("a.example.com", 443)),
+            approvals.settle(request("a.example.com", 443)),
+            async { approver.release.add_permits(1) },
+        );
+        assert_eq!(
+            (first, second, approver.asked()),
+            (Asked::Once, Asked::Once, 1)
+        );
+        // "Once" is not remembered: the next connection asks again.
+        approver.release.add_permits(1);
+        assert_eq!(
+            approvals.settle(request("a.example.com", 443)).await,
+            Asked::Once
+        );
+        assert_eq!(approver.asked(), 2);
+        assert!(lock(&approvals.pending).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_session_approval_covers_that_exact_destination_only() {
+        let approver = Scripted::new(AskAnswer::Session, 1);
+        let approvals = approvals(&approver, LONG);
+        assert_eq!(
+            approvals.settle(request("a.example.com", 443)).await,
+            Asked::Session
+        );
+        assert_eq!(
+            approvals.settle(request("A.Example.com.", 443)).await,
+            Asked::Remembered
+        );
+        assert_eq!(approver.asked(), 1);
+        // Another port or another name the same entry matches is asked about again.
+        approver.release.add_permits(2);
+        assert_eq!(
+            approvals.settle(request("a.example.com", 8443)).await,
+            Asked::Session
+        );
+        assert_eq!(
+            approvals.settle(request("b.example.com", 443)).await,
+            Asked::Session
+        );
+        assert_eq!(approver.asked(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_not_remembered() {
+        let approver = Scripted::new(AskAnswer::Deny, 2);
+        let approvals = approvals(&approver, LONG);
+        assert_eq!(
+            approvals.settle(request("a.example.com", 443)).await,
+            Asked::Refused
+        );
+        assert_eq!(
+            approvals.settle(request("a.example.com", 443)).await,
+            Asked::Refused
+        );
+        assert_eq!(approver.asked(), 2);
+    }
+
+    #[tokio::test]
+    async fn no_answer_in_time_is_a_refusal() {
+        // Never released: the approver never answers; a zero timeout elapses at once.
+        let approver = Scripted::new(AskAnswer::Session, 0);
+        let approvals = approvals(&approver, Duration::ZERO);
+        assert_eq!(
+            approvals.settle(request("a.example.com", 443)).await,
+            Asked::TimedOut
+        );
+        assert!(lock(&approvals.approved).is_empty());
+        assert!(lock(&approvals.pending).is_empty());
+    }
+
+    #[tokio::test]
+    async fn without_an_approver_nobody_is_asked() {
+        let approvals = Approvals::new(None, LONG);
+        assert_eq!(
+            approvals.settle(request("a.example.com", 443)).await,
+            Asked::NoApprover
+        );
+    }
+
+    #[tokio::test]
+    async fn a_question_cut_before_its_answer_leaves_nothing_behind() {
+        let approver = Scripted::new(AskAnswer::Session, 0);
+        let approvals = approvals(&approver, LONG);
+        {
+            let settling = std::pin::pin!(approvals.settle(request("a.example.com", 443)));
+            // One poll: the question is in flight; then the connection is cut.
+            assert!(futures_poll_once(settling).await.is_none());
+            assert_eq!(lock(&approvals.pending).len(), 1);
+        }
+        assert!(lock(&approvals.pending).is_empty());
+        assert_eq!(approver.asked(), 1);
+    }
+
+    async fn futures_poll_once<F: std::future::Future + Unpin>(mut future: F) -> Option<F::Output> {
+        std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match std::pin::Pin::new(&mut future).poll(cx) {
+                std::task::Poll::Ready(output) => Some(output),
+                std::task::Poll::Pending => None,
+            })
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn session_approvals_are_bounded() {
+        let approver = Scripted::new(AskAnswer::Session, MAX_SESSION_APPROVALS + 1);
+        let approvals = approvals(&approver, LONG);
+        for port in 1..=MAX_SESSION_APPROVALS {
+            let port = u16::try_from(port).expect("port");
+            assert_eq!(
+                approvals.settle(request("a.example.com", port)).await,
+                Asked::Session
+            );
+        }
+        assert_eq!(
+            approvals.settle(request("a.example.com", 9999)).await,
+            Asked::Once
+        );
+        assert_eq!(lock(&approvals.approved).len(), MAX_SESSION_APPROVALS);
+    }
+}
