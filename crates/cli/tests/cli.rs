@@ -524,7 +524,8 @@ fn policy_explain_net_and_check_show_filtered_mode() {
     let policy = ws.path("policy.toml");
     std::fs::write(
         &policy,
-        "version = 1\n[network]\nallow = [\"*.crates.io\"]\ndeny = [\"evil.crates.io\"]\n",
+        "version = 1\n[network]\nallow = [\"*.crates.io\"]\ndeny = [\"evil.crates.io\"]\n\
+         ask = [\"*.github.com\"]\n",
     )
     .expect("write");
     let policy = policy.to_string_lossy().into_owned();
@@ -558,6 +559,24 @@ fn policy_explain_net_and_check_show_filtered_mode() {
     let value = &json.json_lines()[0];
     assert_eq!(value["decision"], json!("deny"));
     assert_eq!(value["source"], json!(format!("{policy}:4")));
+    let asked = cordon_in(
+        ws.dir.path(),
+        &[
+            "policy",
+            "explain",
+            &policy,
+            "net",
+            "api.github.com",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(asked.code, 0, "{asked:#?}");
+    let value = &asked.json_lines()[0];
+    assert_eq!(
+        (&value["decision"], &value["source"]),
+        (&json!("ask"), &json!(format!("{policy}:5")))
+    );
     let bad = cordon_in(
         ws.dir.path(),
         &["policy", "explain", &policy, "net", "crates.io:99999"],
@@ -576,12 +595,14 @@ fn policy_explain_net_and_check_show_filtered_mode() {
         (
             &value["network"],
             &value["networkAllow"],
-            &value["networkDeny"]
+            &value["networkDeny"],
+            &value["networkAsk"]
         ),
         (
             &json!("filtered"),
             &json!(["*.crates.io"]),
-            &json!(["evil.crates.io"])
+            &json!(["evil.crates.io"]),
+            &json!(["*.github.com"])
         )
     );
 }
