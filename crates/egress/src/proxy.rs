@@ -670,12 +670,9 @@ impl Proxy {
                     .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
                     .await
             }
-            Protocol::Socks5 => {
-                client
-                    .inner
-                    .write_all(&socks_reply(0x00, upstream.local_addr().ok()))
-                    .await
-            }
+            // The bound address would be the proxy's outgoing socket on the host (its address
+            // and port): clients do not need it for CONNECT, so it stays all zeros.
+            Protocol::Socks5 => client.inner.write_all(&socks_reply(0x00)).await,
             Protocol::HttpForward | Protocol::Unknown => Ok(()),
         };
         // Bytes up are what reached the destination: a forwarded head (whose URL can carry as
@@ -833,7 +830,7 @@ where
     let bytes = match protocol {
         // 0xff answers the method negotiation: no acceptable method.
         Protocol::Socks5 if refusal.socks == 0xff => vec![0x05, 0xff],
-        Protocol::Socks5 => socks_reply(refusal.socks, None),
+        Protocol::Socks5 => socks_reply(refusal.socks),
         Protocol::HttpConnect | Protocol::HttpForward | Protocol::Unknown => {
             http_response(refusal.status, refusal.status_text, &refusal.body).into_bytes()
         }
@@ -851,22 +848,9 @@ fn http_response(status: u16, text: &str, body: &str) -> String {
     )
 }
 
-fn socks_reply(code: u8, bound: Option<SocketAddr>) -> Vec<u8> {
-    let mut reply = vec![0x05, code, 0x00];
-    match bound {
-        Some(SocketAddr::V6(addr)) => {
-            reply.push(0x04);
-            reply.extend_from_slice(&addr.ip().octets());
-            reply.extend_from_slice(&addr.port().to_be_bytes());
-        }
-        Some(SocketAddr::V4(addr)) => {
-            reply.push(0x01);
-            reply.extend_from_slice(&addr.ip().octets());
-            reply.extend_from_slice(&addr.port().to_be_bytes());
-        }
-        None => reply.extend_from_slice(&[0x01, 0, 0, 0, 0, 0, 0]),
-    }
-    reply
+/// A SOCKS5 reply with an all-zero IPv4 bound address.
+fn socks_reply(code: u8) -> Vec<u8> {
+    vec![0x05, code, 0x00, 0x01, 0, 0, 0, 0, 0, 0]
 }
 
 async fn read_request<S>(

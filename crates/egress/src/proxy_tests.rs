@@ -704,3 +704,34 @@ async fn an_approval_does_not_let_a_name_resolve_to_a_loopback_address() {
         event.reason
     );
 }
+
+#[tokio::test]
+async fn a_socks5_success_reply_does_not_disclose_the_hosts_address() {
+    let echo = TcpListener::bind("127.0.0.1:0").await.expect("bind echo");
+    let port = echo.local_addr().expect("echo address").port();
+    tokio::spawn(async move {
+        let (mut stream, _) = echo.accept().await.expect("accept");
+        let (mut read, mut write) = stream.split();
+        let _ = tokio::io::copy(&mut read, &mut write).await;
+    });
+    let allow = [EntrySpec::new(format!("127.0.0.1/32:{port}"), "p:7")];
+    let (events, mut rx) = EventSink::channel(4);
+    let config = ProxyConfig {
+        session: "socks".into(),
+        rules: Arc::new(Rules::compile(&allow, &[]).expect("rules")),
+        resolver: Arc::new(StaticResolver::default()),
+        events,
+        limits: Limits::default(),
+    };
+    let proxy = Proxy::new(config);
+    let mut input = b"\x05\x01\x00\x05\x01\x00\x01\x7f\x00\x00\x01".to_vec();
+    input.extend_from_slice(&port.to_be_bytes());
+    input.extend_from_slice(b"ping");
+    let (answer, event) = exchange(&proxy, &mut rx, &input).await;
+    // The bound address is the proxy's own outgoing socket on the host: all zeros instead.
+    assert_eq!(
+        answer,
+        b"\x05\x00\x05\x00\x00\x01\x00\x00\x00\x00\x00\x00ping"
+    );
+    assert_eq!(event.outcome, Outcome::Allowed);
+}
