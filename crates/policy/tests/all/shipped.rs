@@ -518,6 +518,7 @@ const DANGEROUS_FILES: &[&str] = &[
     "**/.zshrc",
     "**/.zshenv",
     "**/.zprofile",
+    "**/.config/fish/**",
     "**/.ripgreprc",
     "**/.mcp.json",
     "**/.claude/**",
