@@ -33,6 +33,7 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::container::LogOutput;
 use cordon_core::sandbox::SandboxSpec;
+use cordon_egress::ask::EgressApprover;
 use cordon_egress::proxy::{EventSink, Limits, Proxy, ProxyConfig, Resolver, SystemResolver};
 use cordon_ops::EgressRecord;
 use futures::StreamExt;
@@ -122,6 +123,24 @@ impl std::fmt::Debug for EgressResolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("EgressResolver(..)")
     }
+}
+
+/// Who the session's proxy asks about destinations an `[network] ask` entry matches (nobody by
+/// default: they are refused).
+#[derive(Clone)]
+pub struct EgressAsker(pub Arc<dyn EgressApprover>);
+
+impl std::fmt::Debug for EgressAsker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EgressAsker(..)")
+    }
+}
+
+/// What the session's proxy calls back into this process for.
+#[derive(Default)]
+pub(crate) struct ProxyHooks {
+    pub(crate) resolver: Option<EgressResolver>,
+    pub(crate) asker: Option<EgressAsker>,
 }
 
 /// What the records of running commands and the connections attributed to them look like.
@@ -225,9 +244,10 @@ impl Egress {
         spec: &SandboxSpec,
         session: &str,
         helper: PathBuf,
-        resolver: Option<Arc<dyn Resolver>>,
+        hooks: ProxyHooks,
         command_uid: u32,
     ) -> Result<Egress, DockerError> {
+        let ProxyHooks { resolver, asker } = hooks;
         let rules = cordon_ops::egress_rules(spec).map_err(|e| DockerError::Egress {
             step: "compile the [network] allow and deny lists",
             reason: format!("{e} ({})", spec.sources.egress_allow_at()),
@@ -238,14 +258,15 @@ impl Egress {
         let config = ProxyConfig {
             session: Arc::from(session),
             rules: Arc::new(rules),
-            resolver: resolver.unwrap_or_else(|| Arc::new(SystemResolver)),
+            resolver: resolver
+                .map_or_else(|| Arc::new(SystemResolver) as Arc<dyn Resolver>, |r| r.0),
             // Each connection gets its own sink (see `serve`); this one is never used.
             events: EventSink::channel(1).0,
             limits: Limits::default(),
         };
         let server = tokio::spawn(serve(
             listener,
-            Proxy::new(config),
+            Proxy::with_approver(config, asker.map(|a| a.0)),
             Arc::clone(&ledger),
             Arc::clone(&closed),
         ));

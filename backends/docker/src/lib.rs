@@ -49,7 +49,8 @@ use cordon_remote::transport::{Collected, StdinEnd, collect};
 use crate::client::DockerTransport;
 pub use crate::client::Owner;
 pub use crate::egress::{
-    EGRESS_PORT, EgressMounts, EgressResolver, HELPER_IN_CONTAINER, SOCKET_DIR, choose_helper,
+    EGRESS_PORT, EgressAsker, EgressMounts, EgressResolver, HELPER_IN_CONTAINER, SOCKET_DIR,
+    choose_helper,
 };
 pub use crate::error::{DockerError, Hints};
 use crate::plan::{ContainerPlan, HOME_DIR, SPILL_DIR, WorkspaceSource};
@@ -92,6 +93,9 @@ pub struct DockerConfig {
     /// Filtered network mode: resolves destination names for the proxy; `None` uses the
     /// system resolver.
     pub egress_resolver: Option<EgressResolver>,
+    /// Filtered network mode: who is asked about destinations an `[network] ask` entry
+    /// matches; `None`: nobody, they are refused.
+    pub egress_asker: Option<EgressAsker>,
 }
 
 impl DockerConfig {
@@ -111,6 +115,7 @@ impl DockerConfig {
             network: None,
             helper: None,
             egress_resolver: None,
+            egress_asker: None,
         }
     }
 }
@@ -354,6 +359,7 @@ impl DockerBackend {
             network,
             helper,
             egress_resolver,
+            egress_asker,
         } = config;
         let (host_root, meta) = start::open_root(&root)?;
         let user = match user {
@@ -377,7 +383,10 @@ impl DockerBackend {
                     &spec,
                     mode,
                     helper.as_deref(),
-                    egress_resolver,
+                    egress::ProxyHooks {
+                        resolver: egress_resolver,
+                        asker: egress_asker,
+                    },
                     &format!("cordon-{session}"),
                     user.0,
                 )

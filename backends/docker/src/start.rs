@@ -463,7 +463,7 @@ pub(crate) async fn egress(
     spec: &SandboxSpec,
     mode: WorkspaceMode,
     helper: Option<&Path>,
-    resolver: Option<crate::EgressResolver>,
+    hooks: crate::egress::ProxyHooks,
     container: &str,
     command_uid: u32,
 ) -> Result<crate::egress::Egress, DockerError> {
@@ -492,5 +492,5 @@ pub(crate) async fn egress(
         .architecture
         .unwrap_or_default();
     let helper = crate::egress::choose_helper(helper, &arch).map_err(refuse)?;
-    crate::egress::Egress::start(spec, container, helper, resolver.map(|r| r.0), command_uid)
+    crate::egress::Egress::start(spec, container, helper, hooks, command_uid)
 }

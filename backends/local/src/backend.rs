@@ -206,7 +206,18 @@ impl LocalBackend {
     /// `allow_degraded`) does not fail the backend: file operations stay available and every
     /// command fails with an error naming the layer.
     pub fn new(config: LocalConfig) -> Result<Self, LocalError> {
-        LocalBackend::build(config, None, None)
+        LocalBackend::build(config, None, None, None)
+    }
+
+    /// As [`LocalBackend::new`], with the egress proxy of filtered network mode asking
+    /// `approver` about destinations an ask entry (`[network] ask`) matches (without one they
+    /// are refused), and resolving names through `resolver` when given.
+    pub fn with_egress(
+        config: LocalConfig,
+        resolver: Option<Arc<dyn cordon_egress::proxy::Resolver>>,
+        approver: Option<Arc<dyn cordon_egress::ask::EgressApprover>>,
+    ) -> Result<Self, LocalError> {
+        LocalBackend::build(config, None, resolver, approver)
     }
 
     /// As [`LocalBackend::new`], with the egress proxy of filtered network mode resolving
@@ -216,7 +227,7 @@ impl LocalBackend {
         config: LocalConfig,
         resolver: Arc<dyn cordon_egress::proxy::Resolver>,
     ) -> Result<Self, LocalError> {
-        LocalBackend::build(config, None, Some(resolver))
+        LocalBackend::build(config, None, Some(resolver), None)
     }
 
     /// As [`LocalBackend::new`], with the command sandbox built as if the host supported
@@ -226,13 +237,14 @@ impl LocalBackend {
         config: LocalConfig,
         support: cordon_sandbox::HostSupport,
     ) -> Result<Self, LocalError> {
-        LocalBackend::build(config, Some(support), None)
+        LocalBackend::build(config, Some(support), None, None)
     }
 
     fn build(
         config: LocalConfig,
         support: Option<cordon_sandbox::HostSupport>,
         resolver: Option<Arc<dyn cordon_egress::proxy::Resolver>>,
+        approver: Option<Arc<dyn cordon_egress::ask::EgressApprover>>,
     ) -> Result<Self, LocalError> {
         let LocalConfig {
             root,
@@ -365,9 +377,11 @@ impl LocalBackend {
                 tracing::debug!(
                     allow = spec.egress.allow.len(),
                     deny = spec.egress.deny.len(),
+                    ask = spec.egress.ask.len(),
+                    approver = approver.is_some(),
                     "local: filtered network mode, egress proxy in this process"
                 );
-                Some(Egress::new(&spec, id.as_str(), resolver)?)
+                Some(Egress::new(&spec, id.as_str(), resolver, approver)?)
             }
             NetworkMode::Disabled | NetworkMode::Enabled => None,
         };

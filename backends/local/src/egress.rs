@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cordon_core::sandbox::SandboxSpec;
+use cordon_egress::ask::EgressApprover;
 use cordon_egress::proxy::{
     ConnectionEvent, EventSink, Limits, Proxy, ProxyConfig, Resolver, SystemResolver,
 };
@@ -87,12 +88,14 @@ impl std::fmt::Debug for Egress {
 }
 
 impl Egress {
-    /// The proxy for `spec`'s allow and deny entries, labelling its events with `session`.
-    /// `resolver`: the system resolver unless a caller (a test) brings its own.
+    /// The proxy for `spec`'s allow, deny and ask entries, labelling its events with
+    /// `session`. `resolver`: the system resolver unless a caller (a test) brings its own;
+    /// `approver`: who is asked about ask entries' destinations (nobody: refused).
     pub(crate) fn new(
         spec: &SandboxSpec,
         session: &str,
         resolver: Option<Arc<dyn Resolver>>,
+        approver: Option<Arc<dyn EgressApprover>>,
     ) -> Result<Egress, LocalError> {
         let rules = cordon_ops::egress_rules(spec).map_err(|source| LocalError::EgressRules {
             at: spec.sources.egress_allow_at(),
@@ -114,13 +117,16 @@ impl Egress {
             max_connections = limits.max_connections,
             "local egress: connection limit"
         );
-        let proxy = Proxy::new(ProxyConfig {
-            session: session.into(),
-            rules: Arc::new(rules),
-            resolver: resolver.unwrap_or_else(|| Arc::new(SystemResolver)),
-            events,
-            limits,
-        });
+        let proxy = Proxy::with_approver(
+            ProxyConfig {
+                session: session.into(),
+                rules: Arc::new(rules),
+                resolver: resolver.unwrap_or_else(|| Arc::new(SystemResolver)),
+                events,
+                limits,
+            },
+            approver,
+        );
         Ok(Egress {
             proxy,
             _unused: unused,

@@ -41,6 +41,8 @@ pub enum AskAnswer {
     Session,
     /// Refuse it.
     Deny,
+    /// Nobody can be asked about it (the front end has no way to reach a person for it).
+    Unavailable,
 }
 
 /// Something that can ask a person whether a destination may be reached.
@@ -59,7 +61,7 @@ pub enum Asked {
     Session,
     /// An approval for the session given earlier covered it; nobody was asked.
     Remembered,
-    /// The person asked refused it.
+    /// The person asked did not approve it (said no, dismissed the question).
     Refused,
     /// No answer came in time.
     TimedOut,
@@ -154,6 +156,7 @@ impl Approvals {
             }
             Some(AskAnswer::Once) => Asked::Once,
             Some(AskAnswer::Deny) => Asked::Refused,
+            Some(AskAnswer::Unavailable) => Asked::NoApprover,
             None => Asked::TimedOut,
         };
         tracing::info!(destination = %key, ?asked, "egress proxy: ask settled");
@@ -329,6 +332,16 @@ mod tests {
         );
         assert!(lock(&approvals.approved).is_empty());
         assert!(lock(&approvals.pending).is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_approver_that_cannot_reach_anyone_is_no_approver() {
+        let approver = Scripted::new(AskAnswer::Unavailable, 1);
+        let approvals = approvals(&approver, LONG);
+        assert_eq!(
+            approvals.settle(request("a.example.com", 443)).await,
+            Asked::NoApprover
+        );
     }
 
     #[tokio::test]

@@ -467,7 +467,7 @@ impl Proxy {
                 attempt.asked = Some(asked);
                 let why = match asked {
                     Asked::Once | Asked::Session | Asked::Remembered => None,
-                    Asked::Refused => Some("the person asked refused it".to_owned()),
+                    Asked::Refused => Some("the person asked did not approve it".to_owned()),
                     Asked::TimedOut => Some(format!(
                         "no answer came within {:?}",
                         self.shared.approvals.timeout()

@@ -675,7 +675,9 @@ async fn an_ask_destination_the_person_refuses_is_refused() {
         (Outcome::Denied, Some(Asked::Refused))
     );
     assert!(
-        event.reason.ends_with("and the person asked refused it"),
+        event
+            .reason
+            .ends_with("and the person asked did not approve it"),
         "{}",
         event.reason
     );

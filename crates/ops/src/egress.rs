@@ -90,7 +90,7 @@ pub enum EgressAsked {
     Session,
     /// An approval for the session given earlier covered it; nobody was asked.
     Remembered,
-    /// The person asked refused it.
+    /// The person asked did not approve it (said no, dismissed the question).
     Refused,
     /// Nobody answered in time.
     TimedOut,

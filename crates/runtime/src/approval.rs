@@ -1,9 +1,12 @@
 //! Asking a person about `Ask` decisions. Only interactive front ends provide an [`Approver`];
-//! everywhere else `Ask` is a denial whose reason says approval was needed.
+//! everywhere else `Ask` is a denial whose reason says approval was needed. The egress proxy's
+//! questions about `[network] ask` destinations go to the same approver ([`NetworkApprover`]).
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use cordon_egress::ask::{AskAnswer, AskRequest, EgressApprover};
 use serde_json::Value;
 
 /// What a front end is asked to approve.
@@ -84,4 +87,135 @@ pub fn escape_for_question(text: &str) -> String {
         }
     }
     out
+}
+
+/// The tool name of a question about a network destination (an `[network] ask` entry matched
+/// a connection a command made); its arguments are `{"destination": "host:port"}`.
+pub const NETWORK_QUESTION: &str = "network";
+
+/// Puts the egress proxy's questions to the session's [`Approver`]: `Yes` allows the one
+/// connection, `Always` the exact destination for the rest of the session, anything else
+/// refuses (`Unavailable` as nobody to ask). The destination is a normalised name or address; it is escaped again by the
+/// front ends like any question field.
+pub(crate) struct NetworkApprover {
+    pub(crate) approver: Arc<dyn Approver>,
+}
+
+#[async_trait]
+impl EgressApprover for NetworkApprover {
+    async fn ask(&self, request: AskRequest) -> AskAnswer {
+        let AskRequest {
+            session,
+            host,
+            port,
+            entry,
+        } = request;
+        let destination = format!("{host}:{port}");
+        let answer = self
+            .approver
+            .approve(ApprovalRequest {
+                // No tool call owns a connection: front ends that route questions by call
+                // (MCP) find none and answer `Unavailable`, a refusal.
+                call_id: format!("{NETWORK_QUESTION} {destination}"),
+                tool: NETWORK_QUESTION.to_owned(),
+                args: serde_json::json!({ "destination": destination }),
+                rule: entry.source.to_string(),
+                reason: format!(
+                    "a command connects to {destination}, which ask entry {:?} matches; always \
+                     allows {destination} (not the whole entry) for the rest of the session",
+                    &*entry.entry
+                ),
+            })
+            .await;
+        tracing::info!(%session, %destination, ?answer, "network destination approval answered");
+        match answer {
+            Approval::Yes => AskAnswer::Once,
+            Approval::Always => AskAnswer::Session,
+            Approval::No | Approval::Unanswered(_) => AskAnswer::Deny,
+            Approval::Unavailable => AskAnswer::Unavailable,
+        }
+    }
+}
+
+#[cfg(test)]
+mod network_tests {
+    use std::sync::Mutex;
+
+    use cordon_egress::rules::{Host, Matched};
+
+    use super::*;
+
+    struct Answers {
+        answer: Approval,
+        asked: Mutex<Vec<ApprovalRequest>>,
+    }
+
+    #[async_trait]
+    impl Approver for Answers {
+        async fn approve(&self, request: ApprovalRequest) -> Approval {
+            self.asked.lock().expect("asked").push(request);
+            self.answer.clone()
+        }
+    }
+
+    async fn ask(answer: Approval) -> (AskAnswer, Vec<ApprovalRequest>) {
+        let answers = Arc::new(Answers {
+            answer,
+            asked: Mutex::new(Vec::new()),
+        });
+        let network = NetworkApprover {
+            approver: answers.clone(),
+        };
+        let answer = network
+            .ask(AskRequest {
+                session: "s".into(),
+                host: Host::parse("api.github.com").expect("host"),
+                port: 443,
+                entry: Matched {
+                    entry: "*.github.com".into(),
+                    source: "policy.toml:7".into(),
+                },
+            })
+            .await;
+        let asked = answers.asked.lock().expect("asked").clone();
+        (answer, asked)
+    }
+
+    #[tokio::test]
+    async fn yes_is_once_always_is_the_session_anything_else_refuses() {
+        assert_eq!(ask(Approval::Yes).await.0, AskAnswer::Once);
+        assert_eq!(ask(Approval::Always).await.0, AskAnswer::Session);
+        assert_eq!(ask(Approval::No).await.0, AskAnswer::Deny);
+        assert_eq!(ask(Approval::Unavailable).await.0, AskAnswer::Unavailable);
+        assert_eq!(
+            ask(Approval::Unanswered("no answer".into())).await.0,
+            AskAnswer::Deny
+        );
+    }
+
+    #[tokio::test]
+    async fn the_question_names_the_destination_and_the_ask_entry() {
+        let (_, asked) = ask(Approval::No).await;
+        let [request] = asked.as_slice() else {
+            panic!("one question expected: {asked:?}");
+        };
+        assert_eq!(
+            (
+                request.call_id.as_str(),
+                request.tool.as_str(),
+                &request.args,
+                request.rule.as_str(),
+                request.reason.as_str()
+            ),
+            (
+                "network api.github.com:443",
+                NETWORK_QUESTION,
+                &serde_json::json!({"destination": "api.github.com:443"}),
+                "policy.toml:7",
+                "a command connects to api.github.com:443, which ask entry \"*.github.com\" \
+                 matches; always allows api.github.com:443 (not the whole entry) for the rest \
+                 of the session"
+            )
+        );
+    }
 }

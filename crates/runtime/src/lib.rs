@@ -32,7 +32,7 @@ mod hostpaths;
 mod registry;
 mod session;
 
-pub use approval::{Approval, ApprovalRequest, Approver, escape_for_question};
+pub use approval::{Approval, ApprovalRequest, Approver, NETWORK_QUESTION, escape_for_question};
 pub use audit::{AuditLog, head_file_path};
 /// The `cordon-helper` the Docker backend's filtered network mode would mount, for reports.
 #[cfg(feature = "docker")]

@@ -22,7 +22,7 @@ use cordon_ops::{Backend, ShutdownError};
 use cordon_policy::audit::{AuditError, AuditHead};
 use cordon_policy::{CompiledPolicy, EnvMap, PolicyError, PolicySource};
 
-use crate::approval::Approver;
+use crate::approval::{Approver, NetworkApprover};
 use crate::audit::AuditLog;
 use crate::hooks::RuntimeHooks;
 use crate::hostpaths::{
@@ -315,13 +315,21 @@ impl Session {
             .map(AuditLog::open)
             .transpose()?
             .map(Arc::new);
+        // The egress proxy (filtered network mode) asks the same person about `[network] ask`
+        // destinations.
+        let egress_approver = approver.clone().map(|approver| {
+            Arc::new(NetworkApprover { approver }) as Arc<dyn cordon_egress::ask::EgressApprover>
+        });
         let backend: Arc<dyn Backend> = match backend {
             BackendChoice::Local => {
                 let config = LocalConfig {
                     spec: spec.clone(),
                     ..LocalConfig::new(root)
                 };
-                Arc::new(LocalBackend::new(config).map_err(RuntimeError::Local)?)
+                Arc::new(
+                    LocalBackend::with_egress(config, None, egress_approver)
+                        .map_err(RuntimeError::Local)?,
+                )
             }
             #[cfg(feature = "docker")]
             BackendChoice::Docker(DockerOptions {
@@ -334,6 +342,7 @@ impl Session {
                     image,
                     mode,
                     docker_host,
+                    egress_asker: egress_approver.map(cordon_backend_docker::EgressAsker),
                     ..DockerConfig::new(root)
                 };
                 Arc::new(

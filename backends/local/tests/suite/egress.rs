@@ -802,3 +802,132 @@ async fn each_command_gets_its_own_attempts_and_none_outlives_it() {
     held_rx.recv().await.expect("the holder saw the end");
     holding.abort();
 }
+
+/// Answers every question about a destination with "for the session", recording them.
+#[derive(Default)]
+struct ApproveForSession {
+    asked: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl cordon_egress::ask::EgressApprover for ApproveForSession {
+    async fn ask(&self, request: cordon_egress::ask::AskRequest) -> cordon_egress::ask::AskAnswer {
+        self.asked.lock().expect("asked").push(format!(
+            "{}:{} by {} ({})",
+            request.host, request.port, request.entry.entry, request.entry.source
+        ));
+        cordon_egress::ask::AskAnswer::Session
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ask_destination_approved_for_the_session_is_reached_and_not_asked_again() {
+    let d = dirs();
+    let origin = Origin::serve(d.www.clone()).await;
+    let p = origin.port;
+    let mut spec = SandboxSpec {
+        network: NetworkMode::Filtered,
+        ..SandboxSpec::default()
+    };
+    // The IP entry lets the test name's loopback address pass the address check.
+    spec.egress.allow = vec![format!("127.0.0.1/32:{p}")];
+    spec.egress.ask = vec![format!("*.ask.test:{p}")];
+    spec.sources.file = POLICY.to_owned();
+    spec.sources.egress_allow = vec![10];
+    spec.sources.egress_ask = vec![30];
+    let loopback: Vec<IpAddr> = vec!["127.0.0.1".parse().expect("ip")];
+    let resolver = StaticResolver::new([("pkg.ask.test", loopback)]);
+    let approver = Arc::new(ApproveForSession::default());
+    let backend = LocalBackend::with_egress(
+        LocalConfig {
+            root: d.ws.clone(),
+            spec,
+            home: None,
+            state_base: Some(d.state.clone()),
+        },
+        Some(Arc::new(resolver)),
+        Some(approver.clone()),
+    )
+    .expect("create a filtered backend");
+    let command = format!("curl -sS http://pkg.ask.test:{p}/hello.txt");
+    let (out, outcome) = run(&backend, &d.ws, &command).await;
+    assert_eq!(outcome.status, Some(ExitStatus::Code(0)), "{out}");
+    assert_eq!(out, "hello through the proxy\n");
+    let record = only(&outcome.egress);
+    assert_eq!(
+        (
+            record.outcome,
+            record.asked,
+            record.source.as_deref(),
+            record.entry.as_deref()
+        ),
+        (
+            EgressOutcome::Allowed,
+            Some(cordon_ops::EgressAsked::Session),
+            Some("policy.toml:30"),
+            Some(format!("*.ask.test:{p}").as_str())
+        )
+    );
+    // The next command reaches it without a question.
+    let (out, outcome) = run(&backend, &d.ws, &command).await;
+    assert_eq!(out, "hello through the proxy\n");
+    assert_eq!(
+        only(&outcome.egress).asked,
+        Some(cordon_ops::EgressAsked::Remembered)
+    );
+    assert_eq!(
+        *approver.asked.lock().expect("asked"),
+        vec![format!(
+            "pkg.ask.test:{p} by *.ask.test:{p} (policy.toml:30)"
+        )]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ask_destination_without_an_approver_is_refused_naming_the_ask_entry() {
+    let d = dirs();
+    let origin = Origin::serve(d.www.clone()).await;
+    let p = origin.port;
+    let mut spec = SandboxSpec {
+        network: NetworkMode::Filtered,
+        ..SandboxSpec::default()
+    };
+    spec.egress.allow = vec![format!("127.0.0.1/32:{p}")];
+    spec.egress.ask = vec![format!("*.ask.test:{p}")];
+    spec.sources.file = POLICY.to_owned();
+    spec.sources.egress_allow = vec![10];
+    spec.sources.egress_ask = vec![30];
+    let loopback: Vec<IpAddr> = vec!["127.0.0.1".parse().expect("ip")];
+    let resolver = StaticResolver::new([("pkg.ask.test", loopback)]);
+    let backend = LocalBackend::with_egress_resolver(
+        LocalConfig {
+            root: d.ws.clone(),
+            spec,
+            home: None,
+            state_base: Some(d.state.clone()),
+        },
+        Arc::new(resolver),
+    )
+    .expect("create a filtered backend");
+    let (out, outcome) = run(
+        &backend,
+        &d.ws,
+        &format!("curl -sS http://pkg.ask.test:{p}/hello.txt"),
+    )
+    .await;
+    assert!(
+        out.contains(&format!(
+            "ask entry \"*.ask.test:{p}\" (policy.toml:30) matches pkg.ask.test:{p}, which needs \
+             approval, and nobody can be asked about it here"
+        )),
+        "{out}"
+    );
+    let record = only(&outcome.egress);
+    assert_eq!(
+        (record.outcome, record.asked),
+        (
+            EgressOutcome::Denied,
+            Some(cordon_ops::EgressAsked::NoApprover)
+        )
+    );
+}

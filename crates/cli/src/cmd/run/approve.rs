@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cordon_core::CancellationToken;
-use cordon_runtime::{Approval, ApprovalRequest, Approver, escape_for_question};
+use cordon_runtime::{Approval, ApprovalRequest, Approver, NETWORK_QUESTION, escape_for_question};
 use tokio::sync::{Mutex, mpsc};
 
 use crate::cmd::run::render::call_summary;
@@ -112,6 +112,21 @@ pub fn question(request: &ApprovalRequest) -> String {
         rule,
         reason,
     } = request;
+    if tool == NETWORK_QUESTION {
+        // A connection a command made to a destination an `[network] ask` entry matches:
+        // "always" means that destination, not the rule.
+        let destination = args
+            .get("destination")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default();
+        return format!(
+            "? Allow a command to connect to {}? The policy asks ({}: {}).\n  [y]es this \
+             connection, [N]o, [a]lways this destination in this session: ",
+            bounded(&escape_for_question(destination)),
+            escape_for_question(rule),
+            escape_for_question(reason),
+        );
+    }
     let summary = call_summary(tool, args);
     format!(
         "? Allow {} {}? The policy asks ({}: {}).\n  call: {}\n  [y]es, [N]o, [a]lways for \
@@ -124,16 +139,20 @@ pub fn question(request: &ApprovalRequest) -> String {
     )
 }
 
+/// `text` cut at [`MAX_CALL_CHARS`], saying how much was left out.
+fn bounded(text: &str) -> String {
+    match text.char_indices().nth(MAX_CALL_CHARS) {
+        None => text.to_owned(),
+        Some((cut, _)) => format!("{}… ({} more bytes)", &text[..cut], text.len() - cut),
+    }
+}
+
 /// The call's whole arguments on one line: the summary above shows only a command's first
 /// line, and the person must see everything the call would run before saying yes. JSON (a
 /// newline is `\n`), with what could draw or hide text escaped, cut at
 /// [`MAX_CALL_CHARS`] saying how much was left out.
 fn call_line(args: &serde_json::Value) -> String {
-    let text = escape_for_question(&args.to_string());
-    match text.char_indices().nth(MAX_CALL_CHARS) {
-        None => text,
-        Some((cut, _)) => format!("{}… ({} more bytes)", &text[..cut], text.len() - cut),
-    }
+    bounded(&escape_for_question(&args.to_string()))
 }
 
 #[async_trait]
@@ -218,6 +237,23 @@ mod tests {
             "? Allow write Cargo.lock? The policy asks (policy.toml:12: lock file changes need \
              review).\n  call: {\"content\":\"x\",\"path\":\"Cargo.lock\"}\n  [y]es, [N]o, \
              [a]lways for this rule in this session: "
+        );
+    }
+
+    #[test]
+    fn a_network_question_names_the_destination_and_what_always_means() {
+        let text = question(&ApprovalRequest {
+            call_id: "network api.github.com:443".into(),
+            tool: NETWORK_QUESTION.into(),
+            args: json!({"destination": "api.github.com:443"}),
+            rule: "policy.toml:7".into(),
+            reason: "ask entry \"*.github.com\" matches\u{1b}[2K".into(),
+        });
+        assert_eq!(
+            text,
+            "? Allow a command to connect to api.github.com:443? The policy asks (policy.toml:7: \
+             ask entry \"*.github.com\" matches\\u001b[2K).\n  [y]es this connection, [N]o, \
+             [a]lways this destination in this session: "
         );
     }
 
