@@ -670,3 +670,81 @@ async fn overlapping_commands_each_get_the_connections_made_while_they_ran() {
     }
     backend.stop().await.expect("stop");
 }
+
+/// Answers every question about a destination with "for the session", recording them.
+#[derive(Default)]
+struct ApproveForSession {
+    asked: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl cordon_egress::ask::EgressApprover for ApproveForSession {
+    async fn ask(&self, request: cordon_egress::ask::AskRequest) -> cordon_egress::ask::AskAnswer {
+        self.asked.lock().expect("asked").push(format!(
+            "{}:{} ({})",
+            request.host, request.port, request.entry.source
+        ));
+        cordon_egress::ask::AskAnswer::Session
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_destination_approved_for_the_session_is_reached_and_not_asked_again() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(http_server(listener));
+    let mut config = support::config(&host, ws.path());
+    config.image = support::DEBIAN.to_owned();
+    config.spec.network = NetworkMode::Filtered;
+    // The IP entry lets the test name's loopback address pass the address check.
+    config.spec.egress.allow = vec![format!("127.0.0.1:{port}")];
+    config.spec.egress.ask = vec![format!("*.ask.test:{port}")];
+    config.spec.sources.file = "policy.toml".to_owned();
+    config.spec.sources.egress_allow = vec![4];
+    config.spec.sources.egress_ask = vec![7];
+    config.helper = Some(helper());
+    config.egress_resolver = Some(EgressResolver(Arc::new(StaticResolver::new([(
+        "pkg.ask.test",
+        vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+    )]))));
+    let approver = Arc::new(ApproveForSession::default());
+    config.egress_asker = Some(cordon_backend_docker::EgressAsker(approver.clone()));
+    let backend = DockerBackend::start(config)
+        .await
+        .expect("a filtered session starts");
+    let fetch = format!(
+        "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://pkg.ask.test:{port}/asked').read().decode())\""
+    );
+    let ran = run(&backend, &fetch).await;
+    assert!(
+        ran.output.contains("host server saw: GET /asked"),
+        "{}",
+        ran.output
+    );
+    let record = only(&ran.outcome.egress);
+    assert_eq!(
+        (record.outcome, record.asked, record.source.as_deref()),
+        (
+            EgressOutcome::Allowed,
+            Some(cordon_ops::EgressAsked::Session),
+            Some("policy.toml:7")
+        )
+    );
+    let ran = run(&backend, &fetch).await;
+    assert!(
+        ran.output.contains("host server saw: GET /asked"),
+        "{}",
+        ran.output
+    );
+    assert_eq!(
+        only(&ran.outcome.egress).asked,
+        Some(cordon_ops::EgressAsked::Remembered)
+    );
+    assert_eq!(
+        *approver.asked.lock().expect("asked"),
+        vec![format!("pkg.ask.test:{port} (policy.toml:7)")]
+    );
+    backend.stop().await.expect("stop");
+}
