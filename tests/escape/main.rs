@@ -9,7 +9,9 @@
 //!
 //! `cargo test -p cordon-tests --test escape`; with `CORDON_ESCAPE_BACKEND=helper_pipe` the
 //! same attempts go through the remote helper's protocol to the local backend in a
-//! `cordon-helper` child process.
+//! `cordon-helper` child process; with `CORDON_ESCAPE_BACKEND=ssh_helper` through the SSH
+//! backend to the helper it uploads to a test sshd on 127.0.0.1 (commands enforced there, the
+//! workspace its remote root; `cargo build -p cordon-helper` first).
 
 mod environment;
 mod git;

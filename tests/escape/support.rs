@@ -33,17 +33,67 @@ pub struct Harness {
     calls: AtomicU32,
 }
 
-/// The backend the suite attacks: the local backend, or with `CORDON_ESCAPE_BACKEND=helper_pipe`
+/// The backend the suite attacks: the local backend; with `CORDON_ESCAPE_BACKEND=helper_pipe`
 /// the same backend behind the remote helper's protocol (a `cordon-helper` child process, every
-/// call over its stdin/stdout). Any other value fails the suite.
-fn escape_backend() -> BackendChoice {
+/// call over its stdin/stdout); with `CORDON_ESCAPE_BACKEND=ssh_helper` the SSH backend on the
+/// test sshd (127.0.0.1), the workspace its remote root, every call through the helper it
+/// uploads there, commands under the helper's sandbox. Any other value fails the suite.
+fn escape_backend(ws: &Path) -> BackendChoice {
     match std::env::var("CORDON_ESCAPE_BACKEND").as_deref() {
         Err(_) | Ok("local") => BackendChoice::Local,
         Ok("helper_pipe") => BackendChoice::Helper(HelperOptions {
             program: Some(cordon_tests::helper::helper_program().expect("the helper program")),
         }),
-        Ok(other) => panic!("CORDON_ESCAPE_BACKEND={other}: expected local or helper_pipe"),
+        Ok("ssh_helper") => {
+            let sshd = cordon_tests::infra::sshd().unwrap_or_else(|error| panic!("{error}"));
+            let helper =
+                cordon_tests::infra::helper_binary().unwrap_or_else(|error| panic!("{error}"));
+            BackendChoice::Ssh(cordon_tests::ssh_helper_options(
+                &sshd,
+                helper,
+                ws.to_path_buf(),
+            ))
+        }
+        Ok(other) => {
+            panic!("CORDON_ESCAPE_BACKEND={other}: expected local, helper_pipe or ssh_helper")
+        }
     }
+}
+
+/// Once per process, in a session of its own: commands run on the SSH host (the helper runs
+/// there). A refused command would make every attempt "fail" and the suite pass for nothing.
+async fn commands_run_over_ssh() {
+    static CHECKED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    CHECKED
+        .get_or_init(|| async {
+            let dir = tempfile::tempdir().expect("create temp dir");
+            let ws = dir.path().canonicalize().unwrap();
+            let local_root = ws.join("local-root");
+            std::fs::create_dir(&local_root).unwrap();
+            let options = SessionOptions {
+                backend: escape_backend(&ws),
+                ..SessionOptions::local(&local_root)
+            };
+            let session = Session::open(options).await.expect("open a session");
+            let control = RunControl::new(CancellationToken::new(), Arc::new(|_: AgentEvent| {}));
+            let call = ToolCall {
+                id: "ssh-ready".to_owned(),
+                name: "bash".to_owned(),
+                arguments: json!({"command": "echo ready > ready.txt", "timeout": 60}),
+            };
+            let result = session.call(call, &control).await;
+            assert!(
+                !result.is_error,
+                "commands do not run over ssh: {}",
+                result.text()
+            );
+            assert_eq!(
+                std::fs::read_to_string(ws.join("ready.txt")).unwrap(),
+                "ready\n"
+            );
+            session.shutdown().await.expect("shut the session down");
+        })
+        .await;
 }
 
 impl Harness {
@@ -76,9 +126,21 @@ impl Harness {
         std::fs::create_dir(&outside).unwrap();
         let victim = outside.join("victim.txt");
         std::fs::write(&victim, "untouched victim\n").unwrap();
+        let backend = escape_backend(&ws);
+        // The session's own root: the workspace itself, except over SSH, where the workspace
+        // is the remote root and the local root is a directory of its own.
+        let remote = matches!(backend, BackendChoice::Ssh(_));
+        let local_root = match backend {
+            BackendChoice::Ssh(_) => {
+                let root = base.join("local-root");
+                std::fs::create_dir(&root).unwrap();
+                root
+            }
+            _ => ws.clone(),
+        };
         let mut options = SessionOptions {
-            backend: escape_backend(),
-            ..SessionOptions::local(&ws)
+            backend,
+            ..SessionOptions::local(&local_root)
         };
         if let Some(text) = policy(&outside) {
             let path = base.join("policy.toml");
@@ -92,14 +154,18 @@ impl Harness {
             "this host must support every sandbox layer: {:?}",
             session.backend().missing_layers()
         );
-        Harness {
+        let harness = Harness {
             _dir: dir,
             ws,
             outside,
             victim,
             session: Arc::new(session),
             calls: AtomicU32::new(0),
+        };
+        if remote {
+            commands_run_over_ssh().await;
         }
+        harness
     }
 
     fn git_init(&self) {

@@ -8,28 +8,34 @@
 //!   changed → refused loudly, `@revoked` → refused; never trust on first use); keys from
 //!   ssh-agent or key files (an encrypted key without a passphrase hook is a clear error);
 //!   `TCP_NODELAY`, keepalives, reconnection on the next call after a drop.
+//! - **the helper** ([`helper`]): at connect, `cordon-helper serve` for the host's architecture
+//!   is started over one exec channel (uploaded once per host and version into a
+//!   content-addressed cache the remote user alone can write, its sha256 checked by the exec
+//!   that starts it) and every call goes through it: the local backend on the far side, so
+//!   files are confined with `openat2`, grep/find are the in-process ripgrep libraries, and
+//!   commands run under the policy's sandbox enforced by the host's kernel. The cache is denied
+//!   to the session. A helper that died is replaced for the next call.
+//!
+//! Without a helper that runs (no binary for the architecture, an unsafe or noexec cache, a
+//! failed upload or start), the backend falls back to what needs nothing on the host:
+//!
 //! - **files** over SFTP (canonical paths from `realpath`, confinement to the remote root,
 //!   atomic writes with `posix-rename@openssh.com`, modes kept).
-//! - **commands** through the connection's workers (a `cordon_remote::runner::Runner` over the
-//!   SSH transport of module `remote`): exec channels running the
-//!   `cordon-remote` worker, started once (with an explicit environment, `env -i`, so the
-//!   login shell's rc files never corrupt results) and reused for one command after another;
-//!   each command runs in its own process group and session, the whole tree is killed on
-//!   timeout/cancel (setsid escapees included) and nothing outlives the call. Commands are
-//!   refused unless the sandbox spec allows a degraded sandbox (see below).
 //! - **search** with `rg --json` on the host, or a POSIX fallback, giving the local backend's
 //!   data.
-//!
-//! What this backend does not enforce on the remote host (phase 1): commands would run with the
-//! remote account's rights, with its network and without resource limits. So it fails closed:
-//! `exec` refuses with `ExecError::Sandbox { layer: "remote-sandbox", .. }` unless
-//! `spec.allow_degraded` is set (`--allow-degraded`); then these layers are reported by
-//! [`Backend::missing_layers`] in every result. The file tools are confined either way.
+//! - **commands** fail closed: `exec` refuses with `ExecError::Sandbox { layer:
+//!   "remote-sandbox", .. }` naming why the helper does not run, unless `spec.allow_degraded`
+//!   is set (`--allow-degraded`). Then they run through the connection's workers (a
+//!   `cordon_remote::runner::Runner` over the SSH transport of module `remote`): exec channels
+//!   running the `cordon-remote` worker, started once (with an explicit environment, `env -i`,
+//!   so the login shell's rc files never corrupt results) and reused for one command after
+//!   another; each command in its own process group and session, the whole tree killed on
+//!   timeout/cancel, nothing outliving the call; but with the remote account's rights, its
+//!   network and no limits, which [`Backend::missing_layers`] reports in every result.
 //!
 //! Latency: sshd runs every exec channel through the account's login shell, which reads its rc
 //! files (`.bashrc` for bash) before Cordon's command line starts. Their output is discarded;
-//! their run time is paid once per worker (not per command) and once per grep/find call
-//! (e.g. `pyenv init` ≈ 250 ms). File operations use SFTP and are not affected.
+//! their run time is paid once per helper or worker (not per command).
 #![warn(missing_docs)]
 
 pub mod config;

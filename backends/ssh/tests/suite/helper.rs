@@ -506,8 +506,8 @@ async fn a_helper_killed_mid_call_fails_the_call_and_the_next_call_starts_a_new_
         }
         other => panic!("expected a backend error, got {other:?}"),
     }
-    // What the dead helper had started is not this test's subject (the sandbox's own
-    // business); do not leave it running.
+    // What the dead helper had started outlives it today (its sandbox's init is not tied to
+    // the helper's life); not this test's subject, but do not leave it running.
     let _ = Command::new("kill")
         .args(["-KILL", &sleeper.to_string()])
         .status();
