@@ -35,7 +35,7 @@ use bollard::container::LogOutput;
 use cordon_core::sandbox::SandboxSpec;
 use cordon_egress::ask::EgressApprover;
 use cordon_egress::proxy::{EventSink, Limits, Proxy, ProxyConfig, Resolver, SystemResolver};
-use cordon_ops::EgressRecord;
+use cordon_ops::{EgressLog, EgressRecord};
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixListener;
@@ -144,32 +144,66 @@ pub(crate) struct ProxyHooks {
 }
 
 /// What the records of running commands and the connections attributed to them look like.
-#[derive(Default)]
+/// Each command's attempts are an [`EgressLog`]: a flood of connections to one destination
+/// cannot push another destination it reached out of its record.
 struct Ledger {
     next_command: u64,
     /// Running commands and the attempts attributed to them so far.
-    running: BTreeMap<u64, Vec<EgressRecord>>,
+    running: BTreeMap<u64, EgressLog>,
     /// Attempts no running command could take: the next command reports them.
-    unclaimed: Vec<EgressRecord>,
+    unclaimed: EgressLog,
     /// Open connections: the commands they are attributed to, and what cuts them.
     open: BTreeMap<u64, Open>,
     next_connection: u64,
-    /// Attempts not recorded because a list was full.
-    dropped: u64,
+}
+
+impl Default for Ledger {
+    fn default() -> Self {
+        Ledger {
+            next_command: 0,
+            running: BTreeMap::new(),
+            unclaimed: EgressLog::new(MAX_RECORDS),
+            open: BTreeMap::new(),
+            next_connection: 0,
+        }
+    }
+}
+
+impl Ledger {
+    /// Attribute one finished attempt to `owners` that still run, else to the next command.
+    fn attribute(&mut self, owners: &BTreeSet<u64>, record: EgressRecord) {
+        let mut taken = false;
+        for owner in owners {
+            if let Some(log) = self.running.get_mut(owner) {
+                log.push(record.clone());
+                taken = true;
+            }
+        }
+        if !taken {
+            self.unclaimed.push(record);
+        }
+    }
+
+    /// Command `id` ended: its attempts.
+    fn take(&mut self, id: u64) -> Vec<EgressRecord> {
+        let Some(log) = self.running.remove(&id) else {
+            return Vec::new();
+        };
+        if log.omitted() > 0 {
+            tracing::warn!(
+                omitted = log.omitted(),
+                "docker: egress attempts not recorded (a command made more than {MAX_RECORDS}; \
+                 each destination's first attempt was kept)"
+            );
+        }
+        log.into_records()
+    }
 }
 
 /// One open connection.
 struct Open {
     owners: BTreeSet<u64>,
     cut: CancellationToken,
-}
-
-fn push_bounded(list: &mut Vec<EgressRecord>, record: EgressRecord, dropped: &mut u64) {
-    if list.len() < MAX_RECORDS {
-        list.push(record);
-    } else {
-        *dropped += 1;
-    }
 }
 
 /// The session's proxy, its socket and the forwarder in the container.
@@ -321,7 +355,7 @@ impl Egress {
         let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
         let id = ledger.next_command;
         ledger.next_command += 1;
-        let unclaimed = std::mem::take(&mut ledger.unclaimed);
+        let unclaimed = std::mem::replace(&mut ledger.unclaimed, EgressLog::new(MAX_RECORDS));
         ledger.running.insert(id, unclaimed);
         Ticket(id)
     }
@@ -356,15 +390,7 @@ impl Egress {
         for open in ledger.open.values_mut() {
             open.owners.remove(&id);
         }
-        let records = ledger.running.remove(&id).unwrap_or_default();
-        if ledger.dropped > 0 {
-            tracing::warn!(
-                dropped = ledger.dropped,
-                "docker: egress attempts not recorded (a command made more than {MAX_RECORDS})"
-            );
-            ledger.dropped = 0;
-        }
-        records
+        ledger.take(id)
     }
 
     /// Until no open connection is attributed to command `id`.
@@ -486,22 +512,7 @@ async fn serve(
                 .unwrap_or_default();
             if let Some(record) = record {
                 tracing::debug!(host = %record.host, port = record.port, outcome = ?record.outcome, "docker: egress attempt");
-                let Ledger {
-                    running,
-                    unclaimed,
-                    dropped,
-                    ..
-                } = &mut *ledger;
-                let mut taken = false;
-                for owner in &owners {
-                    if let Some(list) = running.get_mut(owner) {
-                        push_bounded(list, record.clone(), dropped);
-                        taken = true;
-                    }
-                }
-                if !taken {
-                    push_bounded(unclaimed, record, dropped);
-                }
+                ledger.attribute(&owners, record);
             }
             drop(ledger);
             closed.notify_waiters();
@@ -639,6 +650,46 @@ fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn attempt(host: &str, outcome: cordon_ops::EgressOutcome) -> EgressRecord {
+        EgressRecord {
+            protocol: cordon_ops::EgressProtocol::HttpConnect,
+            host: host.to_owned(),
+            port: 443,
+            address: None,
+            outcome,
+            entry: None,
+            source: None,
+            suggestion: None,
+            asked: None,
+            reason: String::new(),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_flood_to_one_destination_does_not_hide_another_from_the_command() {
+        use cordon_ops::EgressOutcome::{Allowed, Denied};
+        let mut ledger = Ledger::default();
+        let id = 7;
+        ledger.running.insert(id, EgressLog::new(MAX_RECORDS));
+        let owners = BTreeSet::from([id]);
+        for _ in 0..MAX_RECORDS + 100 {
+            ledger.attribute(&owners, attempt("junk.test", Denied));
+        }
+        ledger.attribute(&owners, attempt("allowed.test", Allowed));
+        let records = ledger.take(id);
+        assert_eq!(records.len(), MAX_RECORDS);
+        assert!(
+            records.iter().any(|record| record.host == "allowed.test"),
+            "the later destination was pushed out"
+        );
+        // Attempts no running command takes go to the next one, bounded the same way.
+        ledger.attribute(&BTreeSet::from([99]), attempt("later.test", Allowed));
+        assert_eq!(ledger.unclaimed.into_records().len(), 1);
+    }
 
     #[test]
     fn commands_get_the_local_backends_proxy_environment() {
