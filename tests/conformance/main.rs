@@ -155,6 +155,7 @@ macro_rules! conformance_tests {
 
 conformance_tests!(local, cordon_tests::Local);
 conformance_tests!(docker, cordon_tests::Docker);
+conformance_tests!(docker_helper, cordon_tests::DockerHelper);
 conformance_tests!(ssh, cordon_tests::Ssh);
 conformance_tests!(helper_pipe, cordon_tests::HelperPipe);
 conformance_tests!(ssh_helper, cordon_tests::SshHelper);
@@ -207,6 +208,7 @@ macro_rules! sandboxed_tests {
 mod sandboxed {
     sandboxed_tests!(local, cordon_tests::Local);
     sandboxed_tests!(docker, cordon_tests::Docker);
+    sandboxed_tests!(docker_helper, cordon_tests::DockerHelper);
     sandboxed_tests!(helper_pipe, cordon_tests::HelperPipe);
     sandboxed_tests!(ssh_helper, cordon_tests::SshHelper);
 }
@@ -237,5 +239,6 @@ mod without_sandbox {
 mod host_workspace {
     host_workspace_tests!(local, cordon_tests::Local);
     host_workspace_tests!(docker, cordon_tests::Docker);
+    host_workspace_tests!(docker_helper, cordon_tests::DockerHelper);
     host_workspace_tests!(helper_pipe, cordon_tests::HelperPipe);
 }

@@ -24,4 +24,4 @@ pub mod remote;
 pub use harness::{Called, Harness, Replayed, SessionRequest, Workspace, WorkspaceOptions};
 pub use helper::HelperPipe;
 pub use local::Local;
-pub use remote::{Docker, Ssh, SshHelper, ssh_helper_options};
+pub use remote::{Docker, DockerHelper, Ssh, SshHelper, ssh_helper_options};

@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 
 use async_trait::async_trait;
-use cordon_runtime::{BackendChoice, DockerOptions, SessionOptions, SshOptions};
+use cordon_runtime::{
+    BackendChoice, DockerFilesHelper, DockerOptions, SessionOptions, SshOptions,
+};
 
 use crate::harness::{Harness, SessionRequest};
 use crate::infra;
@@ -14,7 +16,9 @@ fn opted_out(var: &str) -> Option<String> {
     (std::env::var(var).as_deref() == Ok("1")).then(|| format!("{var}=1"))
 }
 
-/// The Docker backend's factory (container per session from `cordon-sandbox:latest`).
+/// The Docker backend's factory (container per session from `cordon-sandbox:latest`), file
+/// operations and search on the POSIX shell workers (the fallback for images that cannot run
+/// the helper).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Docker;
 
@@ -29,24 +33,55 @@ impl Harness for Docker {
     }
 
     async fn session_options(&self, request: SessionRequest) -> Result<SessionOptions, String> {
-        let SessionRequest {
-            host_root,
-            policy,
-            audit,
-        } = request;
-        let host = tokio::task::spawn_blocking(infra::docker_host)
-            .await
-            .map_err(|error| error.to_string())??;
-        Ok(SessionOptions {
-            backend: BackendChoice::Docker(DockerOptions {
-                docker_host: Some(host),
-                ..DockerOptions::default()
-            }),
-            policy,
-            audit,
-            ..SessionOptions::local(host_root)
-        })
+        docker_session(request, DockerFilesHelper::Shell, None).await
     }
+}
+
+/// The Docker backend with file operations and search through this build's helper in the
+/// container (required: a session that cannot run it fails instead of falling back).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DockerHelper;
+
+#[async_trait]
+impl Harness for DockerHelper {
+    fn name(&self) -> &'static str {
+        "docker_helper"
+    }
+
+    fn opted_out(&self) -> Option<String> {
+        opted_out("CORDON_SKIP_DOCKER")
+    }
+
+    async fn session_options(&self, request: SessionRequest) -> Result<SessionOptions, String> {
+        let program = crate::helper::helper_program()?;
+        docker_session(request, DockerFilesHelper::Required, Some(program)).await
+    }
+}
+
+async fn docker_session(
+    request: SessionRequest,
+    files_helper: DockerFilesHelper,
+    helper: Option<PathBuf>,
+) -> Result<SessionOptions, String> {
+    let SessionRequest {
+        host_root,
+        policy,
+        audit,
+    } = request;
+    let host = tokio::task::spawn_blocking(infra::docker_host)
+        .await
+        .map_err(|error| error.to_string())??;
+    Ok(SessionOptions {
+        backend: BackendChoice::Docker(DockerOptions {
+            docker_host: Some(host),
+            files_helper,
+            helper,
+            ..DockerOptions::default()
+        }),
+        policy,
+        audit,
+        ..SessionOptions::local(host_root)
+    })
 }
 
 /// The SSH backend's factory (root on a throwaway sshd on 127.0.0.1).

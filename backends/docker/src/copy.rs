@@ -137,6 +137,7 @@ pub(crate) async fn copy_in(docker: &Docker, plan: &CopyIn<'_>) -> Result<(), Do
         spill_volume: "unused",
         network: None,
         egress: None,
+        files_helper: None,
         labels: HashMap::new(),
     })
     .into_iter()

@@ -101,6 +101,15 @@ pub enum DockerError {
         /// Why (copy mode, no usable helper binary).
         reason: String,
     },
+    /// The configuration requires the file helper and it cannot run in this container.
+    #[error(
+        "failed to start the file helper in the container: {reason}; use an image that can run \
+         cordon-helper (such as cordon-sandbox) or let file operations fall back to the shell"
+    )]
+    FilesHelper {
+        /// Why it cannot run.
+        reason: String,
+    },
     /// A step of setting up the egress proxy failed.
     #[error("failed to {step} (filtered network mode): {reason}")]
     Egress {

@@ -24,6 +24,7 @@ mod copy;
 mod egress;
 mod error;
 mod files;
+mod files_helper;
 mod mask;
 pub mod plan;
 mod recovery;
@@ -53,6 +54,7 @@ pub use crate::egress::{
     choose_helper,
 };
 pub use crate::error::{DockerError, Hints};
+pub use crate::files_helper::{FilesHelper, FilesPath};
 use crate::plan::{ContainerPlan, HOME_DIR, SPILL_DIR, WorkspaceSource};
 
 /// The default image.
@@ -96,6 +98,8 @@ pub struct DockerConfig {
     /// Filtered network mode: who is asked about destinations an `[network] ask` entry
     /// matches; `None`: nobody, they are refused.
     pub egress_asker: Option<EgressAsker>,
+    /// Whether file operations and search run through `cordon-helper serve` in the container.
+    pub files_helper: FilesHelper,
 }
 
 impl DockerConfig {
@@ -116,6 +120,7 @@ impl DockerConfig {
             helper: None,
             egress_resolver: None,
             egress_asker: None,
+            files_helper: FilesHelper::Auto,
         }
     }
 }
@@ -168,6 +173,10 @@ pub(crate) struct Inner {
     recovery: recovery::Recovery,
     /// Filtered network mode: the session's egress proxy and forwarder.
     egress: Option<egress::Egress>,
+    /// The file helper serving file operations and search, when it runs.
+    files_helper: Option<cordon_helper::HelperBackend>,
+    /// Which path file operations and search take, and why.
+    files_path: FilesPath,
 }
 
 impl Inner {
@@ -360,6 +369,7 @@ impl DockerBackend {
             helper,
             egress_resolver,
             egress_asker,
+            files_helper,
         } = config;
         let (host_root, meta) = start::open_root(&root)?;
         let user = match user {
@@ -393,6 +403,8 @@ impl DockerBackend {
                 .await?,
             ),
         };
+        let files_helper_binary =
+            start::files_helper(&docker, files_helper, mode, helper.as_deref()).await;
         let spill_volume = start::create_spill_volume(&docker, &host_root, &owner).await?;
         let launch = start::Launch {
             container: format!("cordon-{session}"),
@@ -431,6 +443,7 @@ impl DockerBackend {
             spill_volume: &spill_volume,
             network: launch.network.as_deref(),
             egress: egress.as_ref().map(egress::Egress::mounts),
+            files_helper: files_helper_binary.as_deref().ok(),
             labels: launch.labels.clone(),
         });
 
@@ -497,6 +510,8 @@ impl DockerBackend {
             body,
             recovery: recovery::Recovery::default(),
             egress,
+            files_helper: None,
+            files_path: FilesPath::Helper,
         };
         let probed = async {
             inner.has_rg = inner.probe().await?;
@@ -512,9 +527,41 @@ impl DockerBackend {
             remove_container_and_volumes(&inner.docker, &container, &cleanup_volumes).await;
             return Err(e);
         }
+        let session = Arc::new(std::sync::OnceLock::new());
+        let started = match files_helper_binary {
+            Ok(_) => {
+                let connector = files_helper::DockerConnector {
+                    docker: inner.docker.clone(),
+                    container: container.clone(),
+                    user: format!("{uid}:{gid}"),
+                    session: Arc::clone(&session),
+                };
+                let session =
+                    files_helper::session_start(&inner.workspace, &inner.spec, &extra_roots);
+                files_helper::start(connector, session).await
+            }
+            Err(reason) => Err(reason),
+        };
+        match started {
+            Ok(backend) => {
+                tracing::info!(container = %container, "docker: file operations: helper");
+                inner.files_helper = Some(backend);
+            }
+            Err(reason) if files_helper == FilesHelper::Required => {
+                tracing::warn!(container = %container, %reason, "docker: the required file helper cannot run");
+                remove_container_and_volumes(&inner.docker, &container, &cleanup_volumes).await;
+                return Err(DockerError::FilesHelper { reason });
+            }
+            Err(reason) => {
+                tracing::info!(container = %container, %reason, "docker: file operations: shell");
+                inner.files_path = FilesPath::Shell { reason };
+            }
+        }
         // The first call then finds a worker ready.
         inner.runner.keep_a_spare();
         let inner = Arc::new(inner);
+        // Only this function holds the cell: it is empty.
+        let _ = session.set(Arc::downgrade(&inner));
         Ok(DockerBackend {
             _guard: Arc::new(DropGuard {
                 inner: inner.clone(),
@@ -531,6 +578,16 @@ impl DockerBackend {
     /// The Docker client of this session (tests, diagnostics).
     pub fn docker(&self) -> &Docker {
         &self.inner.docker
+    }
+
+    /// Which path file operations and search take in this session.
+    pub fn files_path(&self) -> &FilesPath {
+        &self.inner.files_path
+    }
+
+    /// The file helper, when file operations run through it (tests, diagnostics).
+    pub fn files_helper(&self) -> Option<&cordon_helper::HelperBackend> {
+        self.inner.files_helper.as_ref()
     }
 
     /// Whether the image has ripgrep (otherwise grep uses the POSIX fallback).
@@ -558,9 +615,25 @@ impl DockerBackend {
         }
     }
 
-    /// File operations through the session's workers.
+    /// File operations through the file helper, or the session's workers.
     fn file_operations(&self) -> Arc<dyn cordon_ops::FileOperations> {
-        Arc::new(cordon_remote::file_ops::RemoteFiles(self.inner.clone()))
+        let shell: Arc<dyn cordon_ops::FileOperations> =
+            Arc::new(cordon_remote::file_ops::RemoteFiles(self.inner.clone()));
+        match &self.inner.files_helper {
+            Some(helper) => Arc::new(files_helper::HelperFiles {
+                helper: helper.ops().clone(),
+                shell,
+            }),
+            None => shell,
+        }
+    }
+
+    /// Search through the file helper, or the session's workers.
+    fn search_operations(&self) -> Arc<dyn cordon_ops::SearchOperations> {
+        match &self.inner.files_helper {
+            Some(helper) => helper.ops().clone(),
+            None => Arc::new(cordon_remote::search::host::RemoteSearch(self.inner.clone())),
+        }
     }
 
     /// The layers the operator's spec left out.
@@ -583,6 +656,11 @@ impl DockerBackend {
             return Ok(());
         }
         let synced = self.sync_out().await;
+        if let Some(helper) = &self.inner.files_helper
+            && let Err(error) = cordon_ops::Backend::shutdown(helper).await
+        {
+            tracing::warn!(%error, "docker: failed to stop the file helper");
+        }
         self.inner.runner.clear();
         let volumes = self
             .inner
@@ -806,7 +884,32 @@ fn spill_removal_argv(paths: Vec<String>) -> Vec<String> {
         .collect()
 }
 
-cordon_remote::impl_remote_backend!(DockerBackend);
+#[async_trait::async_trait]
+impl cordon_ops::Backend for DockerBackend {
+    fn id(&self) -> &BackendId {
+        cordon_remote::runner::CommandHost::backend_id(&*self.inner)
+    }
+
+    fn files(&self) -> Arc<dyn cordon_ops::FileOperations> {
+        self.file_operations()
+    }
+
+    fn bash(&self) -> Arc<dyn cordon_ops::BashOperations> {
+        Arc::new(cordon_remote::runner::RemoteBash(self.inner.clone()))
+    }
+
+    fn search(&self) -> Arc<dyn cordon_ops::SearchOperations> {
+        self.search_operations()
+    }
+
+    fn missing_layers(&self) -> Vec<String> {
+        self.layers_missing()
+    }
+
+    async fn shutdown(&self) -> Result<(), cordon_ops::ShutdownError> {
+        self.close_session().await
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -66,6 +66,9 @@ pub struct ContainerPlan<'a> {
     pub network: Option<&'a str>,
     /// Filtered network mode: the egress proxy's socket directory and the forwarder binary.
     pub egress: Option<&'a EgressMounts>,
+    /// The host `cordon-helper` file operations and search run in (mounted read-only at
+    /// `HELPER_IN_CONTAINER`, where filtered network mode mounts it too).
+    pub files_helper: Option<&'a Path>,
     /// Labels.
     pub labels: HashMap<String, String>,
 }
@@ -147,6 +150,8 @@ pub fn mounts(plan: &ContainerPlan<'_>) -> Vec<Mount> {
     if let Some(egress) = plan.egress {
         out.push(bind(&egress.socket_dir, Path::new(SOCKET_DIR), true));
         out.push(bind(&egress.helper, Path::new(HELPER_IN_CONTAINER), true));
+    } else if let Some(helper) = plan.files_helper {
+        out.push(bind(helper, Path::new(HELPER_IN_CONTAINER), true));
     }
     out
 }
@@ -360,6 +365,7 @@ mod tests {
             spill_volume: "s",
             network: None,
             egress: None,
+            files_helper: None,
             labels: HashMap::new(),
         };
         let body = container_body(&plan);
@@ -433,6 +439,7 @@ mod tests {
             spill_volume: "cordon-spill-abc",
             network: None,
             egress: None,
+            files_helper: None,
             labels: labels.clone(),
         };
         let expected = ContainerCreateBody {
@@ -584,6 +591,7 @@ mod egress_tests {
             spill_volume: "s",
             network: Some("bridge"),
             egress: Some(&egress),
+            files_helper: None,
             labels: HashMap::new(),
         };
         let all = mounts(&plan);

@@ -10,6 +10,7 @@ mod copy;
 mod egress;
 mod faults;
 mod files;
+mod files_helper;
 mod lifecycle;
 mod search;
 mod tls;

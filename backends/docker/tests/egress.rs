@@ -4,7 +4,6 @@
 //! servers of this test on the host's loopback, named through a resolver the test controls.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use cordon_backend_docker::{DockerBackend, DockerError, EgressResolver, WorkspaceMode};
@@ -14,24 +13,7 @@ use cordon_ops::{EgressOutcome, EgressProtocol, EgressRecord};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::support::{self, BUSYBOX, host_or_skip, run, workspace};
-
-/// This build's `cordon-helper` (`cargo build -p cordon-helper` makes it), beside the test
-/// binary's directory.
-fn helper() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let path = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir")
-        .join("cordon-helper");
-    assert!(
-        path.is_file(),
-        "{} is missing: build it with `cargo build -p cordon-helper` before these tests",
-        path.display()
-    );
-    path
-}
+use crate::support::{self, BUSYBOX, helper, host_or_skip, run, workspace};
 
 /// A host server answering every HTTP request with a body naming the request line.
 async fn http_server(listener: TcpListener) {

@@ -153,3 +153,20 @@ pub async fn container_exists(backend_host: &str, name: &str) -> bool {
         .lines()
         .any(|l| l == name)
 }
+
+/// This build's `cordon-helper` (`cargo build -p cordon-helper` makes it), beside the test
+/// binary's directory.
+pub fn helper() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir")
+        .join("cordon-helper");
+    assert!(
+        path.is_file(),
+        "{} is missing: build it with `cargo build -p cordon-helper` before these tests",
+        path.display()
+    );
+    path
+}

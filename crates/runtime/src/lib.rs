@@ -50,4 +50,4 @@ pub use session::HelperOptions;
 pub use session::SshOptions;
 pub use session::{BackendChoice, InsideWritableRoot, RuntimeError, Session, SessionOptions};
 #[cfg(feature = "docker")]
-pub use session::{DockerOptions, WorkspaceMode};
+pub use session::{DockerOptions, FilesHelper as DockerFilesHelper, WorkspaceMode};

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 #[cfg(feature = "docker")]
-pub use cordon_backend_docker::WorkspaceMode;
+pub use cordon_backend_docker::{FilesHelper, WorkspaceMode};
 #[cfg(feature = "docker")]
 use cordon_backend_docker::{DockerBackend, DockerConfig};
 use cordon_backend_local::{LocalBackend, LocalConfig};
@@ -66,6 +66,10 @@ pub struct DockerOptions {
     pub mode: WorkspaceMode,
     /// Daemon URI; `None` uses `DOCKER_HOST` or the default socket.
     pub docker_host: Option<String>,
+    /// Whether file operations and search run through `cordon-helper` in the container.
+    pub files_helper: FilesHelper,
+    /// The `cordon-helper` binary; `None` looks for it (`CORDON_HELPER`, next to the program).
+    pub helper: Option<PathBuf>,
 }
 
 #[cfg(feature = "docker")]
@@ -75,6 +79,8 @@ impl Default for DockerOptions {
             image: cordon_backend_docker::DEFAULT_IMAGE.to_owned(),
             mode: WorkspaceMode::Bind,
             docker_host: None,
+            files_helper: FilesHelper::Auto,
+            helper: None,
         }
     }
 }
@@ -233,6 +239,8 @@ pub struct Session {
     audit: Option<Arc<AuditLog>>,
     /// The audit head recorded at shutdown.
     audit_head: OnceLock<Result<AuditHead, String>>,
+    /// Docker: which path file operations and search take (`helper`, `shell (reason)`).
+    files_path: Option<String>,
 }
 
 impl Session {
@@ -320,6 +328,9 @@ impl Session {
         let egress_approver = approver.clone().map(|approver| {
             Arc::new(NetworkApprover { approver }) as Arc<dyn cordon_egress::ask::EgressApprover>
         });
+        // Only the Docker backend sets it.
+        #[cfg_attr(not(feature = "docker"), allow(unused_mut))]
+        let mut files_path = None;
         let backend: Arc<dyn Backend> = match backend {
             BackendChoice::Local => {
                 let config = LocalConfig {
@@ -336,6 +347,8 @@ impl Session {
                 image,
                 mode,
                 docker_host,
+                files_helper,
+                helper,
             }) => {
                 let config = DockerConfig {
                     spec: spec.clone(),
@@ -343,13 +356,15 @@ impl Session {
                     mode,
                     docker_host,
                     egress_asker: egress_approver.map(cordon_backend_docker::EgressAsker),
+                    files_helper,
+                    helper,
                     ..DockerConfig::new(root)
                 };
-                Arc::new(
-                    DockerBackend::start(config)
-                        .await
-                        .map_err(RuntimeError::Docker)?,
-                )
+                let docker = DockerBackend::start(config)
+                    .await
+                    .map_err(RuntimeError::Docker)?;
+                files_path = Some(docker.files_path().to_string());
+                Arc::new(docker)
             }
             #[cfg(feature = "ssh")]
             BackendChoice::Ssh(SshOptions {
@@ -420,7 +435,14 @@ impl Session {
             writable_roots,
             audit,
             audit_head: OnceLock::new(),
+            files_path,
         })
+    }
+
+    /// Docker: which path file operations and search take, `helper` or `shell (reason)`;
+    /// `None` on other backends.
+    pub fn files_path(&self) -> Option<&str> {
+        self.files_path.as_deref()
     }
 
     /// Refuse `path` as a file Cordon writes (`file` says which, e.g. `transcript`) when it

@@ -287,6 +287,7 @@ impl CommonArgs {
                 WorkspaceModeArg::Copy => WorkspaceMode::Copy,
             },
             docker_host: None,
+            ..DockerOptions::default()
         }))
     }
 

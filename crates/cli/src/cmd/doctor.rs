@@ -475,7 +475,10 @@ async fn check_docker(selected: bool, common: &CommonArgs, settings: &Settings) 
     };
     options.root = workspace.path().to_path_buf();
     options.policy = None;
-    let (ok, detail) = run_probe_session(options).await;
+    let (ok, detail, files_path) = run_probe_session(options).await;
+    if let Some(path) = files_path {
+        report.line("file operations", Status::Info, path);
+    }
     report.needed("sandboxed tools", ok, detail);
     report
 }
@@ -552,7 +555,7 @@ async fn check_ssh(selected: bool, common: &CommonArgs, settings: &Settings) -> 
     if let cordon_runtime::BackendChoice::Ssh(ssh) = &options.backend {
         remote_helper(&mut report, ssh.clone(), options.allow_degraded).await;
     }
-    let (ok, detail) = run_probe_session(SessionOptions {
+    let (ok, detail, _) = run_probe_session(SessionOptions {
         policy: None,
         ..options
     })
@@ -789,7 +792,7 @@ async fn check_local(root: &Path, policy: Option<&CompiledPolicy>) -> Report {
             return report;
         }
     };
-    let (ok, detail) = run_probe_session(SessionOptions::local(workspace.path())).await;
+    let (ok, detail, _) = run_probe_session(SessionOptions::local(workspace.path())).await;
     report.needed("sandboxed tools", ok, detail);
     report
 }
@@ -945,11 +948,14 @@ fn ok_or_missing(ok: bool) -> Status {
 /// Open a session with the default policy and run a command and a read through the whole
 /// pipeline: `(worked, what happened)`. The probe file is written into the workspace of
 /// `options` (a temporary directory for local and docker; the remote root for ssh).
-async fn run_probe_session(options: SessionOptions) -> (bool, String) {
+/// Run a command and a read in a session: whether they worked, what failed, and (Docker)
+/// which path file operations took.
+async fn run_probe_session(options: SessionOptions) -> (bool, String, Option<String>) {
     let session = match Session::open(options).await {
         Ok(session) => session,
-        Err(error) => return (false, format!("failed to open a session: {error}")),
+        Err(error) => return (false, format!("failed to open a session: {error}"), None),
     };
+    let files_path = session.files_path().map(str::to_owned);
     let control = RunControl::new(CancellationToken::new(), Arc::new(|_: AgentEvent| {}));
     let calls = [
         (
@@ -989,7 +995,7 @@ async fn run_probe_session(options: SessionOptions) -> (bool, String) {
     {
         outcome = (false, error.to_string());
     }
-    outcome
+    (outcome.0, outcome.1, files_path)
 }
 
 #[cfg(test)]

@@ -1,0 +1,279 @@
+//! File operations and search through `cordon-helper serve` in the container (bind mode, a
+//! helper for the engine's architecture that the image can run): the local backend's code on
+//! the far side of one attached `docker exec`, confined with `openat2(RESOLVE_BENEATH)` and
+//! searching with the in-process ripgrep libraries, instead of one shell worker request per
+//! call. Commands stay on the session's shell workers: the local sandbox needs namespaces a
+//! default container does not allow.
+//!
+//! It does not decide whether the helper can run (that is [`crate::egress::choose_helper`]'s
+//! check plus a start that answers), and it keeps spill files on the shell path (they live in
+//! the per-root spill volume, not in the helper's state directory).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, Weak};
+
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::container::LogOutput;
+use cordon_core::sandbox::SandboxSpec;
+use cordon_helper::backend::HelperOps;
+use cordon_helper::{Connection, Connector, HelperBackend, HelperError, SessionStart};
+use cordon_ops::{BackendId, DirEntry, FileMeta, FileOperations, FsError, SpillWriter};
+use futures::StreamExt;
+
+use crate::Inner;
+use crate::client::{self, Exec};
+use crate::egress::HELPER_IN_CONTAINER;
+use crate::plan::{HOME_DIR, SPILL_DIR};
+
+/// Whether a session runs file operations and search through the helper.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FilesHelper {
+    /// The helper where it can run, else the POSIX shell workers (the reason is logged and
+    /// reported by [`crate::DockerBackend::files_path`]).
+    #[default]
+    Auto,
+    /// Always the POSIX shell workers.
+    Shell,
+    /// The helper, or the session does not start.
+    Required,
+}
+
+/// Which path a session's file operations and search take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FilesPath {
+    /// `cordon-helper serve` in the container.
+    Helper,
+    /// The POSIX shell workers, and why not the helper.
+    Shell {
+        /// Why the helper is not used.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for FilesPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FilesPath::Helper => f.write_str("helper"),
+            FilesPath::Shell { reason } => write!(f, "shell ({reason})"),
+        }
+    }
+}
+
+/// The argv of the file helper in the container.
+pub(crate) fn serve_argv() -> Vec<String> {
+    vec![HELPER_IN_CONTAINER.to_owned(), "serve".to_owned()]
+}
+
+/// Starts `cordon-helper serve` in the container as the session's user, its stdin and stdout
+/// attached (stderr goes to this process's log). A start the engine refuses is explained by
+/// the session (a dead container is replaced, and the error says so).
+pub(crate) struct DockerConnector {
+    pub docker: Docker,
+    pub container: String,
+    pub user: String,
+    /// The session, once it exists (it owns this connector, hence weak).
+    pub session: Arc<OnceLock<Weak<Inner>>>,
+}
+
+#[async_trait]
+impl Connector for DockerConnector {
+    async fn connect(&self) -> Result<Connection, HelperError> {
+        let session = self.session.get().and_then(Weak::upgrade);
+        let seen = session.as_ref().map(|inner| inner.recovery.generation());
+        let started = client::start_exec(
+            &self.docker,
+            &self.container,
+            serve_argv(),
+            Some(&self.user),
+        )
+        .await;
+        let exec = match started {
+            Ok(exec) => exec,
+            Err(error) => {
+                let reason = match (session, seen) {
+                    (Some(inner), Some(seen)) => {
+                        inner.explain_failure(seen, error.to_string()).await
+                    }
+                    _ => error.to_string(),
+                };
+                return Err(HelperError::Spawn {
+                    program: PathBuf::from(HELPER_IN_CONTAINER),
+                    source: std::io::Error::other(reason),
+                });
+            }
+        };
+        let Exec {
+            id,
+            output,
+            input,
+        } = exec;
+        let container = self.container.clone();
+        let stdout = output.filter_map(move |item| {
+            let container = container.clone();
+            async move {
+                match item {
+                    Ok(LogOutput::StdOut { message }) => Some(Ok(message)),
+                    Ok(LogOutput::StdErr { message }) => {
+                        tracing::warn!(
+                            %container,
+                            line = %String::from_utf8_lossy(&message).trim_end(),
+                            "docker: file helper"
+                        );
+                        None
+                    }
+                    Ok(LogOutput::StdIn { .. } | LogOutput::Console { .. }) => None,
+                    Err(error) => Some(Err(std::io::Error::other(error))),
+                }
+            }
+        });
+        tracing::debug!(container = %self.container, exec = %id, "docker: file helper started");
+        Ok(Connection {
+            reader: Box::new(tokio_util::io::StreamReader::new(Box::pin(stdout))),
+            writer: Box::new(input),
+            keep: Box::new(()),
+        })
+    }
+}
+
+/// The session the helper opens: the container's workspace, home, and the extra roots at the
+/// paths they are mounted at (the same as on the host), the spill directory readable.
+pub(crate) fn session_start(
+    workspace: &Path,
+    spec: &SandboxSpec,
+    extra_roots: &[(PathBuf, bool)],
+) -> SessionStart {
+    let mut spec = spec.clone();
+    let as_string = |path: &Path| path.to_string_lossy().into_owned();
+    spec.readable_roots = std::iter::once(SPILL_DIR.to_owned())
+        .chain(
+            extra_roots
+                .iter()
+                .filter(|(_, writable)| !writable)
+                .map(|(p, _)| as_string(p)),
+        )
+        .collect();
+    spec.writable_roots = extra_roots
+        .iter()
+        .filter(|(_, writable)| *writable)
+        .map(|(p, _)| as_string(p))
+        .collect();
+    SessionStart {
+        home: Some(cordon_helper::protocol::WirePath(PathBuf::from(HOME_DIR))),
+        ..SessionStart::new(workspace, spec)
+    }
+}
+
+/// Start the file helper; `Err` is why the session keeps the shell workers.
+pub(crate) async fn start(
+    connector: DockerConnector,
+    session: SessionStart,
+) -> Result<HelperBackend, String> {
+    HelperBackend::start(Box::new(connector), session)
+        .await
+        .map_err(|error| format!("cordon-helper did not start in the container: {error}"))
+}
+
+/// File operations through the helper; spill files on the shell workers (`shell`), and the
+/// Docker backend's id.
+pub(crate) struct HelperFiles {
+    pub helper: Arc<HelperOps>,
+    pub shell: Arc<dyn FileOperations>,
+}
+
+#[async_trait]
+impl FileOperations for HelperFiles {
+    fn backend_id(&self) -> &BackendId {
+        self.shell.backend_id()
+    }
+
+    fn root(&self) -> &Path {
+        self.shell.root()
+    }
+
+    fn home(&self) -> Option<&Path> {
+        self.shell.home()
+    }
+
+    async fn read_file(&self, path: &Path) -> Result<Vec<u8>, FsError> {
+        self.helper.read_file(path).await
+    }
+
+    async fn read_head(&self, path: &Path, max_bytes: usize) -> Result<Vec<u8>, FsError> {
+        self.helper.read_head(path, max_bytes).await
+    }
+
+    async fn read_range(
+        &self,
+        path: &Path,
+        offset: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, FsError> {
+        self.helper.read_range(path, offset, max_bytes).await
+    }
+
+    async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), FsError> {
+        self.helper.write_file(path, data).await
+    }
+
+    async fn create_dir_all(&self, path: &Path) -> Result<(), FsError> {
+        self.helper.create_dir_all(path).await
+    }
+
+    async fn metadata(&self, path: &Path) -> Result<FileMeta, FsError> {
+        self.helper.metadata(path).await
+    }
+
+    async fn read_dir(&self, path: &Path) -> Result<Vec<DirEntry>, FsError> {
+        self.helper.read_dir(path).await
+    }
+
+    async fn canonicalize(&self, path: &Path) -> Result<PathBuf, FsError> {
+        self.helper.canonicalize(path).await
+    }
+
+    async fn create_spill_file(&self) -> Result<(PathBuf, SpillWriter), FsError> {
+        self.shell.create_spill_file().await
+    }
+
+    fn spill_dir(&self) -> Option<&Path> {
+        self.shell.spill_dir()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_helper_serves_from_the_mounted_binary() {
+        assert_eq!(
+            serve_argv(),
+            ["/cordon-egress-helper/cordon-helper", "serve"]
+        );
+    }
+
+    #[test]
+    fn the_session_names_container_paths() {
+        let spec = SandboxSpec {
+            readable_roots: vec!["~/docs".to_owned()],
+            writable_roots: vec!["../out".to_owned()],
+            ..SandboxSpec::default()
+        };
+        let start = session_start(
+            Path::new("/workspace"),
+            &spec,
+            &[
+                (PathBuf::from("/home/u/docs"), false),
+                (PathBuf::from("/srv/out"), true),
+            ],
+        );
+        assert_eq!(start.root.0, PathBuf::from("/workspace"));
+        assert_eq!(
+            start.home.map(|h| h.0),
+            Some(PathBuf::from("/home/cordon"))
+        );
+        assert_eq!(start.spec.readable_roots, ["/cordon-spill", "/home/u/docs"]);
+        assert_eq!(start.spec.writable_roots, ["/srv/out"]);
+    }
+}

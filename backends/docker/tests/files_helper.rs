@@ -1,0 +1,192 @@
+//! File operations and search through `cordon-helper serve` in the container: chosen where it
+//! can run, the shell workers otherwise (turned off, an image that cannot run it), required
+//! sessions refused without it, and a helper killed mid-call.
+
+use std::path::Path;
+
+use cordon_backend_docker::{DockerBackend, DockerError, FilesHelper, FilesPath};
+use cordon_ops::{Backend, FindRequest, FsError};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{self, BUSYBOX, helper, host_or_skip, run, workspace};
+
+async fn helper_session(host: &str, root: &Path, image: &str, wanted: FilesHelper) -> DockerBackend {
+    let mut config = support::config(host, root);
+    config.helper = Some(helper());
+    config.image = image.to_owned();
+    config.files_helper = wanted;
+    DockerBackend::start(config).await.expect("a session starts")
+}
+
+/// The `cordon-helper serve` processes in the container, as its command sees them.
+async fn serving(backend: &DockerBackend) -> Vec<String> {
+    let ran = run(backend, "pgrep -f 'cordon-helper [s]erve' || true").await;
+    ran.output.lines().map(str::to_owned).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_operations_and_search_run_through_the_helper_when_it_can_run() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::create_dir(ws.path().join(".git")).expect("mkdir .git");
+    let backend = helper_session(&host, ws.path(), support::DEBIAN, FilesHelper::Auto).await;
+    assert_eq!(backend.files_path(), &FilesPath::Helper);
+    assert_eq!(serving(&backend).await.len(), 1);
+
+    let files = backend.files();
+    files
+        .write_file(Path::new("/workspace/src/a.txt"), b"needle here\n")
+        .await
+        .expect_err("the parent directory does not exist");
+    files
+        .create_dir_all(Path::new("/workspace/src"))
+        .await
+        .expect("mkdir");
+    files
+        .write_file(Path::new("/workspace/src/a.txt"), b"needle here\n")
+        .await
+        .expect("write");
+    assert_eq!(
+        files.read_file(Path::new("/workspace/src/a.txt")).await.expect("read"),
+        b"needle here\n"
+    );
+    // The host sees the bind-mounted file, written as the workspace owner.
+    assert_eq!(
+        std::fs::read(ws.path().join("src/a.txt")).expect("host read"),
+        b"needle here\n"
+    );
+    let names: Vec<String> = files
+        .read_dir(Path::new("/workspace"))
+        .await
+        .expect("ls")
+        .into_iter()
+        .map(|entry| entry.name)
+        .collect();
+    assert!(names.contains(&"src".to_owned()), "{names:?}");
+    // The session's spec reached the helper: `.git/**` is protected by default.
+    match files
+        .write_file(Path::new("/workspace/.git/config"), b"x")
+        .await
+    {
+        Err(FsError::Protected { .. }) => {}
+        other => panic!("expected the protected path to be refused, got {other:?}"),
+    }
+    let found = backend
+        .search()
+        .find(
+            FindRequest {
+                pattern: "*.txt".to_owned(),
+                path: "/workspace".into(),
+                max_results: 10,
+            },
+            CancellationToken::new(),
+        )
+        .await
+        .expect("find");
+    assert_eq!(found.paths, [Path::new("/workspace/src/a.txt")]);
+    backend.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shell_workers_serve_files_when_the_helper_is_off_or_cannot_run() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::write(ws.path().join("a.txt"), "hello\n").expect("write");
+
+    let off = helper_session(&host, ws.path(), support::DEBIAN, FilesHelper::Shell).await;
+    assert_eq!(
+        off.files_path(),
+        &FilesPath::Shell {
+            reason: "turned off in the configuration".to_owned()
+        }
+    );
+    assert!(serving(&off).await.is_empty());
+    assert_eq!(
+        off.files().read_file(Path::new("/workspace/a.txt")).await.expect("read"),
+        b"hello\n"
+    );
+    off.shutdown().await.expect("shutdown");
+
+    // The busybox image has no C library: the glibc helper cannot run there.
+    let busybox = helper_session(&host, ws.path(), BUSYBOX, FilesHelper::Auto).await;
+    match busybox.files_path() {
+        FilesPath::Shell { reason } => assert!(
+            reason.starts_with("cordon-helper did not start in the container"),
+            "{reason}"
+        ),
+        FilesPath::Helper => panic!("busybox cannot run the glibc helper"),
+    }
+    assert_eq!(
+        busybox
+            .files()
+            .read_file(Path::new("/workspace/a.txt"))
+            .await
+            .expect("read"),
+        b"hello\n"
+    );
+    busybox.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_required_helper_that_cannot_run_refuses_the_session() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let mut config = support::config(&host, ws.path());
+    config.helper = Some(helper());
+    config.image = BUSYBOX.to_owned();
+    config.files_helper = FilesHelper::Required;
+    let error = DockerBackend::start(config)
+        .await
+        .expect_err("busybox cannot run the helper");
+    let text = error.to_string();
+    assert!(matches!(error, DockerError::FilesHelper { .. }), "{text}");
+    assert!(
+        text.starts_with("failed to start the file helper in the container"),
+        "{text}"
+    );
+}
+
+/// A call in flight when the helper dies fails and says so; the next call starts a new helper.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helper_killed_mid_call_fails_the_call_and_the_next_call_starts_a_new_one() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::write(ws.path().join("a.txt"), "hello\n").expect("write");
+    let backend = helper_session(&host, ws.path(), support::DEBIAN, FilesHelper::Auto).await;
+    let first = serving(&backend).await;
+    assert_eq!(first.len(), 1, "{first:?}");
+    let client = backend
+        .files_helper()
+        .expect("the helper runs")
+        .ops()
+        .current()
+        .await
+        .expect("a live helper");
+    // Stopped, the helper cannot answer: the read below is in flight until it is killed.
+    let stopped = run(&backend, "pkill -STOP -f 'cordon-helper [s]erve' && echo stopped").await;
+    assert_eq!(stopped.output, "stopped\n");
+    let reading = tokio::spawn(async move {
+        cordon_ops::FileOperations::read_file(&*client, Path::new("/workspace/a.txt")).await
+    });
+    let killed = run(&backend, "pkill -KILL -f 'cordon-helper [s]erve' && echo killed").await;
+    assert_eq!(killed.output, "killed\n");
+    match reading.await.expect("join") {
+        Err(error) => {
+            let text = error.to_string();
+            assert!(text.contains("the next call starts a new helper"), "{text}");
+        }
+        Ok(bytes) => panic!("a stopped and killed helper answered {bytes:?}"),
+    }
+    assert_eq!(
+        backend
+            .files()
+            .read_file(Path::new("/workspace/a.txt"))
+            .await
+            .expect("the next call works"),
+        b"hello\n"
+    );
+    let second = serving(&backend).await;
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_ne!(second, first);
+    backend.shutdown().await.expect("shutdown");
+}
