@@ -179,6 +179,9 @@ pub(crate) async fn start(
 pub(crate) struct HelperFiles {
     pub helper: Arc<HelperOps>,
     pub shell: Arc<dyn FileOperations>,
+    /// Empty directories made only to mount them read-only, left out of listings (as on the
+    /// shell path: the file tools show the workspace as the operator left it).
+    pub pinned: Vec<PathBuf>,
 }
 
 #[async_trait]
@@ -225,7 +228,12 @@ impl FileOperations for HelperFiles {
     }
 
     async fn read_dir(&self, path: &Path) -> Result<Vec<DirEntry>, FsError> {
-        self.helper.read_dir(path).await
+        let mut entries = self.helper.read_dir(path).await?;
+        if !self.pinned.is_empty() {
+            let canon = self.helper.canonicalize(path).await?;
+            entries.retain(|entry| !self.pinned.contains(&canon.join(&entry.name)));
+        }
+        Ok(entries)
     }
 
     async fn canonicalize(&self, path: &Path) -> Result<PathBuf, FsError> {

@@ -623,6 +623,7 @@ impl DockerBackend {
             Some(helper) => Arc::new(files_helper::HelperFiles {
                 helper: helper.ops().clone(),
                 shell,
+                pinned: self.inner.pinned.clone(),
             }),
             None => shell,
         }

@@ -616,6 +616,46 @@ mod egress_tests {
         assert_eq!(body.network_disabled, Some(true));
     }
 
+    /// The file helper is the same binary at the same place: mounted once, read-only.
+    #[test]
+    fn the_file_helper_is_mounted_read_only_once() {
+        let spec = SandboxSpec::default();
+        let source = WorkspaceSource::Bind(PathBuf::from("/p"));
+        let egress = EgressMounts {
+            socket_dir: PathBuf::from("/tmp/cordon-egress-x/socket"),
+            helper: PathBuf::from("/opt/cordon/cordon-helper"),
+        };
+        let mut plan = ContainerPlan {
+            image: "i",
+            user: (1, 1),
+            spec: &spec,
+            passed_env: &[],
+            workspace: Path::new("/workspace"),
+            source: &source,
+            protected: &[],
+            masks: &[],
+            extra_roots: &[],
+            spill_volume: "s",
+            network: None,
+            egress: None,
+            files_helper: Some(Path::new("/opt/cordon/cordon-helper")),
+            labels: HashMap::new(),
+        };
+        let helper = bind(
+            Path::new("/opt/cordon/cordon-helper"),
+            Path::new("/cordon-egress-helper/cordon-helper"),
+            true,
+        );
+        let all = mounts(&plan);
+        assert_eq!(all.last(), Some(&helper));
+        plan.egress = Some(&egress);
+        let all = mounts(&plan);
+        assert_eq!(all.iter().filter(|m| **m == helper).count(), 1);
+        plan.egress = None;
+        plan.files_helper = None;
+        assert!(!mounts(&plan).contains(&helper));
+    }
+
     /// The proxy variables come before the spec's own entries, which win.
     #[test]
     fn filtered_mode_sets_the_proxy_environment_under_the_specs_own_entries() {

@@ -265,6 +265,21 @@ fn doctor_probes_the_selected_docker_backend() {
         "{text}"
     );
     assert!(text.lines().any(|l| l == "docker: ready"), "{text}");
+    // Which path file operations took: the helper beside this build's `cordon` when it was
+    // built, else the shell workers with the reason.
+    let helper_built = Path::new(CORDON).with_file_name("cordon-helper").is_file();
+    let files = text
+        .lines()
+        .find(|l| l.starts_with("docker: file operations: info ("))
+        .unwrap_or_else(|| panic!("no file operations line: {text}"));
+    if helper_built {
+        assert_eq!(files, "docker: file operations: info (helper)", "{text}");
+    } else {
+        assert!(
+            files.starts_with("docker: file operations: info (shell ("),
+            "{text}"
+        );
+    }
 }
 
 /// `--backend ssh` with a reachable host probes a real session; without `--host` it cannot run.
