@@ -5,9 +5,7 @@
 use std::path::PathBuf;
 
 use async_trait::async_trait;
-use cordon_runtime::{
-    BackendChoice, DockerFilesHelper, DockerOptions, SessionOptions, SshOptions,
-};
+use cordon_runtime::{BackendChoice, DockerFilesHelper, DockerOptions, SessionOptions, SshOptions};
 
 use crate::harness::{Harness, SessionRequest};
 use crate::infra;

@@ -103,11 +103,7 @@ impl Connector for DockerConnector {
                 });
             }
         };
-        let Exec {
-            id,
-            output,
-            input,
-        } = exec;
+        let Exec { id, output, input } = exec;
         let container = self.container.clone();
         let stdout = output.filter_map(move |item| {
             let container = container.clone();
@@ -277,10 +273,7 @@ mod tests {
             ],
         );
         assert_eq!(start.root.0, PathBuf::from("/workspace"));
-        assert_eq!(
-            start.home.map(|h| h.0),
-            Some(PathBuf::from("/home/cordon"))
-        );
+        assert_eq!(start.home.map(|h| h.0), Some(PathBuf::from("/home/cordon")));
         assert_eq!(start.spec.readable_roots, ["/cordon-spill", "/home/u/docs"]);
         assert_eq!(start.spec.writable_roots, ["/srv/out"]);
     }

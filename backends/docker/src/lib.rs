@@ -633,7 +633,9 @@ impl DockerBackend {
     fn search_operations(&self) -> Arc<dyn cordon_ops::SearchOperations> {
         match &self.inner.files_helper {
             Some(helper) => helper.ops().clone(),
-            None => Arc::new(cordon_remote::search::host::RemoteSearch(self.inner.clone())),
+            None => Arc::new(cordon_remote::search::host::RemoteSearch(
+                self.inner.clone(),
+            )),
         }
     }
 

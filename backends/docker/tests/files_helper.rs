@@ -10,12 +10,19 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::{self, BUSYBOX, helper, host_or_skip, run, workspace};
 
-async fn helper_session(host: &str, root: &Path, image: &str, wanted: FilesHelper) -> DockerBackend {
+async fn helper_session(
+    host: &str,
+    root: &Path,
+    image: &str,
+    wanted: FilesHelper,
+) -> DockerBackend {
     let mut config = support::config(host, root);
     config.helper = Some(helper());
     config.image = image.to_owned();
     config.files_helper = wanted;
-    DockerBackend::start(config).await.expect("a session starts")
+    DockerBackend::start(config)
+        .await
+        .expect("a session starts")
 }
 
 /// The `cordon-helper serve` processes in the container, as its command sees them.
@@ -47,7 +54,10 @@ async fn file_operations_and_search_run_through_the_helper_when_it_can_run() {
         .await
         .expect("write");
     assert_eq!(
-        files.read_file(Path::new("/workspace/src/a.txt")).await.expect("read"),
+        files
+            .read_file(Path::new("/workspace/src/a.txt"))
+            .await
+            .expect("read"),
         b"needle here\n"
     );
     // The host sees the bind-mounted file, written as the workspace owner.
@@ -102,7 +112,10 @@ async fn the_shell_workers_serve_files_when_the_helper_is_off_or_cannot_run() {
     );
     assert!(serving(&off).await.is_empty());
     assert_eq!(
-        off.files().read_file(Path::new("/workspace/a.txt")).await.expect("read"),
+        off.files()
+            .read_file(Path::new("/workspace/a.txt"))
+            .await
+            .expect("read"),
         b"hello\n"
     );
     off.shutdown().await.expect("shutdown");
@@ -163,12 +176,20 @@ async fn a_helper_killed_mid_call_fails_the_call_and_the_next_call_starts_a_new_
         .await
         .expect("a live helper");
     // Stopped, the helper cannot answer: the read below is in flight until it is killed.
-    let stopped = run(&backend, "pkill -STOP -f 'cordon-helper [s]erve' && echo stopped").await;
+    let stopped = run(
+        &backend,
+        "pkill -STOP -f 'cordon-helper [s]erve' && echo stopped",
+    )
+    .await;
     assert_eq!(stopped.output, "stopped\n");
     let reading = tokio::spawn(async move {
         cordon_ops::FileOperations::read_file(&*client, Path::new("/workspace/a.txt")).await
     });
-    let killed = run(&backend, "pkill -KILL -f 'cordon-helper [s]erve' && echo killed").await;
+    let killed = run(
+        &backend,
+        "pkill -KILL -f 'cordon-helper [s]erve' && echo killed",
+    )
+    .await;
     assert_eq!(killed.output, "killed\n");
     match reading.await.expect("join") {
         Err(error) => {

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 #[cfg(feature = "docker")]
-pub use cordon_backend_docker::{FilesHelper, WorkspaceMode};
-#[cfg(feature = "docker")]
 use cordon_backend_docker::{DockerBackend, DockerConfig};
+#[cfg(feature = "docker")]
+pub use cordon_backend_docker::{FilesHelper, WorkspaceMode};
 use cordon_backend_local::{LocalBackend, LocalConfig};
 #[cfg(feature = "ssh")]
 use cordon_backend_ssh::{SshBackend, SshConfig};
