@@ -8,16 +8,6 @@ use std::path::PathBuf;
 /// failed and, where the operator can fix it, how.
 #[derive(Debug, thiserror::Error)]
 pub enum SshError {
-    /// The spec asks for filtered network mode (`[network] allow`), which this backend cannot
-    /// enforce yet: refused rather than run remote commands with the network fully on.
-    #[error(
-        "failed to start the ssh session: filtered network mode is not supported by the ssh \
-         backend yet: remove `[network] allow` ({at}) or use --backend local"
-    )]
-    FilteredNetwork {
-        /// `FILE:LINE` of the first `[network] allow` entry.
-        at: String,
-    },
     /// The `--host` value does not parse.
     #[error("failed to parse host `{host}`: {reason}")]
     InvalidHost {

@@ -282,14 +282,6 @@ impl SshBackend {
             state_dir,
             helper: helper_path,
         } = config;
-        match spec.network {
-            NetworkMode::Disabled | NetworkMode::Enabled => {}
-            NetworkMode::Filtered => {
-                let at = spec.sources.egress_allow_at();
-                tracing::warn!(%at, "ssh: filtered network mode refused (not supported yet)");
-                return Err(SshError::FilteredNetwork { at });
-            }
-        }
         let target = Target::parse(&host)?;
         let options = ResolveOptions::new(ssh_config, identity, known_hosts);
         let endpoint = resolve_endpoint(&target, &options, true)?;

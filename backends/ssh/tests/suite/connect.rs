@@ -22,25 +22,6 @@ async fn echo_ok(backend: &SshBackend, ws: &std::path::Path) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn filtered_network_mode_is_refused_before_connecting() {
-    // Refused before the host is even parsed: no server is needed.
-    let mut config = cordon_backend_ssh::SshConfig::new("nowhere.invalid", "/nonexistent");
-    config.spec.network = cordon_core::sandbox::NetworkMode::Filtered;
-    config.spec.egress.allow = vec!["pypi.org:443".to_owned()];
-    config.spec.sources.file = "policy.toml".to_owned();
-    config.spec.sources.egress_allow = vec![12];
-    let err = SshBackend::connect(config)
-        .await
-        .expect_err("filtered mode is not supported here");
-    assert!(matches!(err, SshError::FilteredNetwork { .. }), "{err:?}");
-    assert_eq!(
-        err.to_string(),
-        "failed to start the ssh session: filtered network mode is not supported by the ssh \
-         backend yet: remove `[network] allow` (policy.toml:12) or use --backend local"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_host_is_refused_with_the_command_to_trust_it() {
     let Some(server) = server() else { return };
     let empty = server.dir.path().join("empty_known_hosts");

@@ -644,3 +644,81 @@ async fn without_a_usable_helper_commands_fail_closed_unless_degraded() {
         "{layers:?}"
     );
 }
+
+/// An HTTP origin on the host's loopback answering `hello` to every request; its port.
+async fn origin() -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the origin");
+    let port = listener.local_addr().expect("address").port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+                    )
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+/// Filtered network mode over SSH: the helper's local backend runs the egress proxy on the
+/// host, so commands reach an allowed destination through it, get the proxy's 403 for
+/// another, cannot go around it, and the attempts come back in the outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filtered_network_runs_on_the_host_through_the_helpers_proxy() {
+    let Some(server) = server() else { return };
+    let ws = server.workspace.clone();
+    let allowed = origin().await;
+    let other = origin().await;
+    let mut config = server.helper_config();
+    config.spec.network = cordon_core::sandbox::NetworkMode::Filtered;
+    config.spec.egress.allow = vec![format!("127.0.0.1/32:{allowed}")];
+    config.spec.sources.file = "policy.toml".to_owned();
+    config.spec.sources.egress_allow = vec![12];
+    let backend = SshBackend::connect(config).await.expect("connect");
+    assert_eq!(backend.helper_refusal(), None);
+    assert!(
+        backend.missing_layers().is_empty(),
+        "{:?}",
+        backend.missing_layers()
+    );
+
+    let command = format!(
+        "curl -sS --noproxy '' http://127.0.0.1:{allowed}/; echo; \
+         curl -sS --noproxy '' http://127.0.0.1:{other}/; echo; \
+         curl -sS --max-time 10 http://127.0.0.1:{allowed}/ || echo direct-failed"
+    );
+    let (result, output) = bash(&backend, &command, &ws).await;
+    let outcome = result.expect("the command ran");
+    assert!(output.starts_with("hello\n"), "{output}");
+    assert!(
+        output.contains(&format!("add \"127.0.0.1:{other}\" to [network] allow")),
+        "the 403 names the entry to add: {output}"
+    );
+    assert!(output.contains("direct-failed"), "{output}");
+    let attempts: Vec<(u16, cordon_ops::EgressOutcome)> = outcome
+        .egress
+        .iter()
+        .map(|record| (record.port, record.outcome))
+        .collect();
+    assert!(
+        attempts.contains(&(allowed, cordon_ops::EgressOutcome::Allowed))
+            && attempts.contains(&(other, cordon_ops::EgressOutcome::Denied)),
+        "{:#?}",
+        outcome.egress
+    );
+    backend.shutdown().await.expect("shutdown");
+}
