@@ -58,3 +58,10 @@ scripts/build-sandbox-image.sh
 
 log "cargo test --workspace"
 cargo test --workspace --no-fail-fast "$@"
+
+# The escape suite again, through cordon-helper: over a local pipe, and over SSH with commands
+# enforced on the (local test) host.
+for backend in helper_pipe ssh_helper; do
+  log "escape suite over $backend"
+  CORDON_ESCAPE_BACKEND=$backend cargo test -p cordon-tests --test escape
+done
