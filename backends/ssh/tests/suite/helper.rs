@@ -461,6 +461,22 @@ fn helper_pids(server: &Server) -> Vec<u32> {
         .collect()
 }
 
+/// Processes on this host whose argv[0] is `name`.
+fn pids_with_argv0(name: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                cmdline.split(|byte| *byte == 0).next() == Some(name.as_bytes())
+            })
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_helper_killed_mid_call_fails_the_call_and_the_next_call_starts_a_new_one() {
     let Some(server) = server() else { return };
@@ -472,24 +488,20 @@ async fn a_helper_killed_mid_call_fails_the_call_and_the_next_call_starts_a_new_
     );
     let first = helper_pids(&server);
     assert_eq!(first.len(), 1, "{first:?}");
-    let started = ws.join("started.txt");
+    // The sleeper's argv[0] is a marker unique to this run, so the host can tell whether the
+    // command is still running once its helper is gone.
+    let marker = format!("cordon-killed-helper-sleeper-{}", std::process::id());
     let running = {
         let backend = backend.clone();
         let ws = ws.clone();
-        tokio::spawn(
-            async move { bash(&backend, "echo $$ > started.txt; exec sleep 600", &ws).await },
-        )
+        let command = format!("exec -a {marker} sleep 600");
+        tokio::spawn(async move { bash(&backend, &command, &ws).await })
     };
     let deadline = Instant::now() + Duration::from_secs(60);
-    let sleeper: u32 = loop {
-        if let Ok(text) = std::fs::read_to_string(&started)
-            && let Ok(pid) = text.trim().parse()
-        {
-            break pid;
-        }
+    while pids_with_argv0(&marker).is_empty() {
         assert!(Instant::now() < deadline, "the command never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    }
     for pid in &first {
         Command::new("kill")
             .args(["-KILL", &pid.to_string()])
@@ -506,11 +518,20 @@ async fn a_helper_killed_mid_call_fails_the_call_and_the_next_call_starts_a_new_
         }
         other => panic!("expected a backend error, got {other:?}"),
     }
-    // What the dead helper had started outlives it today (its sandbox's init is not tied to
-    // the helper's life); not this test's subject, but do not leave it running.
-    let _ = Command::new("kill")
-        .args(["-KILL", &sleeper.to_string()])
-        .status();
+    // The dead helper's command dies with its sandbox: the sandbox's init exits when the
+    // helper's end of its control socket closes, and the PID namespace goes with it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let survivors = pids_with_argv0(&marker);
+        if survivors.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the killed helper's command survived it: {survivors:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let (result, output) = bash(&backend, "echo again", &ws).await;
     assert!(succeeded(&result), "{result:?} {output}");
