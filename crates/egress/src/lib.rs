@@ -14,8 +14,9 @@
 //!    "no entry allows it". Names match name entries only, IP literals IP/CIDR entries only.
 //! 3. An allowed name is resolved by the proxy (a [`proxy::Resolver`]; the sandbox never
 //!    resolves) and every address is checked with [`rules::Rules::check_address`]. An address
-//!    in a loopback, private, link-local (cloud metadata), shared, unspecified, multicast or
-//!    broadcast range, also written as IPv6 that leads to it (IPv4-mapped, NAT64, 6to4), is
+//!    in a loopback, private, link-local (cloud metadata), shared, unspecified, multicast,
+//!    broadcast or reserved range, also written as IPv6 that leads to it (IPv4-mapped, NAT64,
+//!    6to4), is
 //!    refused unless an IP/CIDR allow entry covers it: an allowed name cannot be re-pointed
 //!    (DNS rebinding) at the host's own services. The proxy connects only to an address that passed, taken from that one
 //!    resolution, so a second answer cannot differ from the checked one.

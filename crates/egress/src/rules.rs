@@ -398,6 +398,9 @@ pub enum SpecialRange {
     Multicast,
     /// 255.255.255.255
     Broadcast,
+    /// 192.0.0.0/24 (protocol assignments), 198.18.0.0/15 (benchmarking networks),
+    /// 240.0.0.0/4 (reserved), 2001::/32 (Teredo: leads to an IPv4 relay and client)
+    Reserved,
 }
 
 impl fmt::Display for SpecialRange {
@@ -410,6 +413,7 @@ impl fmt::Display for SpecialRange {
             SpecialRange::Unspecified => "an unspecified address",
             SpecialRange::Multicast => "a multicast address",
             SpecialRange::Broadcast => "the broadcast address",
+            SpecialRange::Reserved => "a reserved address",
         })
     }
 }
@@ -438,6 +442,11 @@ fn special_v4(ip: Ipv4Addr) -> Option<SpecialRange> {
         Some(SpecialRange::Multicast)
     } else if ip.is_broadcast() {
         Some(SpecialRange::Broadcast)
+    } else if (a == 192 && b == 0 && ip.octets()[2] == 0)
+        || (a == 198 && (b & 0xfe) == 18)
+        || a >= 240
+    {
+        Some(SpecialRange::Reserved)
     } else {
         None
     }
@@ -456,6 +465,8 @@ fn special_v6(ip: Ipv6Addr) -> Option<SpecialRange> {
         Some(SpecialRange::LinkLocal)
     } else if ip.is_multicast() {
         Some(SpecialRange::Multicast)
+    } else if segments[..2] == [0x2001, 0] {
+        Some(SpecialRange::Reserved)
     } else if segments[..3] == [0x64, 0xff9b, 1] {
         // The local-use NAT64 prefix (64:ff9b:1::/48) is a network's own translator.
         Some(SpecialRange::Private)
