@@ -634,17 +634,11 @@ pub fn choose_helper(explicit: Option<&Path>, arch: &str) -> Result<PathBuf, Str
     let machine = cordon_helper::binary::elf_machine(arch).ok_or_else(|| {
         format!("Cordon builds no cordon-helper for the engine's architecture `{arch}`")
     })?;
-    let head = read_head(&path).map_err(|e| format!("failed to read {}: {e}", path.display()))?;
+    let head = cordon_helper::binary::read_binary(&path, 64)
+        .map_err(|e| format!("failed to read {}: {e}", path.display()))?;
     cordon_helper::binary::check_elf(&head, machine)
         .map_err(|reason| format!("{} cannot run in the container: {reason}", path.display()))?;
     Ok(path)
-}
-
-fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut head = Vec::with_capacity(64);
-    std::fs::File::open(path)?.take(64).read_to_end(&mut head)?;
-    Ok(head)
 }
 
 #[cfg(test)]

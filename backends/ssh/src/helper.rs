@@ -249,20 +249,8 @@ pub(crate) fn choose(
     };
     let mut wrong = None;
     for path in &list {
-        let mut head = [0u8; 64];
-        let read = std::fs::File::open(path).and_then(|mut file| {
-            use std::io::Read;
-            let mut filled = 0;
-            while filled < head.len() {
-                match file.read(&mut head[filled..])? {
-                    0 => break,
-                    n => filled += n,
-                }
-            }
-            Ok(filled)
-        });
-        let filled = match read {
-            Ok(filled) => filled,
+        let head = match cordon_helper::binary::read_binary(path, 64) {
+            Ok(head) => head,
             Err(e) if configured.is_none() && e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => {
                 return Err(RemoteHelperError::Read {
@@ -271,7 +259,7 @@ pub(crate) fn choose(
                 });
             }
         };
-        match check_elf(&head[..filled], machine) {
+        match check_elf(&head, machine) {
             Ok(()) => {
                 return Ok(LocalHelper {
                     path: path.clone(),
@@ -324,7 +312,7 @@ fn sha256_of(path: &Path) -> Result<String, RemoteHelperError> {
     {
         return Ok(digest.clone());
     }
-    let bytes = std::fs::read(path).map_err(read_error)?;
+    let bytes = cordon_helper::binary::read_binary(path, usize::MAX).map_err(read_error)?;
     let digest = hex(&Sha256::digest(&bytes));
     DIGESTS
         .lock()
@@ -651,9 +639,11 @@ async fn upload(pool: &Pool, local: &LocalHelper, dir: &str) -> Result<(), Remot
         path: target.clone(),
         reason,
     };
-    let bytes = std::fs::read(&local.path).map_err(|e| RemoteHelperError::Read {
-        path: local.path.clone(),
-        reason: e.to_string(),
+    let bytes = cordon_helper::binary::read_binary(&local.path, usize::MAX).map_err(|e| {
+        RemoteHelperError::Read {
+            path: local.path.clone(),
+            reason: e.to_string(),
+        }
     })?;
     if hex(&Sha256::digest(&bytes)) != local.sha256 {
         return Err(RemoteHelperError::Read {

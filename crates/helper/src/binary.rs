@@ -46,9 +46,73 @@ pub fn elf_machine(arch: &str) -> Option<u16> {
         .map(|(_, machine, _)| *machine)
 }
 
+/// Largest file Cordon reads as a helper binary (a static build is tens of MiB).
+pub const MAX_BINARY_BYTES: u64 = 256 << 20;
+
+/// The first `limit` bytes of the helper binary at `path` (`usize::MAX`: all of it). Whatever
+/// sits at the path, the read is bounded: a FIFO does not block the open (`O_NONBLOCK`) and is
+/// refused with anything else that is not a regular file, and a file larger than
+/// [`MAX_BINARY_BYTES`] (a sparse 1 TiB file, say) is refused before anything is read.
+pub fn read_binary(path: &std::path::Path, limit: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "not a regular file: a helper binary must be one",
+        ));
+    }
+    if meta.len() > MAX_BINARY_BYTES {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "{} bytes, more than the {MAX_BINARY_BYTES} a helper binary may have",
+                meta.len()
+            ),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(u64::try_from(limit).unwrap_or(u64::MAX))
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_binary_is_bounded_whatever_sits_at_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("helper");
+        std::fs::write(&file, b"\x7fELF and the rest").unwrap();
+        assert_eq!(read_binary(&file, 4).unwrap(), b"\x7fELF");
+        assert_eq!(read_binary(&file, usize::MAX).unwrap().len(), 17);
+        // A FIFO: refused at once, never waiting for a writer.
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let error = read_binary(&fifo, 64).unwrap_err();
+        assert!(error.to_string().contains("not a regular file"), "{error}");
+        let error = read_binary(dir.path(), 64).unwrap_err();
+        assert!(error.to_string().contains("not a regular file"), "{error}");
+        // A sparse 1 TiB file: refused by its size before anything is read.
+        let huge = dir.path().join("huge");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        let error = read_binary(&huge, usize::MAX).unwrap_err();
+        assert!(error.to_string().contains("more than"), "{error}");
+    }
 
     #[test]
     fn architectures_are_named_as_uname_and_docker_name_them() {
