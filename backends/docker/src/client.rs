@@ -14,6 +14,7 @@ use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::query_parameters::{
     ListContainersOptions, ListVolumesOptions, RemoveContainerOptions,
 };
+use cordon_backend_ssh::tunnel::TunnelConfig;
 use cordon_remote::exec::TransportEvent;
 use cordon_remote::pool::PooledWorker;
 use cordon_remote::transport::{Control, Events, Process, Transport};
@@ -49,6 +50,41 @@ pub struct Engine {
     pub tls: Option<PathBuf>,
 }
 
+/// How the engine is reached, from the scheme of its URI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineTransport {
+    /// A Unix socket on this machine (`unix://`).
+    Unix,
+    /// Plaintext TCP (`tcp://`, `http://` without `DOCKER_TLS_VERIFY`).
+    Tcp,
+    /// TCP verified with TLS (`DOCKER_TLS_VERIFY`, `https://`).
+    TcpTls,
+    /// `docker system dial-stdio` over SSH (`ssh://`).
+    Ssh,
+}
+
+impl EngineTransport {
+    /// Whether the engine may run on another machine, so host paths mean nothing to it and
+    /// the workspace (and the helper) are copied in rather than bind-mounted.
+    pub fn is_remote(self) -> bool {
+        match self {
+            EngineTransport::Unix => false,
+            EngineTransport::Tcp | EngineTransport::TcpTls | EngineTransport::Ssh => true,
+        }
+    }
+}
+
+impl std::fmt::Display for EngineTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EngineTransport::Unix => "unix",
+            EngineTransport::Tcp => "tcp",
+            EngineTransport::TcpTls => "tcp+tls",
+            EngineTransport::Ssh => "ssh",
+        })
+    }
+}
+
 /// The files of a TLS engine's directory, in the order they are checked.
 const TLS_FILES: [&str; 3] = ["ca.pem", "cert.pem", "key.pem"];
 
@@ -63,7 +99,9 @@ impl Engine {
     ///   never goes out without TLS instead.
     /// - `tcp://` with `DOCKER_TLS` (TLS without verifying the engine) is refused.
     /// - `tcp://`/`http://` otherwise: plaintext, logged as a warning by [`connect`].
-    /// - `ssh://` and anything else: refused with what to do instead.
+    /// - `ssh://[user@]host[:port]`: `docker system dial-stdio` on the host over SSH (module
+    ///   `ssh_engine`); the TLS variables do not apply.
+    /// - anything else: refused with what to do instead.
     pub fn resolve(
         host: Option<&str>,
         env: &dyn Fn(&str) -> Option<String>,
@@ -104,16 +142,15 @@ impl Engine {
                 }
             }
             "ssh" => {
-                return Err(tls_error(
-                    "ssh:// engines are not supported; forward the engine's socket instead \
-                     (ssh -N -L /tmp/docker.sock:/var/run/docker.sock HOST) and set \
-                     DOCKER_HOST=unix:///tmp/docker.sock"
-                        .to_owned(),
-                ));
+                crate::ssh_engine::ssh_target(&host).map_err(|reason| DockerError::SshEngine {
+                    host: host.clone(),
+                    reason,
+                })?;
+                return Ok(Engine { host, tls: None });
             }
             _ => {
                 return Err(tls_error(
-                    "unsupported scheme; use unix://PATH, tcp://HOST:PORT (with \
+                    "unsupported scheme; use ssh://[user@]host[:port], use unix://PATH, tcp://HOST:PORT (with \
                      DOCKER_TLS_VERIFY=1 for TLS) or https://HOST:PORT"
                         .to_owned(),
                 ));
@@ -148,21 +185,73 @@ impl Engine {
             tls: Some(dir),
         })
     }
+
+    /// How the engine is reached.
+    pub fn transport(&self) -> EngineTransport {
+        match (
+            self.host.split_once("://").map(|(scheme, _)| scheme),
+            &self.tls,
+        ) {
+            (Some("unix"), _) => EngineTransport::Unix,
+            (Some("ssh"), _) => EngineTransport::Ssh,
+            (_, Some(_)) => EngineTransport::TcpTls,
+            (_, None) => EngineTransport::Tcp,
+        }
+    }
 }
 
 /// Connect to `host` (or `DOCKER_HOST`, or the default socket; TLS from the environment, see
-/// [`Engine::resolve`]) and negotiate the API version.
+/// [`Engine::resolve`]) and negotiate the API version. An `ssh://` engine is reached with the
+/// ssh config, known_hosts and keys of this user.
 pub async fn connect(host: Option<&str>) -> Result<(Docker, String), DockerError> {
+    let (docker, engine) = connect_with(host, &TunnelConfig::default()).await?;
+    Ok((docker, engine.host))
+}
+
+/// [`connect`], an `ssh://` engine reached with `ssh` (its `host` is ignored: the URI names
+/// the target); the engine it resolved to.
+pub async fn connect_with(
+    host: Option<&str>,
+    ssh: &TunnelConfig,
+) -> Result<(Docker, Engine), DockerError> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let engine = Engine::resolve(host, &|name| std::env::var(name).ok(), home.as_deref())?;
-    connect_engine(&engine).await
+    let (docker, _) = connect_engine_with(&engine, ssh).await?;
+    Ok((docker, engine))
 }
 
 /// Connect to a resolved [`Engine`] and negotiate the API version.
 pub async fn connect_engine(engine: &Engine) -> Result<(Docker, String), DockerError> {
+    connect_engine_with(engine, &TunnelConfig::default()).await
+}
+
+/// [`connect_engine`], an `ssh://` engine reached with `ssh`.
+pub async fn connect_engine_with(
+    engine: &Engine,
+    ssh: &TunnelConfig,
+) -> Result<(Docker, String), DockerError> {
     let host = engine.host.clone();
     let next_step = || crate::error::Hints::for_current_dir().unreachable();
+    let bollard_error = |source| match source {
+        bollard::errors::Error::UnsupportedURISchemeError { .. } => DockerError::Host {
+            host: host.clone(),
+            source,
+        },
+        other => DockerError::Unreachable {
+            host: host.clone(),
+            reason: other.to_string(),
+            next_step: next_step(),
+        },
+    };
     let connected = match &engine.tls {
+        None if engine.transport() == EngineTransport::Ssh => {
+            crate::ssh_engine::connect(&host, ssh.clone())
+                .await
+                .map_err(|reason| DockerError::SshEngine {
+                    host: host.clone(),
+                    reason,
+                })
+        }
         Some(dir) => {
             // The process-wide rustls provider bollard signs the client key with; an error
             // only means one is installed already.
@@ -181,6 +270,7 @@ pub async fn connect_engine(engine: &Engine) -> Result<(Docker, String), DockerE
                 120,
                 bollard::API_DEFAULT_VERSION,
             )
+            .map_err(bollard_error)
         }
         None => {
             if !host.starts_with("unix://") {
@@ -190,20 +280,10 @@ pub async fn connect_engine(engine: &Engine) -> Result<(Docker, String), DockerE
                      and DOCKER_CERT_PATH to verify it with TLS"
                 );
             }
-            Docker::connect_with_host(&host)
+            Docker::connect_with_host(&host).map_err(bollard_error)
         }
     };
-    let docker = connected.map_err(|source| match source {
-        bollard::errors::Error::UnsupportedURISchemeError { .. } => DockerError::Host {
-            host: host.clone(),
-            source,
-        },
-        other => DockerError::Unreachable {
-            host: host.clone(),
-            reason: other.to_string(),
-            next_step: next_step(),
-        },
-    })?;
+    let docker = connected?;
     let negotiated = tokio::time::timeout(Duration::from_secs(20), docker.negotiate_version())
         .await
         .map_err(|_| DockerError::Unreachable {
@@ -661,7 +741,35 @@ mod engine_tests {
     }
 
     #[test]
-    fn sockets_ignore_tls_and_unverified_tls_ssh_and_unknown_schemes_are_refused() {
+    fn ssh_engines_take_a_target_and_no_path() {
+        let engine = resolve(Some("ssh://me@h:2222"), &[("DOCKER_TLS_VERIFY", "1")], None).unwrap();
+        assert_eq!(engine.tls, None);
+        assert_eq!(engine.transport(), EngineTransport::Ssh);
+        let error = resolve(Some("ssh://h/var/run/docker.sock"), &[], None).unwrap_err();
+        assert!(matches!(error, DockerError::SshEngine { .. }), "{error}");
+        assert!(error.to_string().contains("no path"), "{error}");
+    }
+
+    #[test]
+    fn the_transport_follows_the_scheme_and_tls() {
+        let certs = cert_dir();
+        let path = certs.path().to_str().unwrap();
+        let tls = [("DOCKER_TLS_VERIFY", "1"), ("DOCKER_CERT_PATH", path)];
+        for (host, vars, transport, remote) in [
+            ("unix:///s", &[][..], EngineTransport::Unix, false),
+            ("tcp://h:2375", &[][..], EngineTransport::Tcp, true),
+            ("tcp://h:2376", &tls[..], EngineTransport::TcpTls, true),
+            ("https://h:2376", &tls[..], EngineTransport::TcpTls, true),
+            ("ssh://h", &[][..], EngineTransport::Ssh, true),
+        ] {
+            let engine = resolve(Some(host), vars, None).unwrap();
+            assert_eq!(engine.transport(), transport, "{host}");
+            assert_eq!(transport.is_remote(), remote, "{host}");
+        }
+    }
+
+    #[test]
+    fn sockets_ignore_tls_and_unverified_tls_and_unknown_schemes_are_refused() {
         let engine = resolve(Some("unix:///s"), &[("DOCKER_TLS_VERIFY", "1")], None).unwrap();
         assert_eq!(engine.tls, None);
         let plain = resolve(
@@ -678,7 +786,6 @@ mod engine_tests {
                 "DOCKER_TLS_VERIFY=1",
             ),
             ("http://h:2376", &[("DOCKER_TLS_VERIFY", "1")][..], "tcp://"),
-            ("ssh://me@h", &[][..], "ssh -N -L"),
             ("npipe:////./pipe/docker", &[][..], "unsupported scheme"),
         ] {
             let error = resolve(Some(host), vars, None).unwrap_err();

@@ -72,6 +72,15 @@ pub enum DockerError {
         #[source]
         source: bollard::errors::Error,
     },
+    /// An `ssh://` engine's URI or SSH connection cannot be used (a bad URI, an unknown or
+    /// changed host key, failed authentication).
+    #[error("failed to reach Docker host `{host}` over ssh: {reason}")]
+    SshEngine {
+        /// The host URI.
+        host: String,
+        /// What went wrong, with what to do about it.
+        reason: String,
+    },
     /// The engine's TLS settings (`DOCKER_TLS_VERIFY`, `DOCKER_CERT_PATH`) cannot be used.
     #[error("failed to set up TLS for Docker host `{host}`: {reason}")]
     Tls {

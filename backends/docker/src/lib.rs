@@ -6,7 +6,7 @@
 //! all capabilities dropped, `no-new-privileges`, read-only root filesystem, tini as init,
 //! memory/CPU/pids limits, private `/tmp` and home, the uid:gid owning the host workspace,
 //! owner labels) with the workspace bind-mounted at `/workspace` (or copied into a volume, for
-//! remote daemons) and protected paths mounted read-only on top, and a per-root spill volume at
+//! engines reached over tcp or ssh, which may run elsewhere) and protected paths mounted read-only on top, and a per-root spill volume at
 //! `/cordon-spill` so bash's full-output files outlive the session. Every operation is a
 //! plain request served by one of the session's workers (`cordon-remote` worker processes kept
 //! running in the container between calls, so a call costs no `docker exec`);
@@ -29,6 +29,7 @@ mod mask;
 pub mod plan;
 mod recovery;
 mod search;
+mod ssh_engine;
 mod start;
 
 use std::collections::HashMap;
@@ -48,7 +49,7 @@ use cordon_remote::runner::Runner;
 use cordon_remote::transport::{Collected, StdinEnd, collect};
 
 use crate::client::DockerTransport;
-pub use crate::client::Owner;
+pub use crate::client::{EngineTransport, Owner};
 pub use crate::egress::{
     EGRESS_PORT, EgressAsker, EgressMounts, EgressResolver, HELPER_IN_CONTAINER, SOCKET_DIR,
     choose_helper,
@@ -56,6 +57,7 @@ pub use crate::egress::{
 pub use crate::error::{DockerError, Hints};
 pub use crate::files_helper::{FilesHelper, FilesPath};
 use crate::plan::{ContainerPlan, HOME_DIR, SPILL_DIR, WorkspaceSource};
+pub use cordon_backend_ssh::tunnel::TunnelConfig;
 
 /// The default image.
 pub const DEFAULT_IMAGE: &str = "cordon-sandbox:latest";
@@ -100,6 +102,9 @@ pub struct DockerConfig {
     pub egress_asker: Option<EgressAsker>,
     /// Whether file operations and search run through `cordon-helper serve` in the container.
     pub files_helper: FilesHelper,
+    /// How an `ssh://` engine is reached (identity, known_hosts, ssh config, agent; the
+    /// default reads them like `ssh` does). Its `host` is ignored: the engine URI names it.
+    pub ssh: TunnelConfig,
 }
 
 impl DockerConfig {
@@ -121,6 +126,7 @@ impl DockerConfig {
             egress_resolver: None,
             egress_asker: None,
             files_helper: FilesHelper::Auto,
+            ssh: TunnelConfig::default(),
         }
     }
 }
@@ -140,6 +146,10 @@ struct CopyState {
 pub(crate) struct Inner {
     docker: Docker,
     host: String,
+    /// How an `ssh://` engine is reached (the drop guard reconnects with it).
+    ssh: TunnelConfig,
+    /// How the engine is reached.
+    transport: EngineTransport,
     id: BackendId,
     container: String,
     host_root: PathBuf,
@@ -245,6 +255,7 @@ impl Drop for DropGuard {
         // Async cleanup cannot run in Drop; a short-lived thread with its own runtime and
         // client does it, and we wait for it so a CLI exiting right after still cleans up.
         let host = self.inner.host.clone();
+        let ssh = self.inner.ssh.clone();
         let container = self.inner.container.clone();
         let volumes = self
             .inner
@@ -260,7 +271,7 @@ impl Drop for DropGuard {
                 return;
             };
             runtime.block_on(async move {
-                if let Ok((docker, _)) = client::connect(Some(&host)).await {
+                if let Ok((docker, _)) = client::connect_with(Some(&host), &ssh).await {
                     remove_container_and_volumes(&docker, &container, &volumes).await;
                 }
             });
@@ -370,6 +381,7 @@ impl DockerBackend {
             egress_resolver,
             egress_asker,
             files_helper,
+            ssh,
         } = config;
         let (host_root, meta) = start::open_root(&root)?;
         let user = match user {
@@ -379,7 +391,21 @@ impl DockerBackend {
                 (meta.uid(), meta.gid())
             }
         };
-        let (docker, host) = client::connect(docker_host.as_deref()).await?;
+        let (docker, engine) = client::connect_with(docker_host.as_deref(), &ssh).await?;
+        let host = engine.host.clone();
+        let mode = match (mode, engine.transport().is_remote()) {
+            (WorkspaceMode::Bind, true) => {
+                // Host paths name nothing on an engine that may run elsewhere: a bind mount
+                // would mount whatever that machine has at the same path.
+                tracing::info!(
+                    host,
+                    transport = %engine.transport(),
+                    "docker: the engine may be on another machine: copy mode"
+                );
+                WorkspaceMode::Copy
+            }
+            (mode, _) => mode,
+        };
         let spec = start::fit_cpus_to_host(&docker, spec).await;
         let owner = Owner::current();
         client::reap_stale(&docker, &owner).await;
@@ -486,6 +512,8 @@ impl DockerBackend {
         let mut inner = Inner {
             docker,
             host,
+            ssh,
+            transport: engine.transport(),
             id: BackendId::new(format!("docker:{container}")),
             container: container.clone(),
             host_root,
@@ -578,6 +606,20 @@ impl DockerBackend {
     /// The Docker client of this session (tests, diagnostics).
     pub fn docker(&self) -> &Docker {
         &self.inner.docker
+    }
+
+    /// How the engine is reached.
+    pub fn engine_transport(&self) -> EngineTransport {
+        self.inner.transport
+    }
+
+    /// How the workspace reaches the container: copy mode for engines that may run on another
+    /// machine (tcp, ssh) even when bind mode was asked for.
+    pub fn workspace_mode(&self) -> WorkspaceMode {
+        match self.inner.copy {
+            Some(_) => WorkspaceMode::Copy,
+            None => WorkspaceMode::Bind,
+        }
     }
 
     /// Which path file operations and search take in this session.

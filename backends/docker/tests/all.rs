@@ -13,4 +13,5 @@ mod files;
 mod files_helper;
 mod lifecycle;
 mod search;
+mod ssh_engine;
 mod tls;

@@ -49,6 +49,7 @@ pub mod helper;
 mod remote;
 mod search;
 mod sweep;
+pub mod tunnel;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};

@@ -69,15 +69,22 @@ fn free_port() -> u16 {
 
 /// The server, or `None` when the operator opted out with `CORDON_SKIP_SSH=1`.
 pub fn server() -> Option<Server> {
+    server_with_env(None)
+}
+
+/// [`server`], its sessions' environment (`SetEnv`) replaced by `set_env` when given: no
+/// noisy `BASH_ENV` then (a command whose stdout carries a protocol, such as
+/// `docker system dial-stdio`, cannot have rc-file output in front of it).
+pub fn server_with_env(set_env: Option<&str>) -> Option<Server> {
     if std::env::var("CORDON_SKIP_SSH").as_deref() == Ok("1") {
         eprintln!("CORDON_SKIP_SSH=1: skipping a test that needs sshd");
         return None;
     }
-    Some(Server::start())
+    Some(Server::start(set_env))
 }
 
 impl Server {
-    fn start() -> Server {
+    fn start(set_env: Option<&str>) -> Server {
         let Some(sshd) = sshd_binary() else {
             panic!(
                 "sshd not found: install openssh-server (apt-get install -y openssh-server) \
@@ -103,6 +110,13 @@ impl Server {
         let workspace = d.join("ws");
         std::fs::create_dir(&workspace).expect("workspace");
         let port = free_port();
+        let set_env = match set_env {
+            Some(vars) => vars.to_owned(),
+            None => format!(
+                "SHLVL=1 BASH_ENV={rc} CORDON_LEAK=from-sshd",
+                rc = rc.display()
+            ),
+        };
         let config = d.join("sshd_config");
         std::fs::write(
             &config,
@@ -112,13 +126,12 @@ impl Server {
                  KbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
                  PermitRootLogin yes\nMaxSessions 1000\nMaxStartups 100:30:200\n\
                  AllowTcpForwarding yes\nSubsystem sftp internal-sftp\n\
-                 SetEnv SHLVL=1 BASH_ENV={rc} CORDON_LEAK=from-sshd\n\
+                 SetEnv {set_env}\n\
                  TrustedUserCAKeys {ca}.pub\n",
                 ca = user_ca.display(),
                 hk = host_key.display(),
                 ak = d.join("authorized_keys").display(),
                 pid = d.join("sshd.pid").display(),
-                rc = rc.display(),
             ),
         )
         .expect("sshd_config");
