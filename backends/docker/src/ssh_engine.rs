@@ -109,25 +109,24 @@ impl tower_service::Service<hyper::Uri> for DialStdio {
     }
 }
 
-/// A request sender through `client` (generic so the body type is bollard's own).
-fn transport<B>(
-    client: Arc<Client<DialStdio, B>>,
-) -> impl Fn(
-    hyper::Request<B>,
-) -> Pin<
+/// What bollard's custom transport returns for one request.
+type Responding = Pin<
     Box<
         dyn Future<Output = Result<hyper::Response<hyper::body::Incoming>, bollard::errors::Error>>
             + Send,
     >,
-> + Send
-+ Sync
-+ 'static
+>;
+
+/// A request sender through `client` (generic so the body type is bollard's own).
+fn transport<B>(
+    client: Arc<Client<DialStdio, B>>,
+) -> impl Fn(hyper::Request<B>) -> Responding + Send + Sync + 'static
 where
     B: hyper::body::Body + Send + Unpin + 'static,
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    move |request| {
+    move |request| -> Responding {
         let client = Arc::clone(&client);
         Box::pin(async move {
             client
