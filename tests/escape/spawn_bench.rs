@@ -44,6 +44,7 @@ async fn backend_exec(session: &Session) -> f64 {
         .bash()
         .exec(
             cordon_ops::ExecRequest {
+                call_id: None,
                 command: "true".into(),
                 cwd: session.backend().files().root().to_path_buf(),
                 timeout: std::time::Duration::from_secs(60),

@@ -100,6 +100,7 @@ async fn main() {
         let outcome = bash
             .exec(
                 ExecRequest {
+                    call_id: None,
                     command: "true".to_owned(),
                     cwd: PathBuf::from("/workspace"),
                     timeout: Duration::from_secs(30),

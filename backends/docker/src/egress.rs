@@ -34,7 +34,9 @@ use bollard::Docker;
 use bollard::container::LogOutput;
 use cordon_core::sandbox::SandboxSpec;
 use cordon_egress::ask::EgressApprover;
-use cordon_egress::proxy::{EventSink, Limits, Proxy, ProxyConfig, Resolver, SystemResolver};
+use cordon_egress::proxy::{
+    ConnectionOwner, EventSink, Limits, Proxy, ProxyConfig, Resolver, SystemResolver,
+};
 use cordon_ops::{EgressLog, EgressRecord};
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -495,12 +497,16 @@ async fn serve(
             id
         };
         let (events, mut received) = EventSink::channel(1);
+        // Every command of the container shares this socket (and a background process of an
+        // earlier call may open a connection while a later one runs): no call owns a
+        // connection here, so a question about one reaches nobody who made it.
+        let owner = ConnectionOwner { events, call: None };
         let proxy = proxy.clone();
         let ledger = Arc::clone(&ledger);
         let closed = Arc::clone(&closed);
         tokio::spawn(async move {
             proxy
-                .serve_connection(stream, &events, cut.cancelled())
+                .serve_connection(stream, &owner, cut.cancelled())
                 .await;
             drop(permit);
             let record = received.try_recv().ok().map(|e| EgressRecord::from(&e));

@@ -71,6 +71,7 @@ async fn cancel_kills_the_tree() {
     let task = tokio::spawn(async move {
         bash.exec(
             ExecRequest {
+                call_id: None,
                 command: "echo ready; setsid sleep 305 & sleep 306".to_owned(),
                 cwd: PathBuf::from("/workspace"),
                 timeout: Duration::from_secs(120),
@@ -120,6 +121,7 @@ async fn missing_cwd_and_environment() {
         .bash()
         .exec(
             ExecRequest {
+                call_id: None,
                 command: "true".to_owned(),
                 cwd: PathBuf::from("/workspace/nope"),
                 timeout: Duration::from_secs(30),
@@ -137,6 +139,7 @@ async fn missing_cwd_and_environment() {
         .bash()
         .exec(
             ExecRequest {
+                call_id: None,
                 command: "echo \"$GREETING|${CARGO_HOME:-unset}|$TMPDIR\"".to_owned(),
                 cwd: PathBuf::from("/workspace"),
                 timeout: Duration::from_secs(30),
@@ -258,6 +261,7 @@ async fn a_command_killing_its_own_worker_is_an_error_and_the_next_command_runs(
         .bash()
         .exec(
             ExecRequest {
+                call_id: None,
                 command: "echo before; kill -KILL $PPID; sleep 1; echo after".to_owned(),
                 cwd: PathBuf::from("/workspace"),
                 timeout: Duration::from_secs(60),

@@ -63,6 +63,7 @@ async fn exec(
 ) -> (Result<ExecOutcome, ExecError>, String) {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
     let request = ExecRequest {
+        call_id: None,
         command: command.to_owned(),
         cwd: PathBuf::from("/workspace"),
         timeout: Duration::from_secs(600),

@@ -107,6 +107,7 @@ pub async fn run_with(
 ) -> Ran {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
     let request = ExecRequest {
+        call_id: None,
         command: command.to_owned(),
         cwd: PathBuf::from("/workspace"),
         timeout,

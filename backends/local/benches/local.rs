@@ -107,6 +107,7 @@ async fn small_files() {
         let start = Instant::now();
         bash.exec(
             ExecRequest {
+                call_id: None,
                 command: "true".into(),
                 cwd: dir.clone(),
                 timeout: Duration::from_secs(30),
@@ -247,6 +248,7 @@ async fn commands_on_tree(tree: &Path) {
         let start = Instant::now();
         bash.exec(
             ExecRequest {
+                call_id: None,
                 command: "true".into(),
                 cwd: tree.to_path_buf(),
                 timeout: Duration::from_secs(600),

@@ -18,7 +18,8 @@ use std::time::Duration;
 use cordon_core::sandbox::SandboxSpec;
 use cordon_egress::ask::EgressApprover;
 use cordon_egress::proxy::{
-    ConnectionEvent, EventSink, Limits, Proxy, ProxyConfig, Resolver, SystemResolver,
+    ConnectionEvent, ConnectionOwner, EventSink, Limits, Proxy, ProxyConfig, Resolver,
+    SystemResolver,
 };
 use cordon_ops::{EgressLog, EgressOutcome, EgressProtocol, EgressRecord};
 use tokio::sync::mpsc;
@@ -133,15 +134,24 @@ impl Egress {
         })
     }
 
-    /// Serve one command's egress listener.
-    pub(crate) fn command(&self, listener: std::net::TcpListener) -> io::Result<CommandEgress> {
+    /// Serve one command's egress listener. Only that command's sandbox reaches it, so its
+    /// connections are that command's: questions about them name `call` (the tool call that
+    /// runs the command, when there is one).
+    pub(crate) fn command(
+        &self,
+        listener: std::net::TcpListener,
+        call: Option<String>,
+    ) -> io::Result<CommandEgress> {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let (sink, events) = EventSink::channel(EVENT_CAPACITY);
         Ok(CommandEgress {
             proxy: self.proxy.clone(),
             listener,
             accepting: true,
-            sink,
+            owner: ConnectionOwner {
+                events: sink,
+                call: call.map(Arc::from),
+            },
             events,
             connections: JoinSet::new(),
             stop: CancellationToken::new(),
@@ -156,7 +166,8 @@ pub(crate) struct CommandEgress {
     listener: tokio::net::TcpListener,
     /// False after accepting failed for a reason that is not one connection's.
     accepting: bool,
-    sink: EventSink,
+    /// The command's sink and call.
+    owner: ConnectionOwner,
     events: mpsc::Receiver<ConnectionEvent>,
     connections: JoinSet<()>,
     stop: CancellationToken,
@@ -174,10 +185,10 @@ impl CommandEgress {
                     // Small requests and replies should not wait for Nagle's algorithm.
                     let _ = stream.set_nodelay(true);
                     let proxy = self.proxy.clone();
-                    let sink = self.sink.clone();
+                    let owner = self.owner.clone();
                     let stop = self.stop.clone();
                     self.connections.spawn(async move {
-                        proxy.serve_connection(stream, &sink, stop.cancelled_owned()).await;
+                        proxy.serve_connection(stream, &owner, stop.cancelled_owned()).await;
                     });
                 }
                 Err(error) if is_per_connection(&error) => {
@@ -245,7 +256,7 @@ impl CommandEgress {
                 "local egress: the command made more connection attempts than are recorded"
             );
         }
-        let dropped = self.sink.dropped();
+        let dropped = self.owner.events.dropped();
         if dropped > 0 {
             tracing::warn!(dropped, "local egress: events dropped for this command");
         }

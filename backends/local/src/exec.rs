@@ -315,6 +315,7 @@ impl BashOperations for LocalBash {
         output: mpsc::Sender<Vec<u8>>,
     ) -> Result<ExecOutcome, ExecError> {
         let ExecRequest {
+            call_id,
             command,
             cwd,
             timeout,
@@ -372,7 +373,7 @@ impl BashOperations for LocalBash {
         };
         let signaller = child.signaller().map_err(|error| sandbox_error(&error))?;
         let mut egress = match (&self.shared.egress, child.egress_listener()) {
-            (Some(egress), Ok(Some(listener))) => Some(egress.command(listener).map_err(
+            (Some(egress), Ok(Some(listener))) => Some(egress.command(listener, call_id).map_err(
                 |source| ExecError::Sandbox {
                     layer: Layer::NetworkNamespace.name(),
                     reason: format!("failed to serve the command's egress listener: {source}"),

@@ -142,6 +142,7 @@ async fn main() {
         async move {
             let (tx, mut rx) = mpsc::channel(16);
             let request = ExecRequest {
+                call_id: None,
                 command,
                 cwd,
                 timeout: Duration::from_secs(60),

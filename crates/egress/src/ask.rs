@@ -24,6 +24,11 @@ pub const MAX_SESSION_APPROVALS: usize = 1024;
 pub struct AskRequest {
     /// The proxy's session label.
     pub session: Arc<str>,
+    /// The tool call whose command opened the connection, when the backend knows it (it
+    /// served the connection on a listener of that one command): a front end routes the
+    /// question to whoever made that call. The backend assigns it; nothing the command sends
+    /// can choose it.
+    pub call: Option<Arc<str>>,
     /// The requested host (normalised: lowercase ASCII name characters, or an address).
     pub host: Host,
     /// The requested port.
@@ -239,6 +244,7 @@ mod tests {
     fn request(host: &str, port: u16) -> AskRequest {
         AskRequest {
             session: "s".into(),
+            call: None,
             host: Host::parse(host).expect("host"),
             port,
             entry: Matched {

@@ -214,6 +214,18 @@ impl EventSink {
     }
 }
 
+/// Who a served connection belongs to: where its event goes and, when the caller knows it,
+/// the tool call whose command opened it (a backend serving one command's own listener), which
+/// a question about the destination carries to the approver.
+#[derive(Clone, Debug)]
+pub struct ConnectionOwner {
+    /// Receives the connection's event.
+    pub events: EventSink,
+    /// The tool call whose command opened the connection; `None` when that is not known (a
+    /// listener several commands share).
+    pub call: Option<Arc<str>>,
+}
+
 /// Everything a proxy needs.
 #[derive(Clone)]
 pub struct ProxyConfig {
@@ -322,23 +334,30 @@ impl Proxy {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        self.serve_connection(client, &self.shared.config.events, std::future::pending())
+        let owner = ConnectionOwner {
+            events: self.shared.config.events.clone(),
+            call: None,
+        };
+        self.serve_connection(client, &owner, std::future::pending())
             .await;
     }
 
     /// Serves one client connection until it ends or `stop` completes (the command that
-    /// opened it has ended, say), and reports its event to `events` instead of the
-    /// configuration's sink (a backend collecting one command's attempts). A connection cut
-    /// by `stop` is closed on both sides and reported with the reason saying so; bytes it
-    /// relayed by `splice(2)` are then not counted.
-    pub async fn serve_connection<S, F>(&self, client: S, events: &EventSink, stop: F)
+    /// opened it has ended, say), and reports its event to the `owner`'s sink instead of the
+    /// configuration's (a backend collecting one command's attempts); a question about its
+    /// destination names the owner's call. A connection cut by `stop` is closed on both sides
+    /// and reported with the reason saying so; bytes it relayed by `splice(2)` are then not
+    /// counted.
+    pub async fn serve_connection<S, F>(&self, client: S, owner: &ConnectionOwner, stop: F)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         F: Future<Output = ()>,
     {
+        let ConnectionOwner { events, call } = owner;
         let started = Instant::now();
         let permit = self.shared.permits.clone().try_acquire_owned().ok();
         let mut attempt = Attempt::new();
+        attempt.call = call.clone();
         let mut client = Counted::new(client);
         let cut = tokio::select! {
             () = self.run(&mut client, permit, &mut attempt) => false,
@@ -459,6 +478,7 @@ impl Proxy {
                     .approvals
                     .settle(AskRequest {
                         session: config.session.clone(),
+                        call: attempt.call.clone(),
                         host: host.clone(),
                         port,
                         entry: matched.clone(),
@@ -751,6 +771,8 @@ struct Attempt {
     asked: Option<Asked>,
     reason: String,
     suggestion: Option<String>,
+    /// The tool call whose command opened the connection, when known.
+    call: Option<Arc<str>>,
 }
 
 impl Attempt {
@@ -765,6 +787,7 @@ impl Attempt {
             asked: None,
             reason: String::new(),
             suggestion: None,
+            call: None,
         }
     }
 

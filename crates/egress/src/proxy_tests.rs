@@ -456,7 +456,11 @@ async fn a_connection_cut_by_its_owner_goes_to_the_given_sink_with_the_reason() 
     let (command_events, mut command_rx) = EventSink::channel(4);
     let (mut ours, theirs) = tokio::io::duplex(1 << 16);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let serving = proxy.serve_connection(theirs, &command_events, async {
+    let owner = ConnectionOwner {
+        events: command_events,
+        call: None,
+    };
+    let serving = proxy.serve_connection(theirs, &owner, async {
         let _ = stop_rx.await;
     });
     let talking = async {
@@ -628,6 +632,7 @@ async fn an_ask_destination_approved_for_the_session_is_relayed_and_not_asked_ag
         asked,
         vec![AskRequest {
             session: "ask".into(),
+            call: None,
             host: Host::Ip("127.0.0.1".parse().expect("ip")),
             port,
             entry: Matched {
@@ -636,6 +641,52 @@ async fn an_ask_destination_approved_for_the_session_is_relayed_and_not_asked_ag
             },
         }]
     );
+}
+
+#[tokio::test]
+async fn a_question_names_the_call_that_owns_the_connection() {
+    let port = echo_port().await;
+    let approver = Arc::new(Answering {
+        answer: crate::ask::AskAnswer::Once,
+        asked: std::sync::Mutex::new(Vec::new()),
+    });
+    let (proxy, mut unused) = ask_proxy(
+        &format!("127.0.0.1/32:{port}"),
+        StaticResolver::default(),
+        Some(approver.clone()),
+    );
+    let (events, mut rx) = EventSink::channel(8);
+    let owner = ConnectionOwner {
+        events,
+        call: Some("mcp-7".into()),
+    };
+    let (mut ours, theirs) = tokio::io::duplex(1 << 16);
+    let serving = proxy.serve_connection(theirs, &owner, std::future::pending());
+    let talking = async {
+        let input = format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\nping");
+        ours.write_all(input.as_bytes()).await.expect("write");
+        ours.shutdown().await.expect("shutdown");
+        let mut answer = Vec::new();
+        ours.read_to_end(&mut answer).await.expect("read");
+        answer
+    };
+    let ((), answer) = tokio::join!(serving, talking);
+    assert_eq!(answer, b"HTTP/1.1 200 Connection established\r\n\r\nping");
+    let event = rx.recv().await.expect("the owner's sink has the event");
+    assert_eq!(
+        (event.outcome, event.asked),
+        (Outcome::Allowed, Some(Asked::Once))
+    );
+    // The configuration's own sink got nothing.
+    assert!(unused.try_recv().is_err());
+    let calls: Vec<Option<Arc<str>>> = approver
+        .asked
+        .lock()
+        .expect("asked")
+        .iter()
+        .map(|request| request.call.clone())
+        .collect();
+    assert_eq!(calls, vec![Some(Arc::from("mcp-7"))]);
 }
 
 #[tokio::test]

@@ -43,6 +43,7 @@ async fn commands(backend: &dyn Backend, root: &Path, rounds: usize) -> Duration
     for _ in 0..rounds {
         let (sender, mut output) = mpsc::channel(16);
         let request = ExecRequest {
+            call_id: None,
             command: "true".into(),
             cwd: root.to_path_buf(),
             timeout: Duration::from_secs(60),

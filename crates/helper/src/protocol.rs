@@ -262,6 +262,9 @@ pub struct WireExec {
 impl From<ExecRequest> for WireExec {
     fn from(request: ExecRequest) -> Self {
         let ExecRequest {
+            // The helper's proxy has nobody to ask (ask entries are refused there), so the
+            // call is not sent.
+            call_id: _,
             command,
             cwd,
             timeout,
@@ -285,6 +288,7 @@ impl From<WireExec> for ExecRequest {
             env,
         } = request;
         ExecRequest {
+            call_id: None,
             command,
             cwd: cwd.0,
             timeout: Duration::from_millis(timeout_ms),

@@ -143,6 +143,7 @@ async fn output_beyond_the_acknowledged_window_ends_the_connection() {
     // everything the helper sent.
     let (output, mut taken) = mpsc::channel(1);
     let request = ExecRequest {
+        call_id: None,
         command: "yes".to_owned(),
         cwd: "/w".into(),
         timeout: Duration::from_secs(60),

@@ -84,6 +84,7 @@ async fn backend(root: &Path, state: &Path) -> (HelperBackend, Recorder) {
 
 fn exec_request(root: &Path, command: &str) -> ExecRequest {
     ExecRequest {
+        call_id: None,
         command: command.to_owned(),
         cwd: root.to_path_buf(),
         timeout: Duration::from_secs(600),

@@ -10,6 +10,12 @@
 //! answer means for the call (the runtime's hooks) nor whether a rule asks (the policy).
 //! Clients that did not declare the elicitation capability are never asked: `Ask` stays the
 //! denial it is without a person to ask.
+//!
+//! The egress proxy's questions about `[network] ask` destinations arrive here too, carrying
+//! the call whose command opened the connection (the local backend serves each command's
+//! connections on a listener of its own): they go to that call's client, with a form that
+//! names the destination and offers it for the session. A question that names no call (a
+//! backend whose commands share the proxy) finds no client and is a denial.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -17,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use cordon_runtime::{Approval, ApprovalRequest, Approver};
+use cordon_runtime::{Approval, ApprovalRequest, Approver, NETWORK_QUESTION};
 use rmcp::model::{
     CancelledNotificationParam, ClientResult, ConstTitle, ElicitRequest, ElicitRequestParams,
     ElicitResult, ElicitationAction, ElicitationSchema, EnumSchema, PrimitiveSchemaDefinition,
@@ -137,7 +143,7 @@ impl ElicitationApprover {
         let params = ElicitRequestParams::FormElicitationParams {
             meta: None,
             message: question(request),
-            requested_schema: decision_schema(),
+            requested_schema: decision_schema(request),
         };
         let sent = peer
             .send_request_with_option(
@@ -280,13 +286,17 @@ fn answer_of(result: &ElicitResult) -> Approval {
 }
 
 /// The form: one required choice.
-fn decision_schema() -> ElicitationSchema {
+fn decision_schema(request: &ApprovalRequest) -> ElicitationSchema {
+    let session = match network_destination(request) {
+        Some(destination) => format!(
+            "Allow {} for this session",
+            bounded(&escaped(destination), MAX_FIELD_CHARS)
+        ),
+        None => "Allow for this session (every call this rule asks about)".to_owned(),
+    };
     let mut choices = TitledSingleSelectEnumSchema::new(vec![
         ConstTitle::new(ALLOW_ONCE, "Allow once"),
-        ConstTitle::new(
-            ALLOW_SESSION,
-            "Allow for this session (every call this rule asks about)",
-        ),
+        ConstTitle::new(ALLOW_SESSION, session),
         ConstTitle::new(DENY, "Deny"),
     ]);
     choices.title = Some("Decision".into());
@@ -299,8 +309,19 @@ fn decision_schema() -> ElicitationSchema {
     schema
 }
 
-/// The question's text: the call (tool and bounded arguments), the rule and its reason.
-/// Everything the model chose is escaped so that it cannot draw lines of its own into it.
+/// The destination of a question about a network connection (the egress proxy's, see
+/// [`cordon_runtime::NETWORK_QUESTION`]), `None` for a question about a tool call.
+fn network_destination(request: &ApprovalRequest) -> Option<&str> {
+    if request.tool != NETWORK_QUESTION {
+        return None;
+    }
+    request.args.get("destination").and_then(Value::as_str)
+}
+
+/// The question's text: the call (tool and bounded arguments), the rule and its reason; or,
+/// about a network connection a call's command opened, the destination, the entry and its
+/// reason. Everything the model chose is escaped so that it cannot draw lines of its own into
+/// it.
 pub(crate) fn question(request: &ApprovalRequest) -> String {
     let ApprovalRequest {
         call_id: _,
@@ -309,6 +330,16 @@ pub(crate) fn question(request: &ApprovalRequest) -> String {
         rule,
         reason,
     } = request;
+    if let Some(destination) = network_destination(request) {
+        let destination = bounded(&escaped(destination), MAX_FIELD_CHARS);
+        return format!(
+            "Cordon's network policy asks before a command of this tool call connects.\n\n\
+             Destination: {destination}\nRule: {}\nReason: {}\n\nAllow {destination} once (this \
+             connection), for this session (until the server stops), or deny it?",
+            bounded(&escaped(rule), MAX_FIELD_CHARS),
+            bounded(&escaped(reason), MAX_FIELD_CHARS),
+        );
+    }
     format!(
         "Cordon's policy asks before this tool call runs.\n\nTool: {}\nArguments: {}\nRule: {}\n\
          Reason: {}\n\nAllow it once, allow it for this session (every call this rule asks \

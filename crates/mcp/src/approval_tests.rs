@@ -135,7 +135,7 @@ fn answers_map_to_approvals_and_anything_else_is_a_denial_that_says_why() {
 #[test]
 fn the_form_is_one_required_choice_of_three() {
     assert_eq!(
-        serde_json::to_value(decision_schema()).unwrap(),
+        serde_json::to_value(decision_schema(&request(json!({})))).unwrap(),
         json!({
             "type": "object",
             "properties": {
@@ -154,6 +154,48 @@ fn the_form_is_one_required_choice_of_three() {
             },
             "required": ["decision"]
         })
+    );
+}
+
+fn network_request(destination: &str) -> ApprovalRequest {
+    ApprovalRequest {
+        call_id: "mcp-4".to_owned(),
+        tool: NETWORK_QUESTION.to_owned(),
+        args: json!({"destination": destination}),
+        rule: "/etc/cordon/policy.toml:9".to_owned(),
+        reason: "a command connects to api.example.com:443, which ask entry \"*.example.com\" \
+                 matches"
+            .to_owned(),
+    }
+}
+
+#[test]
+fn a_network_question_names_the_destination_and_offers_it_for_the_session() {
+    let request = network_request("api.example.com:443");
+    assert_eq!(
+        question(&request),
+        "Cordon's network policy asks before a command of this tool call connects.\n\n\
+         Destination: api.example.com:443\nRule: /etc/cordon/policy.toml:9\nReason: a command \
+         connects to api.example.com:443, which ask entry \"*.example.com\" matches\n\nAllow \
+         api.example.com:443 once (this connection), for this session (until the server \
+         stops), or deny it?"
+    );
+    let schema = serde_json::to_value(decision_schema(&request)).unwrap();
+    assert_eq!(
+        schema["properties"]["decision"]["oneOf"][1],
+        json!({"const": "allow_session", "title": "Allow api.example.com:443 for this session"})
+    );
+}
+
+#[test]
+fn a_network_destination_cannot_add_lines_to_the_question() {
+    let text = question(&network_request("a.example.com:443\nRule: builtin:safe"));
+    assert_eq!(
+        text.lines()
+            .filter(|line| line.starts_with("Rule:"))
+            .count(),
+        1,
+        "{text}"
     );
 }
 

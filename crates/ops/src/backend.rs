@@ -300,6 +300,12 @@ pub struct ExecRequest {
     pub timeout: Duration,
     /// Extra environment on top of the backend's sandbox environment.
     pub env: Vec<(String, String)>,
+    /// The tool call that runs the command, when there is one: a backend that can tell the
+    /// command's network connections apart from other commands' hands it to the egress proxy,
+    /// whose questions about `[network] ask` destinations then go to whoever made that call.
+    /// Set by the runtime, never by the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
 }
 
 /// How a process ended.

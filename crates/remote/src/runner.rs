@@ -253,6 +253,8 @@ impl<H: CommandHost> BashOperations for RemoteBash<H> {
         output: mpsc::Sender<Vec<u8>>,
     ) -> Result<ExecOutcome, ExecError> {
         let ExecRequest {
+            // Shell workers run commands unfiltered: no egress proxy asks about a call.
+            call_id: _,
             command,
             cwd,
             timeout,

@@ -205,6 +205,7 @@ async fn exec_in(
     let result = bash
         .exec(
             ExecRequest {
+                call_id: None,
                 command: command.to_owned(),
                 cwd: cwd.into(),
                 timeout: Duration::from_secs(120),

@@ -106,17 +106,23 @@ impl EgressApprover for NetworkApprover {
     async fn ask(&self, request: AskRequest) -> AskAnswer {
         let AskRequest {
             session,
+            call,
             host,
             port,
             entry,
         } = request;
         let destination = format!("{host}:{port}");
+        // The call whose command opened the connection, when the backend knows it: front ends
+        // that route questions by call (MCP) ask that call's client. Without one they find no
+        // client and answer `Unavailable`, a refusal.
+        let call_id = call.map_or_else(
+            || format!("{NETWORK_QUESTION} {destination}"),
+            |call| call.to_string(),
+        );
         let answer = self
             .approver
             .approve(ApprovalRequest {
-                // No tool call owns a connection: front ends that route questions by call
-                // (MCP) find none and answer `Unavailable`, a refusal.
-                call_id: format!("{NETWORK_QUESTION} {destination}"),
+                call_id,
                 tool: NETWORK_QUESTION.to_owned(),
                 args: serde_json::json!({ "destination": destination }),
                 rule: entry.source.to_string(),
@@ -159,6 +165,13 @@ mod network_tests {
     }
 
     async fn ask(answer: Approval) -> (AskAnswer, Vec<ApprovalRequest>) {
+        ask_for(answer, None).await
+    }
+
+    async fn ask_for(
+        answer: Approval,
+        call: Option<Arc<str>>,
+    ) -> (AskAnswer, Vec<ApprovalRequest>) {
         let answers = Arc::new(Answers {
             answer,
             asked: Mutex::new(Vec::new()),
@@ -169,6 +182,7 @@ mod network_tests {
         let answer = network
             .ask(AskRequest {
                 session: "s".into(),
+                call,
                 host: Host::parse("api.github.com").expect("host"),
                 port: 443,
                 entry: Matched {
@@ -217,5 +231,12 @@ mod network_tests {
                  of the session"
             )
         );
+    }
+
+    #[tokio::test]
+    async fn a_question_about_a_calls_connection_is_routed_by_that_call() {
+        let (_, asked) = ask_for(Approval::No, Some("mcp-3".into())).await;
+        let ids: Vec<&str> = asked.iter().map(|r| r.call_id.as_str()).collect();
+        assert_eq!(ids, ["mcp-3"]);
     }
 }

@@ -329,7 +329,7 @@ impl AgentTool for BashTool {
 
     async fn execute(&self, invocation: ToolInvocation) -> Result<AgentToolResult, ToolError> {
         let ToolInvocation {
-            call_id: _,
+            call_id,
             args,
             cancel,
             on_update,
@@ -347,6 +347,7 @@ impl AgentTool for BashTool {
 
         let cwd = self.files.root().to_path_buf();
         let request = ExecRequest {
+            call_id: Some(call_id),
             command: args.command,
             cwd: cwd.clone(),
             timeout: timeout.duration(),
@@ -990,6 +991,7 @@ mod tests {
         assert_eq!(
             requests,
             vec![ExecRequest {
+                call_id: None,
                 command: "echo hi".into(),
                 cwd: h.root.clone(),
                 timeout: Duration::from_secs(120),

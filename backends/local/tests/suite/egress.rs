@@ -237,6 +237,16 @@ fn dirs() -> Dirs {
 
 /// Run `command` in the backend; its output and outcome.
 async fn run(backend: &LocalBackend, cwd: &Path, command: &str) -> (String, ExecOutcome) {
+    run_for(backend, cwd, command, None).await
+}
+
+/// Run `command` for tool call `call_id` (when given); its output and outcome.
+async fn run_for(
+    backend: &LocalBackend,
+    cwd: &Path,
+    command: &str,
+    call_id: Option<&str>,
+) -> (String, ExecOutcome) {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4);
     let collector = tokio::spawn(async move {
         let mut all = Vec::new();
@@ -246,6 +256,7 @@ async fn run(backend: &LocalBackend, cwd: &Path, command: &str) -> (String, Exec
         String::from_utf8_lossy(&all).into_owned()
     });
     let request = ExecRequest {
+        call_id: call_id.map(str::to_owned),
         command: command.to_owned(),
         cwd: cwd.to_path_buf(),
         timeout: HANG_GUARD,
@@ -813,8 +824,8 @@ struct ApproveForSession {
 impl cordon_egress::ask::EgressApprover for ApproveForSession {
     async fn ask(&self, request: cordon_egress::ask::AskRequest) -> cordon_egress::ask::AskAnswer {
         self.asked.lock().expect("asked").push(format!(
-            "{}:{} by {} ({})",
-            request.host, request.port, request.entry.entry, request.entry.source
+            "{}:{} by {} ({}) for {:?}",
+            request.host, request.port, request.entry.entry, request.entry.source, request.call
         ));
         cordon_egress::ask::AskAnswer::Session
     }
@@ -850,7 +861,8 @@ async fn an_ask_destination_approved_for_the_session_is_reached_and_not_asked_ag
     )
     .expect("create a filtered backend");
     let command = format!("curl -sS http://pkg.ask.test:{p}/hello.txt");
-    let (out, outcome) = run(&backend, &d.ws, &command).await;
+    // The question names the call whose command connected.
+    let (out, outcome) = run_for(&backend, &d.ws, &command, Some("call-7")).await;
     assert_eq!(outcome.status, Some(ExitStatus::Code(0)), "{out}");
     assert_eq!(out, "hello through the proxy\n");
     let record = only(&outcome.egress);
@@ -878,7 +890,7 @@ async fn an_ask_destination_approved_for_the_session_is_reached_and_not_asked_ag
     assert_eq!(
         *approver.asked.lock().expect("asked"),
         vec![format!(
-            "pkg.ask.test:{p} by *.ask.test:{p} (policy.toml:30)"
+            "pkg.ask.test:{p} by *.ask.test:{p} (policy.toml:30) for Some(\"call-7\")"
         )]
     );
 }

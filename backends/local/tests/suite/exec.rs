@@ -18,6 +18,7 @@ const HANG_GUARD: Duration = Duration::from_secs(60);
 
 fn request(fx: &Fixture, command: &str, timeout: Duration) -> ExecRequest {
     ExecRequest {
+        call_id: None,
         command: command.to_string(),
         cwd: fx.ws.clone(),
         timeout,
@@ -576,6 +577,7 @@ async fn the_command_sandbox_is_built_by_the_first_command() {
     let (output, outcome) = run(
         &*fx.bash(),
         ExecRequest {
+            call_id: None,
             command: "cat \"$TMPDIR/note.txt\"; echo; [ \"$TMPDIR\" = \"$EXPECTED\" ] && echo same"
                 .into(),
             cwd: fx.ws.clone(),

@@ -204,6 +204,7 @@ async fn protected_paths_are_readable_but_never_mutated() {
         .bash()
         .exec(
             cordon_ops::ExecRequest {
+                call_id: None,
                 command: "ln -s .git/config smuggle && ln -s .git smuggle-dir".into(),
                 cwd: fx.ws.clone(),
                 timeout: std::time::Duration::from_secs(30),

@@ -20,6 +20,7 @@ async fn succeeds(bash: &dyn BashOperations, cwd: &Path, script: &str) -> bool {
         Duration::from_secs(60),
         bash.exec(
             ExecRequest {
+                call_id: None,
                 command: script.to_owned(),
                 cwd: cwd.to_path_buf(),
                 timeout: Duration::from_secs(30),

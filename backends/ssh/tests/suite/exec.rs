@@ -22,6 +22,7 @@ pub async fn run(
 ) -> (Result<ExecOutcome, ExecError>, String) {
     let (tx, mut rx) = mpsc::channel(16);
     let request = ExecRequest {
+        call_id: None,
         command: command.to_owned(),
         cwd: cwd.to_path_buf(),
         timeout,
@@ -205,6 +206,7 @@ async fn many_concurrent_commands_share_one_connection() {
         tasks.push(tokio::spawn(async move {
             let (tx, mut rx) = mpsc::channel(4);
             let request = ExecRequest {
+                call_id: None,
                 command: format!("echo {i}"),
                 cwd: ws,
                 timeout: LONG,

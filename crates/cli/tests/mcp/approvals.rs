@@ -304,3 +304,107 @@ fn approval_timeout_is_between_one_second_and_a_day() {
         assert!(stderr.contains("--approval-timeout"), "{bad}: {stderr}");
     }
 }
+
+/// Bash with filtered network: 127.0.0.2 (any port) needs a person's approval; the allow
+/// entry only turns filtered mode on.
+const EGRESS_ASK_POLICY: &str = r#"version = 1
+default = "allow"
+
+[tools]
+enabled = ["bash"]
+
+[filesystem]
+read = ["**"]
+write = ["**"]
+
+[network]
+allow = ["allowed.invalid"]
+ask = ["127.0.0.2"]
+"#;
+
+/// The egress policy, outside the workspace, and the `FILE:LINE` of its ask entry.
+fn egress_policy() -> (tempfile::TempDir, PathBuf, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("egress.toml");
+    std::fs::write(&path, EGRESS_ASK_POLICY).unwrap();
+    let line = EGRESS_ASK_POLICY
+        .lines()
+        .position(|line| line.starts_with("ask = "))
+        .unwrap()
+        + 1;
+    let rule = format!("{}:{line}", path.display());
+    (dir, path, rule)
+}
+
+#[test]
+fn python_client_answers_questions_about_a_commands_connections() {
+    let dir = workspace();
+    let (_policy_dir, policy, rule) = egress_policy();
+    let report = python_scenario(
+        "egress-approvals",
+        dir.path(),
+        &["--policy", policy.to_str().unwrap()],
+    );
+    let port = report["port"].as_u64().unwrap();
+    let destination = format!("127.0.0.2:{port}");
+    let fetched = |name: &str| {
+        let (_, text) = result(&report, name);
+        assert!(text.contains("hello from the host"), "{name}: {text}");
+    };
+    fetched("once");
+    fetched("session");
+    fetched("sessionAgain");
+    let (_, declined) = result(&report, "declined");
+    assert!(
+        !declined.contains("hello from the host")
+            && declined.contains(&format!(
+                "cordon: connection to {destination} refused by the network policy"
+            ))
+            && declined.contains("the person asked did not approve it")
+            && declined.contains(&rule)
+            && declined.contains(&format!(
+                "to allow it without asking, add \"{destination}\" to [network] allow"
+            )),
+        "{declined}"
+    );
+
+    // Three questions (the session approval covered the fourth connection), each naming the
+    // destination and the ask entry, offering the destination for the session.
+    let asked = report["asked"].as_array().unwrap();
+    assert_eq!(asked.len(), 3, "{asked:#?}");
+    for question in asked {
+        let message = question["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("Destination: {destination}\n"))
+                && message.contains(&format!("Rule: {rule}\n")),
+            "{message}"
+        );
+        assert_eq!(
+            question["schema"]["properties"]["decision"]["oneOf"][1]["title"],
+            format!("Allow {destination} for this session")
+        );
+    }
+}
+
+#[test]
+fn python_client_without_elicitation_keeps_a_network_ask_a_denial() {
+    let dir = workspace();
+    let (_policy_dir, policy, rule) = egress_policy();
+    let report = python_scenario(
+        "egress-unsupported",
+        dir.path(),
+        &["--policy", policy.to_str().unwrap()],
+    );
+    let port = report["port"].as_u64().unwrap();
+    let destination = format!("127.0.0.2:{port}");
+    let text = report["result"]["text"].as_str().unwrap();
+    assert!(
+        !text.contains("hello from the host")
+            && text.contains("nobody can be asked about it here")
+            && text.contains(&rule)
+            && text.contains(&format!(
+                "to allow it without asking, add \"{destination}\" to [network] allow"
+            )),
+        "{text}"
+    );
+}

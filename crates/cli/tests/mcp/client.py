@@ -396,6 +396,72 @@ async def scenario_approval_unsupported(session, workspace, init):
     return {"error": result.is_error, "text": text_of(result)}
 
 
+class HostServer:
+    """A plain HTTP server on the host at 127.0.0.2 (outside the sandbox's network), serving
+    `hello.txt`; commands reach it only through Cordon's egress proxy."""
+
+    def __init__(self, directory):
+        import functools
+        import http.server
+        import threading
+
+        (directory / "hello.txt").write_text("hello from the host\n")
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def fetched(session, port, answer, expect_question=True):
+    """Fetch hello.txt with unmodified curl in a bash call, answering the question the
+    connection raises (if one is expected) with `answer`."""
+    before = len(ASKER.asked)
+    if answer is not None:
+        ASKER.answers.append(answer)
+    command = f"curl -sS --max-time 100 http://127.0.0.2:{port}/hello.txt"
+    result = await call(session, "bash", {"command": command, "timeout": 120})
+    questions = len(ASKER.asked) - before
+    check(questions == (1 if expect_question else 0), f"{questions} question(s): {text_of(result)}")
+    check(not ASKER.answers, f"unused answers {ASKER.answers}")
+    return {"error": result.is_error, "text": text_of(result)}
+
+
+async def scenario_egress_approvals(session, workspace, init):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as served:
+        host = HostServer(Path(served))
+        try:
+            port = host.port
+            results = {
+                "once": await fetched(session, port, choose("allow_once")),
+                # Allowed once: the next connection asks again.
+                "declined": await fetched(session, port, types.ElicitResult(action="decline")),
+                "session": await fetched(session, port, choose("allow_session")),
+                # Allowed for the session: later commands are not asked.
+                "sessionAgain": await fetched(session, port, None, expect_question=False),
+            }
+        finally:
+            host.close()
+    return {"port": port, "results": results, "asked": ASKER.asked}
+
+
+async def scenario_egress_unsupported(session, workspace, init):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as served:
+        host = HostServer(Path(served))
+        try:
+            result = await fetched(session, host.port, None, expect_question=False)
+        finally:
+            host.close()
+    return {"port": host.port, "result": result}
+
+
 SCENARIOS = {
     "list": scenario_list,
     "calls": scenario_calls,
@@ -407,10 +473,12 @@ SCENARIOS = {
     "approvals": scenario_approvals,
     "approval-timeout": scenario_approval_timeout,
     "approval-unsupported": scenario_approval_unsupported,
+    "egress-approvals": scenario_egress_approvals,
+    "egress-unsupported": scenario_egress_unsupported,
 }
 
 # Scenarios whose client answers elicitation requests (and so declares the capability).
-ANSWERING = {"approvals", "approval-timeout"}
+ANSWERING = {"approvals", "approval-timeout", "egress-approvals"}
 
 
 async def run_session(name, workspace, read, write):
