@@ -72,6 +72,9 @@ pub(crate) struct DockerConnector {
     pub docker: Docker,
     pub container: String,
     pub user: String,
+    /// What starts the helper: [`serve_argv`] for a bind-mounted binary, a hash-checking
+    /// start for a copied one (`helper_copy`).
+    pub argv: Vec<String>,
     /// The session, once it exists (it owns this connector, hence weak).
     pub session: Arc<OnceLock<Weak<Inner>>>,
 }
@@ -84,7 +87,7 @@ impl Connector for DockerConnector {
         let started = client::start_exec(
             &self.docker,
             &self.container,
-            serve_argv(),
+            self.argv.clone(),
             Some(&self.user),
         )
         .await;

@@ -25,6 +25,7 @@ mod egress;
 mod error;
 mod files;
 mod files_helper;
+mod helper_copy;
 mod mask;
 pub mod plan;
 mod recovery;
@@ -56,7 +57,7 @@ pub use crate::egress::{
 };
 pub use crate::error::{DockerError, Hints};
 pub use crate::files_helper::{FilesHelper, FilesPath};
-use crate::plan::{ContainerPlan, HOME_DIR, SPILL_DIR, WorkspaceSource};
+use crate::plan::{ContainerPlan, HOME_DIR, HelperMount, SPILL_DIR, WorkspaceSource};
 pub use cordon_backend_ssh::tunnel::TunnelConfig;
 
 /// The default image.
@@ -430,7 +431,7 @@ impl DockerBackend {
             ),
         };
         let files_helper_binary =
-            start::files_helper(&docker, files_helper, mode, helper.as_deref()).await;
+            start::files_helper(&docker, files_helper, helper.as_deref()).await;
         let spill_volume = start::create_spill_volume(&docker, &host_root, &owner).await?;
         let launch = start::Launch {
             container: format!("cordon-{session}"),
@@ -447,6 +448,16 @@ impl DockerBackend {
             workspace: PathBuf::from(CONTAINER_WORKSPACE),
         };
 
+        // Bind mode mounts this machine's binary; copy mode copies it into a volume.
+        let helper_mount = match (files_helper_binary, mode) {
+            (Ok(path), WorkspaceMode::Bind) => Ok((HelperMount::Bind(path), None)),
+            (Ok(path), WorkspaceMode::Copy) => {
+                helper_copy::prepare(&launch.docker, &path, &launch.image, &launch.labels)
+                    .await
+                    .map(|copied| (HelperMount::Volume(copied.0.volume.clone()), Some(copied)))
+            }
+            (Err(reason), _) => Err(reason),
+        };
         let extra_roots = launch.extra_roots()?;
         let rules = launch.path_rules(&extra_roots)?;
         let mut missing = Vec::new();
@@ -469,7 +480,7 @@ impl DockerBackend {
             spill_volume: &spill_volume,
             network: launch.network.as_deref(),
             egress: egress.as_ref().map(egress::Egress::mounts),
-            files_helper: files_helper_binary.as_deref().ok(),
+            files_helper: helper_mount.as_ref().ok().map(|(mount, _)| mount),
             labels: launch.labels.clone(),
         });
 
@@ -489,6 +500,7 @@ impl DockerBackend {
             return Err(e);
         }
 
+        let (image, labels) = (launch.image.clone(), launch.labels.clone());
         let start::Launch {
             docker,
             host,
@@ -556,12 +568,29 @@ impl DockerBackend {
             return Err(e);
         }
         let session = Arc::new(std::sync::OnceLock::new());
-        let started = match files_helper_binary {
-            Ok(_) => {
+        let user = format!("{uid}:{gid}");
+        let argv = match helper_mount {
+            Ok((_, None)) => Ok(files_helper::serve_argv()),
+            Ok((_, Some(copied))) => {
+                helper_copy::serve_argv_after_check(
+                    &inner.docker,
+                    &container,
+                    &user,
+                    &copied,
+                    &image,
+                    &labels,
+                )
+                .await
+            }
+            Err(reason) => Err(reason),
+        };
+        let started = match argv {
+            Ok(argv) => {
                 let connector = files_helper::DockerConnector {
                     docker: inner.docker.clone(),
                     container: container.clone(),
-                    user: format!("{uid}:{gid}"),
+                    user,
+                    argv,
                     session: Arc::clone(&session),
                 };
                 let session =

@@ -68,7 +68,7 @@ pub struct ContainerPlan<'a> {
     pub egress: Option<&'a EgressMounts>,
     /// The host `cordon-helper` file operations and search run in (mounted read-only at
     /// `HELPER_IN_CONTAINER`, where filtered network mode mounts it too).
-    pub files_helper: Option<&'a Path>,
+    pub files_helper: Option<&'a HelperMount>,
     /// Labels.
     pub labels: HashMap<String, String>,
 }
@@ -96,6 +96,15 @@ pub fn environment(spec: &SandboxSpec, passed: &[(String, String)]) -> Vec<Strin
         env.insert(k.clone(), v.clone());
     }
     env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
+}
+
+/// Where the file helper's binary comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HelperMount {
+    /// This machine's binary, bind-mounted read-only (bind mode: the engine runs here).
+    Bind(PathBuf),
+    /// A volume holding it (copy mode), mounted read-only at its directory.
+    Volume(String),
 }
 
 fn bind(source: &Path, target: &Path, read_only: bool) -> Mount {
@@ -151,7 +160,12 @@ pub fn mounts(plan: &ContainerPlan<'_>) -> Vec<Mount> {
         out.push(bind(&egress.socket_dir, Path::new(SOCKET_DIR), true));
         out.push(bind(&egress.helper, Path::new(HELPER_IN_CONTAINER), true));
     } else if let Some(helper) = plan.files_helper {
-        out.push(bind(helper, Path::new(HELPER_IN_CONTAINER), true));
+        out.push(match helper {
+            HelperMount::Bind(path) => bind(path, Path::new(HELPER_IN_CONTAINER), true),
+            HelperMount::Volume(name) => {
+                volume(name, Path::new(crate::helper_copy::mount_dir()), true)
+            }
+        });
     }
     out
 }
@@ -620,6 +634,7 @@ mod egress_tests {
     #[test]
     fn the_file_helper_is_mounted_read_only_once() {
         let spec = SandboxSpec::default();
+        let bound = HelperMount::Bind(PathBuf::from("/opt/cordon/cordon-helper"));
         let source = WorkspaceSource::Bind(PathBuf::from("/p"));
         let egress = EgressMounts {
             socket_dir: PathBuf::from("/tmp/cordon-egress-x/socket"),
@@ -638,7 +653,7 @@ mod egress_tests {
             spill_volume: "s",
             network: None,
             egress: None,
-            files_helper: Some(Path::new("/opt/cordon/cordon-helper")),
+            files_helper: Some(&bound),
             labels: HashMap::new(),
         };
         let helper = bind(
@@ -654,6 +669,17 @@ mod egress_tests {
         plan.egress = None;
         plan.files_helper = None;
         assert!(!mounts(&plan).contains(&helper));
+        // Copy mode: the volume holding the binary, read-only, at the binary's directory.
+        let copied = HelperMount::Volume("cordon-helper-0123".to_owned());
+        plan.files_helper = Some(&copied);
+        assert_eq!(
+            mounts(&plan).last(),
+            Some(&volume(
+                "cordon-helper-0123",
+                Path::new("/cordon-egress-helper"),
+                true
+            ))
+        );
     }
 
     /// The proxy variables come before the spec's own entries, which win.

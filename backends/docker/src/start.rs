@@ -496,24 +496,17 @@ pub(crate) async fn egress(
 }
 
 /// The `cordon-helper` binary file operations and search can run through in the container, or
-/// why they keep the shell workers: turned off, copy mode (the engine may be on another
-/// machine), or no helper for the engine's architecture. Whether the image can run it is
-/// learnt when it starts.
+/// why they keep the shell workers: turned off, or no helper for the engine's architecture.
+/// Bind mode mounts it, copy mode copies it in (module `helper_copy`). Whether the image can
+/// run it is learnt when it starts.
 pub(crate) async fn files_helper(
     docker: &Docker,
     wanted: crate::FilesHelper,
-    mode: WorkspaceMode,
     helper: Option<&Path>,
 ) -> Result<PathBuf, String> {
     match wanted {
         crate::FilesHelper::Shell => return Err("turned off in the configuration".to_owned()),
         crate::FilesHelper::Auto | crate::FilesHelper::Required => {}
-    }
-    match mode {
-        WorkspaceMode::Bind => {}
-        WorkspaceMode::Copy => {
-            return Err("copy mode: the engine may not see this machine's files".to_owned());
-        }
     }
     let arch = docker
         .info()

@@ -11,6 +11,7 @@ mod egress;
 mod faults;
 mod files;
 mod files_helper;
+mod helper_copy;
 mod lifecycle;
 mod search;
 mod ssh_engine;
