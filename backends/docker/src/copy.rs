@@ -134,6 +134,7 @@ pub(crate) async fn copy_in(docker: &Docker, plan: &CopyIn<'_>) -> Result<(), Do
         protected: plan.protected,
         masks: &[],
         extra_roots: &[],
+        unix_sockets: &[],
         spill_volume: "unused",
         network: None,
         egress: None,

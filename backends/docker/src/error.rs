@@ -184,6 +184,14 @@ pub enum DockerError {
         /// What would expose which socket, and what to change.
         reason: String,
     },
+    /// A `[network] unix_sockets` entry cannot be bind-mounted into the container.
+    #[error("failed to grant the host Unix socket {entry}: {reason}")]
+    UnixSocket {
+        /// The entry as listed.
+        entry: String,
+        /// What is wrong with it, and what to change.
+        reason: String,
+    },
     /// A Docker API call failed.
     #[error("failed to {step}: {source}")]
     Api {

@@ -459,6 +459,7 @@ impl DockerBackend {
             (Err(reason), _) => Err(reason),
         };
         let extra_roots = launch.extra_roots()?;
+        let unix_sockets = launch.unix_sockets(&extra_roots)?;
         let rules = launch.path_rules(&extra_roots)?;
         let mut missing = Vec::new();
         let masks = launch.denied_masks(&rules, &mut missing)?;
@@ -477,6 +478,7 @@ impl DockerBackend {
             protected: &protected,
             masks: &masks,
             extra_roots: &extra_roots,
+            unix_sockets: &unix_sockets,
             spill_volume: &spill_volume,
             network: launch.network.as_deref(),
             egress: egress.as_ref().map(egress::Egress::mounts),

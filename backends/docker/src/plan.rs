@@ -60,6 +60,8 @@ pub struct ContainerPlan<'a> {
     pub masks: &'a [Mask],
     /// Extra host roots mounted at the same path: `(path, writable)`.
     pub extra_roots: &'a [(PathBuf, bool)],
+    /// Host Unix sockets (`[network] unix_sockets`, checked) bound at the same path.
+    pub unix_sockets: &'a [PathBuf],
     /// Name of the spill volume.
     pub spill_volume: &'a str,
     /// Network to join when the spec enables the network (`None`: the daemon's default).
@@ -155,6 +157,11 @@ pub fn mounts(plan: &ContainerPlan<'_>) -> Vec<Mount> {
             true,
         ));
     }
+    // Read-only: connecting to a socket needs no write access to its mount, and nothing in
+    // the container can replace or remove it.
+    for socket in plan.unix_sockets {
+        out.push(bind(socket, socket, true));
+    }
     out.push(volume(plan.spill_volume, Path::new(SPILL_DIR), false));
     if let Some(egress) = plan.egress {
         out.push(bind(&egress.socket_dir, Path::new(SOCKET_DIR), true));
@@ -249,24 +256,18 @@ pub fn container_body(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
     }
 }
 
-/// Why a container of this configuration could reach a host Unix socket (`None`: it cannot).
-/// The container has its own mount and network namespaces, so only what is bound in or
-/// shared can reach the host: an extra root holding the daemon's socket (root on the host) or
-/// the host's socket directories, or a network namespace shared with the host (its abstract
-/// sockets). The backend binds no host socket itself; `[network] unix_sockets` is not
-/// supported here.
+/// Why a container of this configuration could reach a host Unix socket it was not granted
+/// (`None`: it cannot). The container has its own mount and network namespaces, so only what
+/// is bound in or shared can reach the host: an extra root holding the daemon's socket (root
+/// on the host) or the host's socket directories, or a network namespace shared with the host
+/// (its abstract sockets). The sockets `[network] unix_sockets` lists are bound one by one
+/// ([`ContainerPlan::unix_sockets`]), nothing around them.
 pub fn host_socket_exposure(
     spec: &SandboxSpec,
     network: Option<&str>,
     extra_roots: &[(PathBuf, bool)],
     daemon_socket: Option<&Path>,
 ) -> Option<String> {
-    if let Some(socket) = spec.unix_sockets.first() {
-        return Some(format!(
-            "the docker backend cannot grant host Unix sockets (`[network] unix_sockets` lists \
-             `{socket}`); remove the list or use the local backend"
-        ));
-    }
     match spec.network {
         NetworkMode::Disabled | NetworkMode::Filtered => {}
         NetworkMode::Enabled => {
@@ -376,6 +377,7 @@ mod tests {
             protected: &[],
             masks: &masks,
             extra_roots: &[],
+            unix_sockets: &[],
             spill_volume: "s",
             network: None,
             egress: None,
@@ -450,6 +452,7 @@ mod tests {
             protected: &protected,
             masks: &[],
             extra_roots: &[(PathBuf::from("/opt/tools"), false)],
+            unix_sockets: &[PathBuf::from("/run/app/app.sock")],
             spill_volume: "cordon-spill-abc",
             network: None,
             egress: None,
@@ -514,6 +517,13 @@ mod tests {
                         ..Default::default()
                     },
                     Mount {
+                        target: Some("/run/app/app.sock".to_owned()),
+                        source: Some("/run/app/app.sock".to_owned()),
+                        typ: Some(MountType::BIND),
+                        read_only: Some(true),
+                        ..Default::default()
+                    },
+                    Mount {
                         target: Some("/cordon-spill".to_owned()),
                         source: Some("cordon-spill-abc".to_owned()),
                         typ: Some(MountType::VOLUME),
@@ -567,11 +577,12 @@ mod tests {
                 "{root}"
             );
         }
+        // Listed sockets are bound one by one, not refused.
         let listed = SandboxSpec {
             unix_sockets: vec!["/run/app.sock".to_owned()],
             ..on.clone()
         };
-        assert!(exposure(&listed, None, &[]).contains("cannot grant host Unix sockets"));
+        assert_eq!(host_socket_exposure(&listed, None, &[], daemon), None);
     }
 }
 
@@ -602,6 +613,7 @@ mod egress_tests {
             protected: &[],
             masks: &[],
             extra_roots: &[],
+            unix_sockets: &[],
             spill_volume: "s",
             network: Some("bridge"),
             egress: Some(&egress),
@@ -650,6 +662,7 @@ mod egress_tests {
             protected: &[],
             masks: &[],
             extra_roots: &[],
+            unix_sockets: &[],
             spill_volume: "s",
             network: None,
             egress: None,

@@ -11,7 +11,7 @@ use bollard::Docker;
 use bollard::models::{ContainerCreateBody, VolumeCreateRequest};
 use bollard::query_parameters::CreateContainerOptions;
 use cordon_backend_local::git_guard::GitGuard;
-use cordon_core::sandbox::{NestedGit, RootAccess, SandboxSpec};
+use cordon_core::sandbox::{NestedGit, NetworkMode, RootAccess, SandboxSpec};
 use cordon_remote::files::{PathRules, Root};
 
 use crate::mask;
@@ -22,6 +22,63 @@ use crate::{
 };
 #[cfg(doc)]
 use crate::{DockerBackend, Inner};
+
+/// The host path of a `[network] unix_sockets` entry (absolute or `~/…`), when it can be
+/// bound into the container as it is: a Unix socket itself (not a symbolic link, which the
+/// engine would follow when it binds), reached through no symbolic link (its directory is
+/// written canonically), and outside every root commands can write (where a command could put
+/// something else in its place before the container is created again). Otherwise what is
+/// wrong and what to change.
+pub(crate) fn checked_unix_socket(
+    entry: &str,
+    home: Option<&Path>,
+    writable_roots: &[&Path],
+) -> Result<PathBuf, String> {
+    use std::os::unix::fs::FileTypeExt;
+
+    let path = if let Some(rest) = entry.strip_prefix("~/") {
+        home.ok_or("`~` cannot be expanded: HOME is not set; list an absolute path")?
+            .join(rest)
+    } else if Path::new(entry).is_absolute() {
+        PathBuf::from(entry)
+    } else {
+        return Err("not an absolute path; list the socket's absolute path".to_owned());
+    };
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err("not a path to a file; list the socket's path".to_owned());
+    };
+    let parent_canonical = std::fs::canonicalize(parent)
+        .map_err(|error| format!("failed to resolve {}: {error}", parent.display()))?;
+    let canonical = parent_canonical.join(name);
+    if canonical != path {
+        return Err(format!(
+            "its path is not canonical (a directory on the way is a symbolic link, or the path \
+             has `.`/`..`); list {} instead",
+            canonical.display()
+        ));
+    }
+    let meta = std::fs::symlink_metadata(&path)
+        .map_err(|error| format!("failed to inspect {}: {error}", path.display()))?;
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        return Err(
+            "it is a symbolic link, which would be followed when it is bound; list the socket \
+             it points to"
+                .to_owned(),
+        );
+    }
+    if !kind.is_socket() {
+        return Err("it is not a Unix socket; list a listening socket's path".to_owned());
+    }
+    if let Some(root) = writable_roots.iter().find(|root| path.starts_with(root)) {
+        return Err(format!(
+            "it is inside {}, which commands can write (a command could put another file in its \
+             place); move the socket out of the writable roots",
+            root.display()
+        ));
+    }
+    Ok(path)
+}
 
 /// The canonical host root and its metadata; it must be a directory.
 pub(crate) fn open_root(root: &Path) -> Result<(PathBuf, std::fs::Metadata), DockerError> {
@@ -153,6 +210,67 @@ impl Launch {
             return Err(DockerError::HostSocket { reason });
         }
         Ok(extra_roots)
+    }
+
+    /// The host Unix sockets `[network] unix_sockets` lists, each checked to be bound at the
+    /// same path (bind mode only: an engine in copy mode may be on another machine). With the
+    /// network off none is bound (no socket can be connected then, as on the local backend).
+    pub(crate) fn unix_sockets(
+        &self,
+        extra_roots: &[(PathBuf, bool)],
+    ) -> Result<Vec<PathBuf>, DockerError> {
+        let listed = &self.spec.unix_sockets;
+        match self.spec.network {
+            NetworkMode::Disabled => {
+                if !listed.is_empty() {
+                    tracing::debug!(
+                        count = listed.len(),
+                        "docker: [network] unix_sockets ignored, the network is off"
+                    );
+                }
+                return Ok(Vec::new());
+            }
+            NetworkMode::Enabled | NetworkMode::Filtered => {}
+        }
+        let Some(first) = listed.first() else {
+            return Ok(Vec::new());
+        };
+        match self.mode {
+            WorkspaceMode::Bind => {}
+            WorkspaceMode::Copy => {
+                return Err(DockerError::UnixSocket {
+                    entry: first.clone(),
+                    reason: "host sockets are bound into the container in bind mode only (the \
+                             engine of copy mode may run on another machine); use bind mode or \
+                             remove `[network] unix_sockets`"
+                        .to_owned(),
+                });
+            }
+        }
+        let writable: Vec<&Path> = std::iter::once(self.host_root.as_path())
+            .chain(
+                extra_roots
+                    .iter()
+                    .filter(|(_, writable)| *writable)
+                    .map(|(root, _)| root.as_path()),
+            )
+            .collect();
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let mut sockets = Vec::new();
+        for entry in listed {
+            let path =
+                checked_unix_socket(entry, home.as_deref(), &writable).map_err(|reason| {
+                    DockerError::UnixSocket {
+                        entry: entry.clone(),
+                        reason,
+                    }
+                })?;
+            tracing::info!(socket = %path.display(), "docker: host Unix socket bound into the container");
+            if !sockets.contains(&path) {
+                sockets.push(path);
+            }
+        }
+        Ok(sockets)
     }
 
     /// The file rules: the workspace, the (read-only) spill directory and the extra roots.
@@ -515,4 +633,48 @@ pub(crate) async fn files_helper(
         .architecture
         .unwrap_or_default();
     crate::egress::choose_helper(helper, &arch)
+}
+
+#[cfg(test)]
+mod unix_socket_tests {
+    use std::os::unix::net::UnixListener;
+
+    use super::*;
+
+    #[test]
+    fn only_a_canonical_socket_outside_the_writable_roots_is_granted() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let base = std::fs::canonicalize(dir.path()).expect("canonical");
+        let socket = base.join("app.sock");
+        let _listener = UnixListener::bind(&socket).expect("bind");
+        let file = base.join("plain");
+        std::fs::write(&file, "x").expect("write");
+        let link = base.join("link.sock");
+        std::os::unix::fs::symlink(&socket, &link).expect("symlink");
+        let linked_dir = base.join("linked");
+        std::os::unix::fs::symlink(&base, &linked_dir).expect("symlink");
+        let entry = |path: &Path| path.to_str().expect("utf-8").to_owned();
+        let check = |entry: &str, roots: &[&Path]| checked_unix_socket(entry, Some(&base), roots);
+
+        assert_eq!(check(&entry(&socket), &[]), Ok(socket.clone()));
+        assert_eq!(check("~/app.sock", &[]), Ok(socket.clone()));
+        let refused = |entry: String, roots: &[&Path], says: &str| {
+            let reason = check(&entry, roots).expect_err(&entry);
+            assert!(reason.contains(says), "{entry}: {reason}");
+        };
+        refused(entry(&file), &[], "is not a Unix socket");
+        refused(entry(&link), &[], "is a symbolic link");
+        refused(
+            entry(&linked_dir.join("app.sock")),
+            &[],
+            &format!("list {} instead", socket.display()),
+        );
+        refused(entry(&base.join("missing.sock")), &[], "failed to inspect");
+        refused("app.sock".to_owned(), &[], "not an absolute path");
+        refused(entry(&socket), &[&base], "which commands can write");
+        assert_eq!(
+            checked_unix_socket("~/app.sock", None, &[]),
+            Err("`~` cannot be expanded: HOME is not set; list an absolute path".to_owned())
+        );
+    }
 }

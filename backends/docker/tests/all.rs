@@ -16,3 +16,4 @@ mod lifecycle;
 mod search;
 mod ssh_engine;
 mod tls;
+mod unix_sockets;
