@@ -1497,7 +1497,7 @@ fn docker_exec_in_filtered_mode_goes_through_the_proxy_and_names_what_it_refused
     )
     .expect("write policy");
     let policy = policy.to_string_lossy().into_owned();
-    // The image has python3, not curl; loopback is in NO_PROXY, so it is emptied here.
+    // Loopback is in NO_PROXY, so it is emptied here.
     let fetch = |port: u16| {
         format!(
             "NO_PROXY= no_proxy= python3 -c \"import urllib.request, urllib.error\ntry:\n    \
