@@ -7,17 +7,31 @@
 //! wildcard entry that matched) to the proxy's approved set; later connections to it are not
 //! asked again. An approved destination is still resolved and its addresses checked like any
 //! allowed one: an approval never lets a name reach a loopback, private or metadata address.
+//!
+//! A command must not be able to bury the person in questions: one question is put at a time
+//! (connections to other destinations wait their turn, within the same bound), and within one
+//! call a destination the person refused (or let time out) is not asked about again, nor is
+//! anything once [`MAX_REFUSALS_PER_CALL`] destinations were refused: those connections are
+//! [`Asked::Withheld`]. Connections no backend ties to a call share one such record for the
+//! session.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, Semaphore};
 
 use crate::rules::{Host, Matched};
 
 /// Most destinations approved for one session; approvals beyond it count for one connection.
 pub const MAX_SESSION_APPROVALS: usize = 1024;
+/// Questions put to the person at once; questions about other destinations wait their turn.
+pub const MAX_QUESTIONS_AT_ONCE: usize = 1;
+/// Destinations the person may refuse (or leave unanswered) for one call; after that the
+/// call's connections to ask destinations are refused without asking.
+pub const MAX_REFUSALS_PER_CALL: usize = 3;
+/// Calls whose refusals are remembered; the oldest is forgotten first.
+const MAX_CALLS_REMEMBERED: usize = 256;
 
 /// A question about one destination.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +86,9 @@ pub enum Asked {
     TimedOut,
     /// Nobody can be asked here (no approver).
     NoApprover,
+    /// Not asked again: the person refused this destination, or
+    /// [`MAX_REFUSALS_PER_CALL`] destinations, earlier in the same call.
+    Withheld,
 }
 
 impl Asked {
@@ -79,21 +96,66 @@ impl Asked {
     pub fn approved(self) -> bool {
         match self {
             Asked::Once | Asked::Session | Asked::Remembered => true,
-            Asked::Refused | Asked::TimedOut | Asked::NoApprover => false,
+            Asked::Refused | Asked::TimedOut | Asked::NoApprover | Asked::Withheld => false,
         }
     }
 }
 
-/// The answer a question produced: `None` when none came in time.
-type Pending = Arc<OnceCell<Option<AskAnswer>>>;
+/// What became of a question.
+#[derive(Clone, Copy, Debug)]
+enum Settled {
+    /// The approver's answer.
+    Answered(AskAnswer),
+    /// None came in time (waiting for the turn included).
+    TimedOut,
+    /// When its turn came, the asking call had refused too much to be asked again.
+    Withheld,
+}
+
+/// A question in flight, shared by the connections waiting for its answer.
+type Pending = Arc<OnceCell<Settled>>;
+
+/// The destinations each call's person refused (or left unanswered), by call (`None`: the
+/// connections no backend tied to a call), oldest call first.
+#[derive(Default)]
+struct Refusals {
+    by_call: HashMap<Option<Arc<str>>, HashSet<String>>,
+    order: VecDeque<Option<Arc<str>>>,
+}
+
+impl Refusals {
+    /// Whether `call` is not to be asked about `destination` any more.
+    fn withheld(&self, call: &Option<Arc<str>>, destination: &str) -> bool {
+        self.by_call.get(call).is_some_and(|refused| {
+            refused.len() >= MAX_REFUSALS_PER_CALL || refused.contains(destination)
+        })
+    }
+
+    fn record(&mut self, call: &Option<Arc<str>>, destination: &str) {
+        if !self.by_call.contains_key(call) {
+            if self.order.len() >= MAX_CALLS_REMEMBERED
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.by_call.remove(&oldest);
+            }
+            self.order.push_back(call.clone());
+        }
+        let refused = self.by_call.entry(call.clone()).or_default();
+        if refused.len() < MAX_REFUSALS_PER_CALL {
+            refused.insert(destination.to_owned());
+        }
+    }
+}
 
 /// One proxy's approvals: the approver, how long to wait for it, the destinations approved for
-/// the session and the questions in flight.
+/// the session, the questions in flight, whose turn it is to ask and what each call refused.
 pub(crate) struct Approvals {
     approver: Option<Arc<dyn EgressApprover>>,
     timeout: Duration,
     approved: Mutex<HashSet<String>>,
     pending: Mutex<HashMap<String, Pending>>,
+    turn: Semaphore,
+    refusals: Mutex<Refusals>,
 }
 
 impl Approvals {
@@ -103,6 +165,8 @@ impl Approvals {
             timeout,
             approved: Mutex::new(HashSet::new()),
             pending: Mutex::new(HashMap::new()),
+            turn: Semaphore::new(MAX_QUESTIONS_AT_ONCE),
+            refusals: Mutex::new(Refusals::default()),
         }
     }
 
@@ -110,8 +174,9 @@ impl Approvals {
         self.timeout
     }
 
-    /// Settles a destination an ask entry matched: the session's approvals, else the question
-    /// already in flight for it, else a new question bounded by the timeout.
+    /// Settles a destination an ask entry matched: the session's approvals, else the call's
+    /// refusals, else the question already in flight for it, else a new question (put when
+    /// it is its turn) bounded by the timeout.
     pub(crate) async fn settle(&self, request: AskRequest) -> Asked {
         let key = format!("{}:{}", request.host, request.port);
         if lock(&self.approved).contains(&key) {
@@ -121,6 +186,16 @@ impl Approvals {
         let Some(approver) = self.approver.clone() else {
             return Asked::NoApprover;
         };
+        let call = request.call.clone();
+        if lock(&self.refusals).withheld(&call, &key) {
+            tracing::info!(
+                destination = %key,
+                call = call.as_deref(),
+                limit = MAX_REFUSALS_PER_CALL,
+                "egress proxy: not asking again, refused earlier in this call"
+            );
+            return Asked::Withheld;
+        }
         let cell = lock(&self.pending).entry(key.clone()).or_default().clone();
         let guard = PendingGuard {
             pending: &self.pending,
@@ -128,24 +203,43 @@ impl Approvals {
             cell,
         };
         let timeout = self.timeout;
-        let answer = *guard
+        let settled = *guard
             .cell
             .get_or_init(|| async move {
-                tracing::info!(
-                    session = %request.session,
-                    host = %request.host,
-                    port = request.port,
-                    entry = %request.entry,
-                    "egress proxy: asking whether a destination may be reached"
-                );
-                tokio::time::timeout(timeout, approver.ask(request))
+                let asking = async {
+                    // The semaphore is never closed; an error would only mean no turn.
+                    let Ok(_turn) = self.turn.acquire().await else {
+                        return Settled::Withheld;
+                    };
+                    // Questions answered while this one waited may have used up the call's.
+                    let destination = format!("{}:{}", request.host, request.port);
+                    if lock(&self.refusals).withheld(&request.call, &destination) {
+                        return Settled::Withheld;
+                    }
+                    tracing::info!(
+                        session = %request.session,
+                        call = request.call.as_deref(),
+                        host = %request.host,
+                        port = request.port,
+                        entry = %request.entry,
+                        "egress proxy: asking whether a destination may be reached"
+                    );
+                    let call = request.call.clone();
+                    let answer = approver.ask(request).await;
+                    if answer == AskAnswer::Deny {
+                        // Before the next question gets the turn, which may be this call's.
+                        lock(&self.refusals).record(&call, &destination);
+                    }
+                    Settled::Answered(answer)
+                };
+                tokio::time::timeout(timeout, asking)
                     .await
-                    .ok()
+                    .unwrap_or(Settled::TimedOut)
             })
             .await;
         let key = &guard.key;
-        let asked = match answer {
-            Some(AskAnswer::Session) => {
+        let asked = match settled {
+            Settled::Answered(AskAnswer::Session) => {
                 let mut approved = lock(&self.approved);
                 if approved.len() < MAX_SESSION_APPROVALS {
                     approved.insert(key.clone());
@@ -159,12 +253,16 @@ impl Approvals {
                     Asked::Once
                 }
             }
-            Some(AskAnswer::Once) => Asked::Once,
-            Some(AskAnswer::Deny) => Asked::Refused,
-            Some(AskAnswer::Unavailable) => Asked::NoApprover,
-            None => Asked::TimedOut,
+            Settled::Answered(AskAnswer::Once) => Asked::Once,
+            Settled::Answered(AskAnswer::Deny) => Asked::Refused,
+            Settled::Answered(AskAnswer::Unavailable) => Asked::NoApprover,
+            Settled::TimedOut => Asked::TimedOut,
+            Settled::Withheld => Asked::Withheld,
         };
-        tracing::info!(destination = %key, ?asked, "egress proxy: ask settled");
+        if matches!(asked, Asked::Refused | Asked::TimedOut) {
+            lock(&self.refusals).record(&call, key);
+        }
+        tracing::info!(destination = %key, call = call.as_deref(), ?asked, "egress proxy: ask settled");
         // Dropping the guard now, after the approved set was updated, means a connection
         // arriving meanwhile finds either the answered question or the approval.
         drop(guard);
@@ -312,19 +410,143 @@ mod tests {
         assert_eq!(approver.asked(), 3);
     }
 
+    fn request_for(call: &str, host: &str, port: u16) -> AskRequest {
+        AskRequest {
+            call: Some(call.into()),
+            ..request(host, port)
+        }
+    }
+
     #[tokio::test]
-    async fn a_refusal_is_not_remembered() {
+    async fn a_refusal_is_remembered_for_its_call_only() {
         let approver = Scripted::new(AskAnswer::Deny, 2);
         let approvals = approvals(&approver, LONG);
         assert_eq!(
-            approvals.settle(request("a.example.com", 443)).await,
+            approvals
+                .settle(request_for("call-1", "a.example.com", 443))
+                .await,
             Asked::Refused
         );
+        // The same call does not ask about it again.
         assert_eq!(
-            approvals.settle(request("a.example.com", 443)).await,
+            approvals
+                .settle(request_for("call-1", "a.example.com", 443))
+                .await,
+            Asked::Withheld
+        );
+        assert_eq!(approver.asked(), 1);
+        // Another call does.
+        assert_eq!(
+            approvals
+                .settle(request_for("call-2", "a.example.com", 443))
+                .await,
             Asked::Refused
         );
         assert_eq!(approver.asked(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_had_too_many_refusals_is_asked_nothing_more() {
+        let approver = Scripted::new(AskAnswer::Deny, MAX_REFUSALS_PER_CALL + 1);
+        let approvals = approvals(&approver, LONG);
+        for n in 0..MAX_REFUSALS_PER_CALL {
+            let host = format!("h{n}.example.com");
+            assert_eq!(
+                approvals.settle(request_for("call-1", &host, 443)).await,
+                Asked::Refused
+            );
+        }
+        assert_eq!(
+            approvals
+                .settle(request_for("call-1", "new.example.com", 443))
+                .await,
+            Asked::Withheld
+        );
+        assert_eq!(approver.asked(), MAX_REFUSALS_PER_CALL);
+        // Another call is asked.
+        assert_eq!(
+            approvals
+                .settle(request_for("call-2", "new.example.com", 443))
+                .await,
+            Asked::Refused
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_question_counts_as_a_refusal_for_its_call() {
+        // Never released, zero timeout: every question goes unanswered.
+        let approver = Scripted::new(AskAnswer::Session, 0);
+        let approvals = approvals(&approver, Duration::ZERO);
+        assert_eq!(
+            approvals
+                .settle(request_for("call-1", "a.example.com", 443))
+                .await,
+            Asked::TimedOut
+        );
+        assert_eq!(
+            approvals
+                .settle(request_for("call-1", "a.example.com", 443))
+                .await,
+            Asked::Withheld
+        );
+    }
+
+    #[tokio::test]
+    async fn questions_about_different_destinations_are_put_one_at_a_time() {
+        let approver = Scripted::new(AskAnswer::Once, 0);
+        let approvals = approvals(&approver, LONG);
+        // On a current-thread runtime `join!` first polls in order: the first connection is
+        // asking, the second waits for its turn; the third branch sees how many were asked
+        // before it releases both answers.
+        let (first, second, asked_meanwhile) = tokio::join!(
+            approvals.settle(request_for("call-1", "a.example.com", 443)),
+            approvals.settle(request_for("call-1", "b.example.com", 443)),
+            async {
+                let asked = approver.asked();
+                approver.release.add_permits(2);
+                asked
+            },
+        );
+        assert_eq!(
+            (first, second, asked_meanwhile, approver.asked()),
+            (Asked::Once, Asked::Once, 1, 2)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_question_waiting_its_turn_is_withheld_once_its_call_refused_too_much() {
+        let approver = Scripted::new(AskAnswer::Deny, 0);
+        let approvals = approvals(&approver, LONG);
+        for n in 0..MAX_REFUSALS_PER_CALL - 1 {
+            approver.release.add_permits(1);
+            let host = format!("h{n}.example.com");
+            assert_eq!(
+                approvals.settle(request_for("call-1", &host, 443)).await,
+                Asked::Refused
+            );
+        }
+        // The last refusal the call may have is being asked; another destination waits.
+        let (last, waiting, ()) = tokio::join!(
+            approvals.settle(request_for("call-1", "last.example.com", 443)),
+            approvals.settle(request_for("call-1", "waiting.example.com", 443)),
+            async { approver.release.add_permits(2) },
+        );
+        assert_eq!((last, waiting), (Asked::Refused, Asked::Withheld));
+        assert_eq!(approver.asked(), MAX_REFUSALS_PER_CALL);
+    }
+
+    #[test]
+    fn the_calls_whose_refusals_are_remembered_are_bounded() {
+        let mut refusals = Refusals::default();
+        for n in 0..=MAX_CALLS_REMEMBERED {
+            refusals.record(&Some(format!("call-{n}").into()), "a.example.com:443");
+        }
+        assert_eq!(refusals.by_call.len(), MAX_CALLS_REMEMBERED);
+        assert_eq!(refusals.order.len(), MAX_CALLS_REMEMBERED);
+        // The oldest was forgotten, the newest is there.
+        assert!(!refusals.withheld(&Some("call-0".into()), "a.example.com:443"));
+        let newest = Some(format!("call-{MAX_CALLS_REMEMBERED}").into());
+        assert!(refusals.withheld(&newest, "a.example.com:443"));
     }
 
     #[tokio::test]

@@ -27,7 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 
-use crate::ask::{Approvals, AskRequest, Asked, EgressApprover};
+use crate::ask::{Approvals, AskRequest, Asked, EgressApprover, MAX_REFUSALS_PER_CALL};
 use crate::rules::{
     AddressCheck, Decision, Host, Matched, Rules, suggested_address_entry, suggested_entry,
 };
@@ -493,6 +493,10 @@ impl Proxy {
                         self.shared.approvals.timeout()
                     )),
                     Asked::NoApprover => Some("nobody can be asked about it here".to_owned()),
+                    Asked::Withheld => Some(format!(
+                        "the person was not asked again: during this tool call they refused it, \
+                         or {MAX_REFUSALS_PER_CALL} destinations, already"
+                    )),
                 };
                 if let Some(why) = why {
                     let reason = format!(

@@ -735,6 +735,57 @@ async fn an_ask_destination_the_person_refuses_is_refused() {
 }
 
 #[tokio::test]
+async fn a_destination_refused_earlier_in_the_call_is_not_asked_about_again() {
+    let approver = Arc::new(Answering {
+        answer: crate::ask::AskAnswer::Deny,
+        asked: std::sync::Mutex::new(Vec::new()),
+    });
+    let (proxy, _unused) = ask_proxy(
+        "*.ask.test",
+        StaticResolver::default(),
+        Some(approver.clone()),
+    );
+    let (events, mut rx) = EventSink::channel(8);
+    let owner = ConnectionOwner {
+        events,
+        call: Some("mcp-9".into()),
+    };
+    let mut replies = Vec::new();
+    for _ in 0..2 {
+        let (mut ours, theirs) = tokio::io::duplex(1 << 16);
+        let serving = proxy.serve_connection(theirs, &owner, std::future::pending());
+        let talking = async {
+            ours.write_all(b"CONNECT a.ask.test:443 HTTP/1.1\r\n\r\n")
+                .await
+                .expect("write");
+            ours.shutdown().await.expect("shutdown");
+            let mut answer = Vec::new();
+            ours.read_to_end(&mut answer).await.expect("read");
+            answer
+        };
+        let ((), answer) = tokio::join!(serving, talking);
+        replies.push(String::from_utf8_lossy(&answer).into_owned());
+    }
+    let first = rx.recv().await.expect("first event");
+    let second = rx.recv().await.expect("second event");
+    assert_eq!(
+        (first.asked, second.asked, second.outcome),
+        (Some(Asked::Refused), Some(Asked::Withheld), Outcome::Denied)
+    );
+    assert_eq!(approver.asked.lock().expect("asked").len(), 1);
+    assert!(
+        replies[1].starts_with("HTTP/1.1 403 Forbidden\r\n")
+            && replies[1].contains(
+                "which needs approval, and the person was not asked again: during this tool \
+                 call they refused it, or 3 destinations, already\n"
+            )
+            && replies[1].contains("add \"a.ask.test\" to [network] allow"),
+        "{}",
+        replies[1]
+    );
+}
+
+#[tokio::test]
 async fn an_approval_does_not_let_a_name_resolve_to_a_loopback_address() {
     let approver = Arc::new(Answering {
         answer: crate::ask::AskAnswer::Session,

@@ -96,6 +96,9 @@ pub enum EgressAsked {
     TimedOut,
     /// Nobody could be asked (no interactive front end).
     NoApprover,
+    /// Not asked again: the person refused this destination, or too many destinations,
+    /// earlier in the same call.
+    Withheld,
 }
 
 /// One connection attempt of a command through the egress proxy.
@@ -196,6 +199,7 @@ impl From<&ConnectionEvent> for EgressRecord {
                 Asked::Refused => EgressAsked::Refused,
                 Asked::TimedOut => EgressAsked::TimedOut,
                 Asked::NoApprover => EgressAsked::NoApprover,
+                Asked::Withheld => EgressAsked::Withheld,
             }),
             reason: reason.clone(),
             bytes_up: *bytes_up,
