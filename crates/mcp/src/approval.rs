@@ -156,7 +156,15 @@ impl ElicitationApprover {
             Err(error) => return request_failed(&error),
         };
         let id = handle.id.clone();
-        tokio::select! {
+        // Whoever waits for this answer may stop waiting before it comes (the egress proxy
+        // drops a question when the connection it is about is cut or its own bound runs out):
+        // the question is then withdrawn all the same, so the client stops showing it and the
+        // pending request is forgotten.
+        let mut abandoned = Abandoned {
+            peer: Some(peer.clone()),
+            id: id.clone(),
+        };
+        let answer = tokio::select! {
             response = handle.await_response() => match response {
                 Ok(ClientResult::ElicitResult(result)) => answer_of(&result),
                 Ok(other) => Approval::Unanswered(format!(
@@ -174,6 +182,35 @@ impl ElicitationApprover {
             () = cancel.cancelled() => {
                 withdraw(&peer, id, "the tool call was cancelled").await;
                 Approval::Unanswered("the tool call was cancelled while waiting for an answer".to_owned())
+            }
+        };
+        abandoned.peer = None;
+        answer
+    }
+}
+
+/// A question sent and not yet settled: dropped while still armed (its waiter went away), it
+/// withdraws the question from a task of its own.
+struct Abandoned {
+    peer: Option<Peer<RoleServer>>,
+    id: RequestId,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let id = self.id.clone();
+        tracing::info!(%id, "withdrawing a question nobody waits for any more");
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    withdraw(&peer, id, "the question is no longer needed").await;
+                });
+            }
+            Err(error) => {
+                tracing::debug!(%error, "failed to withdraw an abandoned question: no runtime");
             }
         }
     }

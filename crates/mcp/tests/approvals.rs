@@ -1,6 +1,6 @@
 //! `ask` decisions over raw JSON-RPC to a client that declared elicitation: the replies a
-//! well-behaved SDK never sends (an error, a result of the wrong kind) and a call cancelled
-//! while its question is pending.
+//! well-behaved SDK never sends (an error, a result of the wrong kind), a call cancelled
+//! while its question is pending, and a network question nobody waits for any more.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,12 +41,34 @@ struct Client {
     _policy: tempfile::TempDir,
 }
 
+/// Bash with filtered network: 127.0.0.2 (any port) needs a person's approval; the allow
+/// entry only turns filtered mode on.
+const EGRESS_ASK_POLICY: &str = r#"version = 1
+default = "allow"
+
+[tools]
+enabled = ["bash"]
+
+[filesystem]
+read = ["**"]
+write = ["**"]
+
+[network]
+allow = ["allowed.invalid"]
+ask = ["127.0.0.2"]
+"#;
+
 /// A server whose session asks through elicitation, and a client that declared it.
 async fn start() -> Client {
+    start_with(ASK_POLICY).await
+}
+
+/// [`start`] with another policy.
+async fn start_with(policy_text: &str) -> Client {
     let root = tempfile::tempdir().unwrap();
     let policy = tempfile::tempdir().unwrap();
     let policy_path = policy.path().join("ask.toml");
-    std::fs::write(&policy_path, ASK_POLICY).unwrap();
+    std::fs::write(&policy_path, policy_text).unwrap();
     let approvals = Arc::new(ElicitationApprover::new(PATIENCE));
     let session = Session::open(SessionOptions {
         policy: Some(policy_path),
@@ -203,5 +225,50 @@ async fn cancelling_the_call_withdraws_its_question() {
         "{withdrawn}"
     );
     assert!(!client.root.path().join("c.txt").exists());
+    client.end().await;
+}
+
+#[tokio::test]
+async fn a_network_question_nobody_waits_for_any_more_is_withdrawn() {
+    let mut client = start_with(EGRESS_ASK_POLICY).await;
+    // The command asks the egress proxy for 127.0.0.2:9 (a question), then ends once the
+    // test says so; its connection, still waiting for the answer, is then cut.
+    let command = "exec 3<>/dev/tcp/127.0.0.1/3128 && \
+                   printf 'CONNECT 127.0.0.2:9 HTTP/1.1\\r\\n\\r\\n' >&3 && \
+                   until [ -e go ]; do sleep 0.05; done";
+    client
+        .send(json!({
+            "jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "bash", "arguments": {"command": command}}
+        }))
+        .await;
+    let question = client
+        .next(|message| message["method"] == "elicitation/create")
+        .await;
+    let message = question["params"]["message"].as_str().unwrap();
+    assert!(message.contains("Destination: 127.0.0.2:9\n"), "{message}");
+    std::fs::write(client.root.path().join("go"), "").unwrap();
+    // Both come, in either order: the question's withdrawal and the call's result.
+    let (mut withdrawn, mut result) = (None, None);
+    while withdrawn.is_none() || result.is_none() {
+        let message = client
+            .next(|message| message["method"] == "notifications/cancelled" || message["id"] == 3)
+            .await;
+        if message["id"] == 3 {
+            result = Some(message);
+        } else {
+            withdrawn = Some(message);
+        }
+    }
+    let (withdrawn, result) = (withdrawn.unwrap(), result.unwrap());
+    assert_eq!(
+        (
+            &withdrawn["params"]["requestId"],
+            &withdrawn["params"]["reason"]
+        ),
+        (&question["id"], &json!("the question is no longer needed")),
+        "{withdrawn}"
+    );
+    assert!(result["result"].is_object(), "{result}");
     client.end().await;
 }
