@@ -143,7 +143,7 @@ impl Engine {
             }
             "ssh" => {
                 crate::ssh_engine::ssh_target(&host).map_err(|reason| DockerError::SshEngine {
-                    host: host.clone(),
+                    host: crate::ssh_engine::without_password(&host),
                     reason,
                 })?;
                 return Ok(Engine { host, tls: None });
@@ -248,7 +248,7 @@ pub async fn connect_engine_with(
             crate::ssh_engine::connect(&host, ssh.clone())
                 .await
                 .map_err(|reason| DockerError::SshEngine {
-                    host: host.clone(),
+                    host: crate::ssh_engine::without_password(&host),
                     reason,
                 })
         }
@@ -738,6 +738,19 @@ mod engine_tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("DOCKER_CERT_PATH"), "{error}");
+    }
+
+    #[test]
+    fn an_ssh_engine_with_a_password_is_refused_without_repeating_it() {
+        let error = resolve(Some("ssh://me:s3cret@h"), &[], None).unwrap_err();
+        assert!(matches!(error, DockerError::SshEngine { .. }), "{error}");
+        let text = error.to_string();
+        assert!(
+            text.contains("ssh://me:***@h")
+                && text.contains("password")
+                && !text.contains("s3cret"),
+            "{text}"
+        );
     }
 
     #[test]

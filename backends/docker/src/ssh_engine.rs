@@ -43,7 +43,34 @@ pub(crate) fn ssh_target(host: &str) -> Result<String, String> {
             "an ssh:// engine takes no path or query; use ssh://[user@]host[:port]".to_owned(),
         );
     }
+    if target
+        .rsplit_once('@')
+        .is_some_and(|(user, _)| user.contains(':'))
+    {
+        // It would otherwise go to the server, and into logs, as part of the user name.
+        return Err(
+            "a password in an ssh:// URI is not supported (the docker CLI refuses it \
+                    too); authenticate with ssh-agent or a key file and use \
+                    ssh://[user@]host[:port]"
+                .to_owned(),
+        );
+    }
     Ok(target.to_owned())
+}
+
+/// `host` with the password of an `ssh://user:password@…` URI replaced by `***`, for messages
+/// and logs.
+pub(crate) fn without_password(host: &str) -> String {
+    let Some(rest) = host.strip_prefix("ssh://") else {
+        return host.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((user, at)) if user.contains(':') => {
+            let name = user.split_once(':').map_or(user, |(name, _)| name);
+            format!("ssh://{name}:***@{at}")
+        }
+        _ => host.to_owned(),
+    }
 }
 
 /// Opens one `docker system dial-stdio` channel per connection hyper asks for.
@@ -168,5 +195,18 @@ mod tests {
         for bad in ["ssh://", "ssh://h/var/run/docker.sock", "ssh://h?x=1"] {
             assert!(ssh_target(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_password_in_the_uri_is_refused_and_never_repeated() {
+        let error = ssh_target("ssh://me:s3cret@h:2222").unwrap_err();
+        assert!(error.contains("password"), "{error}");
+        assert!(!error.contains("s3cret"), "{error}");
+        assert_eq!(
+            without_password("ssh://me:s3cret@h:2222"),
+            "ssh://me:***@h:2222"
+        );
+        assert_eq!(without_password("ssh://me@h"), "ssh://me@h");
+        assert_eq!(without_password("ssh://[::1]:22"), "ssh://[::1]:22");
     }
 }
