@@ -30,6 +30,9 @@ pub const MAX_QUESTIONS_AT_ONCE: usize = 1;
 /// Destinations the person may refuse (or leave unanswered) for one call; after that the
 /// call's connections to ask destinations are refused without asking.
 pub const MAX_REFUSALS_PER_CALL: usize = 3;
+/// How much longer than an approver's own bound ([`EgressApprover::answer_within`]) the proxy
+/// waits for its answer.
+pub const APPROVER_MARGIN: Duration = Duration::from_secs(5);
 /// Calls whose refusals are remembered; the oldest is forgotten first.
 const MAX_CALLS_REMEMBERED: usize = 256;
 
@@ -69,6 +72,14 @@ pub enum AskAnswer {
 pub trait EgressApprover: Send + Sync {
     /// Asks; a failure to ask is [`AskAnswer::Deny`]. The proxy bounds the wait.
     async fn ask(&self, request: AskRequest) -> AskAnswer;
+
+    /// How long this approver waits for a person before it gives up by itself (an operator's
+    /// setting), when it bounds the wait; the proxy then waits that long plus
+    /// [`APPROVER_MARGIN`] instead of its own [`crate::proxy::Limits::ask_timeout`], so the
+    /// approver's bound is the one that applies (and it withdraws its question).
+    fn answer_within(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// How an ask entry's destination was settled, as the connection's event records it.
@@ -159,7 +170,12 @@ pub(crate) struct Approvals {
 }
 
 impl Approvals {
+    /// Approvals asking `approver`, waiting `timeout` for it unless it has its own bound.
     pub(crate) fn new(approver: Option<Arc<dyn EgressApprover>>, timeout: Duration) -> Self {
+        let timeout = approver
+            .as_ref()
+            .and_then(|approver| approver.answer_within())
+            .map_or(timeout, |own| own.saturating_add(APPROVER_MARGIN));
         Approvals {
             approver,
             timeout,
@@ -579,6 +595,39 @@ mod tests {
             approvals.settle(request("a.example.com", 443)).await,
             Asked::NoApprover
         );
+    }
+
+    /// Answers `Once` when released, and says it waits `own` for a person.
+    struct OwnBound {
+        inner: Arc<Scripted>,
+        own: Duration,
+    }
+
+    #[async_trait::async_trait]
+    impl EgressApprover for OwnBound {
+        async fn ask(&self, request: AskRequest) -> AskAnswer {
+            self.inner.ask(request).await
+        }
+
+        fn answer_within(&self) -> Option<Duration> {
+            Some(self.own)
+        }
+    }
+
+    #[tokio::test]
+    async fn an_approver_with_its_own_bound_is_waited_for_that_long() {
+        let inner = Scripted::new(AskAnswer::Once, 0);
+        let approver: Arc<dyn EgressApprover> = Arc::new(OwnBound {
+            inner: inner.clone(),
+            own: LONG,
+        });
+        // The proxy's own bound would give up at once; the approver's applies instead.
+        let approvals = Approvals::new(Some(approver), Duration::ZERO);
+        assert_eq!(approvals.timeout(), LONG + APPROVER_MARGIN);
+        let (asked, ()) = tokio::join!(approvals.settle(request("a.example.com", 443)), async {
+            inner.release.add_permits(1)
+        },);
+        assert_eq!(asked, Asked::Once);
     }
 
     #[tokio::test]

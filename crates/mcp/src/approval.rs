@@ -257,6 +257,10 @@ impl Approver for ElicitationApprover {
         }
         answer
     }
+
+    fn answer_within(&self) -> Option<Duration> {
+        Some(self.timeout)
+    }
 }
 
 /// Whether the client of `context` can be asked: it declared form elicitation and speaks a

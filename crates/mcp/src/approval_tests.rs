@@ -282,3 +282,13 @@ fn what_the_call_touches_is_not_cut_at_the_string_bound() {
     );
     assert!(rendered.ends_with("more bytes)"), "{rendered}");
 }
+
+#[test]
+fn the_egress_proxy_learns_the_approval_timeout() {
+    // Network questions wait as long as --approval-timeout says, not the proxy's default.
+    let approver = ElicitationApprover::new(Duration::from_secs(600));
+    assert_eq!(
+        Approver::answer_within(&approver),
+        Some(Duration::from_secs(600))
+    );
+}

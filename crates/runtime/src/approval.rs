@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use cordon_egress::ask::{AskAnswer, AskRequest, EgressApprover};
@@ -48,6 +49,13 @@ pub enum Approval {
 pub trait Approver: Send + Sync {
     /// Ask; an error or a closed prompt is a denial (`No`, `Unanswered`).
     async fn approve(&self, request: ApprovalRequest) -> Approval;
+
+    /// How long this approver waits for a person before it gives up by itself, when it bounds
+    /// the wait (an MCP client's `--approval-timeout`); `None` when it does not. The egress
+    /// proxy then waits for its answer that long (and a little longer), not its own default.
+    fn answer_within(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// `text` with control, line-breaking, direction-changing and invisible characters (format
@@ -141,6 +149,10 @@ impl EgressApprover for NetworkApprover {
             Approval::Unavailable => AskAnswer::Unavailable,
         }
     }
+
+    fn answer_within(&self) -> Option<Duration> {
+        self.approver.answer_within()
+    }
 }
 
 #[cfg(test)]
@@ -231,6 +243,34 @@ mod network_tests {
                  of the session"
             )
         );
+    }
+
+    struct Bounded;
+
+    #[async_trait]
+    impl Approver for Bounded {
+        async fn approve(&self, _request: ApprovalRequest) -> Approval {
+            Approval::No
+        }
+
+        fn answer_within(&self) -> Option<Duration> {
+            Some(Duration::from_secs(600))
+        }
+    }
+
+    #[test]
+    fn the_proxy_learns_how_long_the_approver_waits() {
+        let bounded = NetworkApprover {
+            approver: Arc::new(Bounded),
+        };
+        assert_eq!(bounded.answer_within(), Some(Duration::from_secs(600)));
+        let unbounded = NetworkApprover {
+            approver: Arc::new(Answers {
+                answer: Approval::No,
+                asked: Mutex::new(Vec::new()),
+            }),
+        };
+        assert_eq!(unbounded.answer_within(), None);
     }
 
     #[tokio::test]
