@@ -991,7 +991,8 @@ mod tests {
         assert_eq!(
             requests,
             vec![ExecRequest {
-                call_id: None,
+                // The call's id goes with its command (the egress proxy's questions name it).
+                call_id: Some("call-1".into()),
                 command: "echo hi".into(),
                 cwd: h.root.clone(),
                 timeout: Duration::from_secs(120),
