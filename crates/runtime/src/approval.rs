@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cordon_egress::ask::{AskAnswer, AskRequest, EgressApprover};
+use cordon_egress::rules::{Host, special_range};
 use serde_json::Value;
 
 /// What a front end is asked to approve.
@@ -120,6 +121,14 @@ impl EgressApprover for NetworkApprover {
             entry,
         } = request;
         let destination = format!("{host}:{port}");
+        // An approved address is let through even where a name may never resolve to (an IP
+        // or CIDR ask entry names it): the person is told what kind of address it is.
+        let special = match &host {
+            Host::Ip(ip) => special_range(*ip)
+                .map(|range| format!(" ({host} is {range}: approving lets the command reach it)")),
+            Host::Name(_) => None,
+        }
+        .unwrap_or_default();
         // The call whose command opened the connection, when the backend knows it: front ends
         // that route questions by call (MCP) ask that call's client. Without one they find no
         // client and answer `Unavailable`, a refusal.
@@ -135,8 +144,9 @@ impl EgressApprover for NetworkApprover {
                 args: serde_json::json!({ "destination": destination }),
                 rule: entry.source.to_string(),
                 reason: format!(
-                    "a command connects to {destination}, which ask entry {:?} matches; always \
-                     allows {destination} (not the whole entry) for the rest of the session",
+                    "a command connects to {destination}, which ask entry {:?} matches{special}; \
+                     always allows {destination} (not the whole entry) for the rest of the \
+                     session",
                     &*entry.entry
                 ),
             })
@@ -271,6 +281,53 @@ mod network_tests {
             }),
         };
         assert_eq!(unbounded.answer_within(), None);
+    }
+
+    #[tokio::test]
+    async fn a_question_about_a_special_address_says_what_it_is() {
+        let answers = Arc::new(Answers {
+            answer: Approval::No,
+            asked: Mutex::new(Vec::new()),
+        });
+        let network = NetworkApprover {
+            approver: answers.clone(),
+        };
+        for (host, kind) in [
+            (
+                "169.254.169.254",
+                Some("a link-local address (cloud metadata lives here)"),
+            ),
+            ("127.0.0.1", Some("a loopback address")),
+            ("::1", Some("a loopback address")),
+            ("203.0.113.7", None),
+            ("api.github.com", None),
+        ] {
+            let host = Host::parse(host).expect("host");
+            network
+                .ask(AskRequest {
+                    session: "s".into(),
+                    call: None,
+                    host: host.clone(),
+                    port: 80,
+                    entry: Matched {
+                        entry: "0.0.0.0/0".into(),
+                        source: "policy.toml:7".into(),
+                    },
+                })
+                .await;
+            let reason = answers
+                .asked
+                .lock()
+                .expect("asked")
+                .pop()
+                .expect("asked")
+                .reason;
+            let said = format!(
+                " ({host} is {}: approving lets the command reach it)",
+                kind.unwrap_or("")
+            );
+            assert_eq!(reason.contains(&said), kind.is_some(), "{reason}");
+        }
     }
 
     #[tokio::test]
