@@ -20,7 +20,7 @@ use russh_sftp::client::RawSftpSession;
 
 use crate::config::{self, Target, Tokens};
 use crate::error::SshError;
-use crate::known_hosts::{KnownHosts, trust_command};
+use crate::known_hosts::{KnownHosts, alias_trust_command, trust_command};
 
 /// Asks for the passphrase of an encrypted key file; `None` declines. Interactive front ends
 /// (the CLI on a TTY) provide one; Cordon itself never prompts.
@@ -58,6 +58,8 @@ pub(crate) struct Endpoint {
     pub port: u16,
     /// The name recorded in known_hosts (`HostKeyAlias`, else the host name).
     pub key_host: String,
+    /// Whether `key_host` is a `HostKeyAlias` (recorded without a port, whatever the port).
+    pub key_alias: bool,
     pub identities: Vec<PathBuf>,
     /// Whether `identities` were named explicitly (a missing file is then an error).
     pub explicit_identity: Option<PathBuf>,
@@ -209,6 +211,7 @@ pub(crate) fn resolve_endpoint(
             .host_key_alias
             .clone()
             .unwrap_or_else(|| host.clone()),
+        key_alias: settings.host_key_alias.is_some(),
         user,
         host,
         port,
@@ -225,6 +228,9 @@ pub(crate) fn resolve_endpoint(
 pub(crate) struct ClientHandler {
     known_hosts: KnownHosts,
     key_host: String,
+    key_alias: bool,
+    /// Where the connection goes (the command to trust a new key fetches it there).
+    host: String,
     port: u16,
     verdict: Arc<Mutex<Option<SshError>>>,
 }
@@ -237,6 +243,9 @@ impl client::Handler for ClientHandler {
         server_key: &PublicKeyOrCertificate,
     ) -> Result<bool, Self::Error> {
         let result = match server_key {
+            PublicKeyOrCertificate::PublicKey { key, .. } if self.key_alias => self
+                .known_hosts
+                .check_alias(&self.key_host, &self.host, self.port, key),
             PublicKeyOrCertificate::PublicKey { key, .. } => {
                 self.known_hosts.check(&self.key_host, self.port, key)
             }
@@ -247,10 +256,21 @@ impl client::Handler for ClientHandler {
                     .first()
                     .cloned()
                     .unwrap_or_else(|| PathBuf::from("~/.ssh/known_hosts"));
+                let (host_port, trust_command) = if self.key_alias {
+                    (
+                        self.key_host.clone(),
+                        alias_trust_command(&self.key_host, &self.host, self.port, &file),
+                    )
+                } else {
+                    (
+                        crate::known_hosts::host_port_name(&self.key_host, self.port),
+                        trust_command(&self.key_host, self.port, &file),
+                    )
+                };
                 Err(SshError::UnsupportedHostCertificate {
-                    host_port: crate::known_hosts::host_port_name(&self.key_host, self.port),
+                    host_port,
                     reason: "the server presented a host certificate".to_owned(),
-                    trust_command: trust_command(&self.key_host, self.port, &file),
+                    trust_command,
                 })
             }
         };
@@ -305,6 +325,8 @@ pub(crate) fn connect_endpoint<'a>(
         let handler = ClientHandler {
             known_hosts: endpoint.known_hosts.clone(),
             key_host: endpoint.key_host.clone(),
+            key_alias: endpoint.key_alias,
+            host: endpoint.host.clone(),
             port: endpoint.port,
             verdict: verdict.clone(),
         };

@@ -36,6 +36,23 @@ pub fn trust_command(host: &str, port: u16, file: &Path) -> String {
     }
 }
 
+/// The command that records the keys of `host` (reached on `port`) under `alias`, its
+/// `HostKeyAlias`: `ssh-keyscan` names the host it connected to, so the name is replaced.
+pub fn alias_trust_command(alias: &str, host: &str, port: u16, file: &Path) -> String {
+    // The alias is the replacement of a sed `s` command: its special characters escaped.
+    let mut replacement = String::new();
+    for ch in alias.chars() {
+        if matches!(ch, '\\' | '/' | '&') {
+            replacement.push('\\');
+        }
+        replacement.push(ch);
+    }
+    let script = cordon_remote::quote::quote(&format!("s/^[^ ]*/{replacement}/"));
+    let file = cordon_remote::quote::quote(&file.to_string_lossy());
+    let host = cordon_remote::quote::quote(host);
+    format!("ssh-keyscan -p {port} {host} | sed {script} >> {file}")
+}
+
 /// `SHA256:…` fingerprint of a key.
 pub fn fingerprint(key: &PublicKey) -> String {
     key.fingerprint(HashAlg::Sha256).to_string()
@@ -229,6 +246,55 @@ impl KnownHosts {
     }
 }
 
+impl KnownHosts {
+    /// [`KnownHosts::check`] for a host whose keys are recorded under `alias`
+    /// (`HostKeyAlias`): looked up by the alias alone whatever port the connection uses, as
+    /// OpenSSH records and looks it up; the command to trust a new key records it under the
+    /// alias. `host` and `port` are where the connection goes.
+    pub fn check_alias(
+        &self,
+        alias: &str,
+        host: &str,
+        port: u16,
+        key: &PublicKey,
+    ) -> Result<(), SshError> {
+        // Port 22 is the one known_hosts names without a port.
+        self.check(alias, 22, key).map_err(|error| {
+            let file = self
+                .files
+                .first()
+                .cloned()
+                .unwrap_or_else(|| PathBuf::from("~/.ssh/known_hosts"));
+            let trust_command = alias_trust_command(alias, host, port, &file);
+            match error {
+                SshError::UnknownHostKey {
+                    host_port,
+                    algorithm,
+                    fingerprint,
+                    known_hosts,
+                    trust_command: _,
+                } => SshError::UnknownHostKey {
+                    host_port,
+                    algorithm,
+                    fingerprint,
+                    known_hosts,
+                    trust_command,
+                },
+                SshError::UnsupportedHostCertificate {
+                    host_port,
+                    reason,
+                    trust_command: _,
+                } => SshError::UnsupportedHostCertificate {
+                    host_port,
+                    reason,
+                    trust_command,
+                },
+                other => other,
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,6 +344,47 @@ mod tests {
         // The port matters: an entry for port 22 does not vouch for 2222.
         let err = check(&format!("h ssh-ed25519 {KEY_A}\n"), "h", 2222, KEY_A).unwrap_err();
         assert!(matches!(err, SshError::UnknownHostKey { .. }), "{err}");
+    }
+
+    fn check_alias(text: &str, alias: &str, port: u16, offered: &str) -> Result<(), SshError> {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("known_hosts");
+        std::fs::write(&file, text).unwrap();
+        KnownHosts { files: vec![file] }.check_alias(alias, "10.1.2.3", port, &key(offered))
+    }
+
+    #[test]
+    fn a_host_key_alias_is_looked_up_without_the_port() {
+        // What `ssh` records for `HostKeyAlias box` on port 2222 is `box`, not `[box]:2222`.
+        check_alias(&format!("box ssh-ed25519 {KEY_A}\n"), "box", 2222, KEY_A).unwrap();
+        let changed =
+            check_alias(&format!("box ssh-ed25519 {KEY_A}\n"), "box", 2222, KEY_B).unwrap_err();
+        assert!(
+            matches!(changed, SshError::ChangedHostKey { .. }),
+            "{changed}"
+        );
+        let unknown = check_alias(
+            &format!("[box]:2222 ssh-ed25519 {KEY_A}\n"),
+            "box",
+            2222,
+            KEY_A,
+        )
+        .unwrap_err();
+        let text = unknown.to_string();
+        assert!(matches!(unknown, SshError::UnknownHostKey { .. }), "{text}");
+        // The key is fetched from where the connection goes and recorded under the alias.
+        assert!(
+            text.contains("ssh-keyscan -p 2222 10.1.2.3 | sed 's/^[^ ]*/box/' >> "),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_alias_trust_command_escapes_the_alias_for_sed() {
+        assert_eq!(
+            alias_trust_command("a/b&c", "h", 22, Path::new("/k")),
+            "ssh-keyscan -p 22 h | sed 's/^[^ ]*/a\\/b\\&c/' >> /k"
+        );
     }
 
     #[test]

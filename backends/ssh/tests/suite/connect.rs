@@ -1,5 +1,5 @@
 //! Connection-level behaviour: host key verification (unknown, changed, hashed), agent and
-//! key-file authentication, encrypted keys, user certificates, ssh_config aliases, ProxyJump and ProxyCommand, and recovery
+//! key-file authentication, encrypted keys, user certificates, ssh_config aliases, HostKeyAlias, ProxyJump and ProxyCommand, and recovery
 //! from a killed session and a restarted server.
 
 use std::process::{Command, Stdio};
@@ -228,6 +228,51 @@ async fn ssh_config_alias_and_proxy_jump() {
         );
         echo_ok(&backend, &server.workspace).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_key_alias_is_looked_up_and_trusted_as_openssh_records_it() {
+    let Some(server) = server() else { return };
+    let known = server.dir.path().join("alias_known_hosts");
+    std::fs::write(&known, "").unwrap();
+    let config_file = server.dir.path().join("alias_ssh_config");
+    std::fs::write(
+        &config_file,
+        format!(
+            "Host devbox\n  HostName 127.0.0.1\n  Port {port}\n  User root\n  \
+             HostKeyAlias box.alias\n  UserKnownHostsFile {kh}\n",
+            port = server.port,
+            kh = known.display(),
+        ),
+    )
+    .unwrap();
+    let config = || {
+        let mut config = server.config();
+        config.host = "devbox".to_owned();
+        config.known_hosts = None;
+        config.ssh_config = Some(config_file.clone());
+        config
+    };
+    // Unknown: the advice fetches the key from the host and records it under the alias, on
+    // no port, as `ssh` would (not `[box.alias]:PORT`).
+    let err = SshBackend::connect(config()).await.unwrap_err();
+    assert!(matches!(err, SshError::UnknownHostKey { .. }), "{err}");
+    let text = err.to_string();
+    let command = format!(
+        "ssh-keyscan -p {} 127.0.0.1 | sed 's/^[^ ]*/box.alias/' >> {}",
+        server.port,
+        known.display()
+    );
+    assert!(text.contains(&command), "{text}");
+    let out = Command::new("sh").arg("-c").arg(&command).output().unwrap();
+    assert!(out.status.success());
+    let recorded = std::fs::read_to_string(&known).unwrap();
+    assert!(
+        recorded.lines().all(|line| line.starts_with("box.alias ")),
+        "{recorded}"
+    );
+    let backend = SshBackend::connect(config()).await.unwrap();
+    echo_ok(&backend, &server.workspace).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
