@@ -2,9 +2,9 @@
 # Run Cordon's whole test suite on a fresh Debian/Ubuntu machine (as root, or with sudo).
 #
 # Installs what the suite needs (openssh-server for the SSH backend tests, docker.io and the
-# offline sandbox image for the Docker backend tests, the Python MCP SDK for the MCP end-to-end
-# tests), starts a private dockerd when none is reachable, then runs every test of the
-# workspace. Nothing is skipped: a component that cannot be provided makes its tests fail.
+# offline sandbox image for the Docker backend tests, podman and catatonit for the same backend
+# on Podman's API, the Python MCP SDK for the MCP end-to-end tests), starts a private dockerd
+# and a private Podman service when none is reachable, then runs every test of the workspace. Nothing is skipped: a component that cannot be provided makes its tests fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +18,8 @@ need sshd openssh-server            # SSH backend tests (a throwaway sshd on 127
 need ssh-keygen openssh-client
 need ssh-agent openssh-client
 need dockerd docker.io              # Docker backend tests (a private dockerd)
+need podman podman                  # the Docker backend on Podman's API (a private service)
+[ -x /usr/libexec/podman/catatonit ] || need_pkgs+=(catatonit)  # Podman's --init
 need debootstrap debootstrap        # the offline sandbox image
 need busybox busybox-static         # the tiny fallback-search test image
 need git git
@@ -55,6 +57,8 @@ DOCKER_HOST="$(scripts/docker-start.sh)"
 export DOCKER_HOST
 log "sandbox image"
 scripts/build-sandbox-image.sh
+log "Podman service (the images loaded from the Docker engine)"
+scripts/podman-start.sh >/dev/null
 
 log "cargo test --workspace"
 cargo test --workspace --no-fail-fast "$@"

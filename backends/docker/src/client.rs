@@ -85,6 +85,42 @@ impl std::fmt::Display for EngineTransport {
     }
 }
 
+/// Which engine serves the API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    /// Docker Engine (dockerd).
+    Docker,
+    /// Podman's Docker-compatible API (`podman system service`).
+    Podman,
+}
+
+impl std::fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EngineKind::Docker => "docker",
+            EngineKind::Podman => "podman",
+        })
+    }
+}
+
+/// Which engine `docker` talks to, from `GET /version` (Podman lists a "Podman Engine"
+/// component).
+pub async fn engine_kind(docker: &Docker) -> Result<EngineKind, DockerError> {
+    let version = docker
+        .version()
+        .await
+        .map_err(|e| DockerError::api("read the engine's version", e))?;
+    let podman = version
+        .components
+        .unwrap_or_default()
+        .iter()
+        .any(|component| component.name.to_ascii_lowercase().contains("podman"));
+    Ok(match podman {
+        true => EngineKind::Podman,
+        false => EngineKind::Docker,
+    })
+}
+
 /// The files of a TLS engine's directory, in the order they are checked.
 const TLS_FILES: [&str; 3] = ["ca.pem", "cert.pem", "key.pem"];
 

@@ -81,6 +81,16 @@ pub enum DockerError {
         /// What went wrong, with what to do about it.
         reason: String,
     },
+    /// Copy mode asked of a Podman engine.
+    #[error(
+        "failed to start a copy-mode session on the Podman engine at `{host}`: Podman's archive \
+         API fills only the mount that holds the target path, so the workspace volumes cannot \
+         be filled; reach Podman through its local socket (unix://, bind mode)"
+    )]
+    PodmanCopyMode {
+        /// The host URI.
+        host: String,
+    },
     /// The engine's TLS settings (`DOCKER_TLS_VERIFY`, `DOCKER_CERT_PATH`) cannot be used.
     #[error("failed to set up TLS for Docker host `{host}`: {reason}")]
     Tls {

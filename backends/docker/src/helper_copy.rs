@@ -72,7 +72,6 @@ pub(crate) fn verified_serve_argv(sha256: &str) -> Vec<String> {
 
 /// The tar the loader receives: the volume's top directory and the binary, root-owned, 0555.
 fn helper_tar(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
-    let prefix = LOAD_DIR.trim_start_matches('/');
     let mut builder = tar::Builder::new(Vec::new());
     let mut dir = tar::Header::new_gnu();
     dir.set_entry_type(tar::EntryType::Directory);
@@ -80,14 +79,14 @@ fn helper_tar(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
     dir.set_uid(0);
     dir.set_gid(0);
     dir.set_size(0);
-    builder.append_data(&mut dir, format!("{prefix}/"), std::io::empty())?;
+    builder.append_data(&mut dir, "./", std::io::empty())?;
     let mut file = tar::Header::new_gnu();
     file.set_entry_type(tar::EntryType::Regular);
     file.set_mode(0o555);
     file.set_uid(0);
     file.set_gid(0);
     file.set_size(bytes.len() as u64);
-    builder.append_data(&mut file, format!("{prefix}/{BINARY_NAME}"), bytes)?;
+    builder.append_data(&mut file, BINARY_NAME, bytes)?;
     builder.into_inner()
 }
 
@@ -197,7 +196,8 @@ pub(crate) async fn fill(
         .upload_to_container(
             &loader,
             Some(UploadToContainerOptions {
-                path: "/".to_owned(),
+                // At the mount point itself: Podman extracts into the mount holding this path.
+                path: LOAD_DIR.to_owned(),
                 ..Default::default()
             }),
             bollard::body_full(tar.into()),
@@ -327,8 +327,8 @@ mod tests {
         assert_eq!(
             entries,
             [
-                ("cordon-helper-load/".to_owned(), 0o555, 0, 0),
-                ("cordon-helper-load/cordon-helper".to_owned(), 0o555, 0, 4),
+                ("./".to_owned(), 0o555, 0, 0),
+                ("cordon-helper".to_owned(), 0o555, 0, 4),
             ]
         );
     }

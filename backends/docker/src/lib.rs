@@ -50,7 +50,7 @@ use cordon_remote::runner::Runner;
 use cordon_remote::transport::{Collected, StdinEnd, collect};
 
 use crate::client::DockerTransport;
-pub use crate::client::{EngineTransport, Owner};
+pub use crate::client::{EngineKind, EngineTransport, Owner};
 pub use crate::egress::{
     EGRESS_PORT, EgressAsker, EgressMounts, EgressResolver, HELPER_IN_CONTAINER, SOCKET_DIR,
     choose_helper,
@@ -151,6 +151,8 @@ pub(crate) struct Inner {
     ssh: TunnelConfig,
     /// How the engine is reached.
     transport: EngineTransport,
+    /// Which engine it is.
+    engine_kind: EngineKind,
     id: BackendId,
     container: String,
     host_root: PathBuf,
@@ -407,6 +409,16 @@ impl DockerBackend {
             }
             (mode, _) => mode,
         };
+        let engine_kind = client::engine_kind(&docker).await?;
+        tracing::debug!(host, engine = %engine_kind, "docker: engine");
+        match (engine_kind, mode) {
+            (EngineKind::Podman, WorkspaceMode::Copy) => {
+                tracing::warn!(host, "docker: copy mode refused on podman");
+                return Err(DockerError::PodmanCopyMode { host });
+            }
+            (EngineKind::Podman, WorkspaceMode::Bind)
+            | (EngineKind::Docker, WorkspaceMode::Bind | WorkspaceMode::Copy) => {}
+        }
         let spec = start::fit_cpus_to_host(&docker, spec).await;
         let owner = Owner::current();
         client::reap_stale(&docker, &owner).await;
@@ -486,6 +498,10 @@ impl DockerBackend {
             labels: launch.labels.clone(),
         });
 
+        let mut body = body;
+        if engine_kind == EngineKind::Podman {
+            plan::for_podman(&mut body);
+        }
         let cleanup_volumes = copy_state
             .as_ref()
             .map(|c| c.volumes.clone())
@@ -528,6 +544,7 @@ impl DockerBackend {
             host,
             ssh,
             transport: engine.transport(),
+            engine_kind,
             id: BackendId::new(format!("docker:{container}")),
             container: container.clone(),
             host_root,
@@ -637,6 +654,11 @@ impl DockerBackend {
     /// The Docker client of this session (tests, diagnostics).
     pub fn docker(&self) -> &Docker {
         &self.inner.docker
+    }
+
+    /// Which engine serves the session (Docker or Podman).
+    pub fn engine_kind(&self) -> EngineKind {
+        self.inner.engine_kind
     }
 
     /// How the engine is reached.

@@ -177,6 +177,32 @@ pub fn mounts(plan: &ContainerPlan<'_>) -> Vec<Mount> {
     out
 }
 
+/// Fit a container body made for Docker to Podman's API. Podman fills a tmpfs with what lies
+/// under it by default (`tmpcopyup`): a tmpfs masking a denied directory would show its
+/// files, so every tmpfs gets `notmpcopyup`. Podman's tmpfs options have no `uid=`/`gid=`;
+/// `U` makes the tmpfs the container user's, which is the same owner.
+pub fn for_podman(body: &mut ContainerCreateBody) {
+    let Some(tmpfs) = body.host_config.as_mut().and_then(|h| h.tmpfs.as_mut()) else {
+        return;
+    };
+    for options in tmpfs.values_mut() {
+        let mut owned = false;
+        let mut kept: Vec<&str> = Vec::new();
+        for option in options.split(',') {
+            if option.starts_with("uid=") || option.starts_with("gid=") {
+                owned = true;
+            } else {
+                kept.push(option);
+            }
+        }
+        kept.push("notmpcopyup");
+        if owned {
+            kept.push("U");
+        }
+        *options = kept.join(",");
+    }
+}
+
 fn ulimits(limits: &Limits) -> Option<Vec<ResourcesUlimits>> {
     let mut out = Vec::new();
     let mut push = |name: &str, value: Option<u64>| {
@@ -727,6 +753,42 @@ mod egress_tests {
                 .iter()
                 .any(|v| v.to_ascii_uppercase().contains("_PROXY=http")),
             "{unfiltered:?}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod podman_tests {
+    use super::*;
+
+    #[test]
+    fn podman_tmpfs_copy_nothing_up_and_get_their_owner_as_u() {
+        let mut body = ContainerCreateBody {
+            host_config: Some(HostConfig {
+                tmpfs: Some(HashMap::from([
+                    ("/tmp".to_owned(), "rw,nosuid,nodev,mode=1777".to_owned()),
+                    (
+                        "/home/cordon".to_owned(),
+                        "rw,nosuid,nodev,mode=0700,uid=1000,gid=1001".to_owned(),
+                    ),
+                ])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        for_podman(&mut body);
+        assert_eq!(
+            body.host_config.and_then(|h| h.tmpfs),
+            Some(HashMap::from([
+                (
+                    "/tmp".to_owned(),
+                    "rw,nosuid,nodev,mode=1777,notmpcopyup".to_owned()
+                ),
+                (
+                    "/home/cordon".to_owned(),
+                    "rw,nosuid,nodev,mode=0700,notmpcopyup,U".to_owned()
+                ),
+            ]))
         );
     }
 }

@@ -13,6 +13,7 @@ mod files;
 mod files_helper;
 mod helper_copy;
 mod lifecycle;
+mod podman;
 mod search;
 mod ssh_engine;
 mod tls;

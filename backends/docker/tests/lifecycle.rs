@@ -27,10 +27,17 @@ async fn container_is_hardened_and_removed_at_shutdown() {
          ls /sys/class/net; cat /proc/1/comm",
     )
     .await;
+    // The init process: Docker's tini, Podman's catatonit.
+    let init = match backend.engine_kind() {
+        cordon_backend_docker::EngineKind::Docker => "docker-init",
+        cordon_backend_docker::EngineKind::Podman => "podman-init",
+    };
     assert_eq!(
         ran.output,
-        "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n\
-         root-read-only\ntmp-writable\nworkspace-writable\nlo\ndocker-init\n"
+        format!(
+            "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n\
+             root-read-only\ntmp-writable\nworkspace-writable\nlo\n{init}\n"
+        )
     );
     assert_eq!(ran.outcome.status, Some(ExitStatus::Code(0)));
 
