@@ -1,6 +1,8 @@
 //! Destinations an ask entry (`[network] ask`) matches: the approver hook the proxy calls, the
-//! session's approved destinations, and the rule that one destination has at most one question
-//! in flight (connections to it meanwhile wait for that answer). It does not show questions (a
+//! session's approved destinations, and the rule that one call has at most one question in
+//! flight per destination (its connections to it meanwhile wait for that answer; another
+//! call's are asked about on their own, an answer "once" covering only the call it was given
+//! to). It does not show questions (a
 //! front end's [`EgressApprover`] does) nor decide which entry matched ([`crate::rules`]).
 //!
 //! An approval "for the session" adds the exact destination asked about (`host:port`, never the
@@ -57,7 +59,7 @@ pub struct AskRequest {
 /// An approver's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AskAnswer {
-    /// Allow this connection (and the connections that waited for the same answer).
+    /// Allow this connection (and the same call's connections that waited for this answer).
     Once,
     /// Allow this destination for the rest of the session.
     Session,
@@ -121,10 +123,17 @@ enum Settled {
     TimedOut,
     /// When its turn came, the asking call had refused too much to be asked again.
     Withheld,
+    /// When its turn came, another call's question had approved the destination for the
+    /// session.
+    Remembered,
 }
 
 /// A question in flight, shared by the connections waiting for its answer.
 type Pending = Arc<OnceCell<Settled>>;
+
+/// What a question in flight is about: the call that asks (its person answers for its
+/// connections only) and the destination.
+type PendingKey = (Option<Arc<str>>, String);
 
 /// The destinations each call's person refused (or left unanswered), by call (`None`: the
 /// connections no backend tied to a call), oldest call first.
@@ -164,7 +173,7 @@ pub(crate) struct Approvals {
     approver: Option<Arc<dyn EgressApprover>>,
     timeout: Duration,
     approved: Mutex<HashSet<String>>,
-    pending: Mutex<HashMap<String, Pending>>,
+    pending: Mutex<HashMap<PendingKey, Pending>>,
     turn: Semaphore,
     refusals: Mutex<Refusals>,
 }
@@ -212,10 +221,16 @@ impl Approvals {
             );
             return Asked::Withheld;
         }
-        let cell = lock(&self.pending).entry(key.clone()).or_default().clone();
+        // One question per call and destination: an answer given to one call's person does
+        // not let another call's connections through (only a session approval does).
+        let pending_key = (call.clone(), key);
+        let cell = lock(&self.pending)
+            .entry(pending_key.clone())
+            .or_default()
+            .clone();
         let guard = PendingGuard {
             pending: &self.pending,
-            key,
+            key: pending_key,
             cell,
         };
         let timeout = self.timeout;
@@ -229,6 +244,9 @@ impl Approvals {
                     };
                     // Questions answered while this one waited may have used up the call's.
                     let destination = format!("{}:{}", request.host, request.port);
+                    if lock(&self.approved).contains(&destination) {
+                        return Settled::Remembered;
+                    }
                     if lock(&self.refusals).withheld(&request.call, &destination) {
                         return Settled::Withheld;
                     }
@@ -253,7 +271,7 @@ impl Approvals {
                     .unwrap_or(Settled::TimedOut)
             })
             .await;
-        let key = &guard.key;
+        let key = &guard.key.1;
         let asked = match settled {
             Settled::Answered(AskAnswer::Session) => {
                 let mut approved = lock(&self.approved);
@@ -274,6 +292,7 @@ impl Approvals {
             Settled::Answered(AskAnswer::Unavailable) => Asked::NoApprover,
             Settled::TimedOut => Asked::TimedOut,
             Settled::Withheld => Asked::Withheld,
+            Settled::Remembered => Asked::Remembered,
         };
         if matches!(asked, Asked::Refused | Asked::TimedOut) {
             lock(&self.refusals).record(&call, key);
@@ -289,8 +308,8 @@ impl Approvals {
 /// Removes a question from the in-flight map once it is answered, or when its last waiter is
 /// gone unanswered (a connection cut while asking), so cut questions do not pile up.
 struct PendingGuard<'a> {
-    pending: &'a Mutex<HashMap<String, Pending>>,
-    key: String,
+    pending: &'a Mutex<HashMap<PendingKey, Pending>>,
+    key: PendingKey,
     cell: Pending,
 }
 
@@ -398,6 +417,43 @@ mod tests {
         );
         assert_eq!(approver.asked(), 2);
         assert!(lock(&approvals.pending).is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_answer_once_covers_only_the_call_it_was_given_to() {
+        let approver = Scripted::new(AskAnswer::Once, 0);
+        let approvals = approvals(&approver, LONG);
+        // Both calls' connections are waiting when the first answer comes: the second call
+        // is asked on its own, after the first.
+        let (first, second, asked_meanwhile) = tokio::join!(
+            approvals.settle(request_for("call-1", "a.example.com", 443)),
+            approvals.settle(request_for("call-2", "a.example.com", 443)),
+            async {
+                let asked = approver.asked();
+                approver.release.add_permits(2);
+                asked
+            },
+        );
+        assert_eq!(
+            (first, second, asked_meanwhile, approver.asked()),
+            (Asked::Once, Asked::Once, 1, 2)
+        );
+        assert!(lock(&approvals.pending).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_question_waiting_its_turn_finds_a_session_approval_given_meanwhile() {
+        let approver = Scripted::new(AskAnswer::Session, 0);
+        let approvals = approvals(&approver, LONG);
+        let (first, second, ()) = tokio::join!(
+            approvals.settle(request_for("call-1", "a.example.com", 443)),
+            approvals.settle(request_for("call-2", "a.example.com", 443)),
+            async { approver.release.add_permits(1) },
+        );
+        assert_eq!(
+            (first, second, approver.asked()),
+            (Asked::Session, Asked::Remembered, 1)
+        );
     }
 
     #[tokio::test]
