@@ -1,16 +1,23 @@
 //! Latency of the Docker backend against its baselines, in one run:
 //!
-//!   DOCKER_HOST="$(scripts/docker-start.sh)" cargo run --release -p cordon-backend-docker --example bench
+//! ```sh
+//! cargo build --release -p cordon-helper --bin cordon-helper
+//! cargo build --release -p cordon-backend-docker --example bench
+//! DOCKER_HOST="$(scripts/docker-start.sh)" target/release/examples/bench
+//! ```
 //!
-//! Prints p50 / mean over N iterations for: session start (create + start + probe) and stop,
-//! `true` through `BashOperations::exec`, a raw bollard exec of `true` (create, attached start,
-//! drain, inspect), the `docker exec` CLI, and a 2 KB `read_file`.
+//! Prints p50 / p90 / mean over `BENCH_N` iterations (default 40) for: session start (create +
+//! start + probe + file helper) and stop, `true` through `BashOperations::exec`, a raw bollard
+//! exec of `true` (create, attached start, drain, inspect), the `docker exec` CLI, and a 2 KB
+//! `read_file` through the file helper and, in a second session without it, through the
+//! session's shell workers. The helper is `CORDON_HELPER`, else `cordon-helper` of the same
+//! build (the profile directory above `examples/`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use cordon_backend_docker::{DockerBackend, DockerConfig};
+use cordon_backend_docker::{DockerBackend, DockerConfig, FilesHelper};
 use cordon_ops::{Backend, ExecRequest};
 use futures::StreamExt;
 use tokio::sync::mpsc;
@@ -18,14 +25,28 @@ use tokio_util::sync::CancellationToken;
 
 fn stats(name: &str, mut samples: Vec<Duration>) {
     samples.sort();
-    let p50 = samples[samples.len() / 2];
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
     let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
     println!(
-        "{name:<34} p50 {:>7.2} ms   mean {:>7.2} ms   (n={})",
-        p50.as_secs_f64() * 1e3,
+        "{name:<40} p50 {:>7.2} ms   p90 {:>7.2} ms   mean {:>7.2} ms   (n={})",
+        at(0.5).as_secs_f64() * 1e3,
+        at(0.9).as_secs_f64() * 1e3,
         mean.as_secs_f64() * 1e3,
         samples.len()
     );
+}
+
+/// `CORDON_HELPER`, else this build's `cordon-helper`.
+fn helper_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("CORDON_HELPER") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/examples/bench → target/<profile>/cordon-helper
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|profile| profile.join("cordon-helper"))
+        .expect("target directory")
 }
 
 async fn raw_exec(docker: &bollard::Docker, container: &str) {
@@ -64,7 +85,11 @@ async fn main() {
         .unwrap_or(40);
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("small.txt"), "x".repeat(2048)).expect("write");
-    let config = DockerConfig::new(dir.path());
+    let mut config = DockerConfig::new(dir.path());
+    config.helper = Some(helper_binary());
+    config.files_helper = FilesHelper::Required;
+    let mut shell_config = config.clone();
+    shell_config.files_helper = FilesHelper::Shell;
 
     let mut starts = Vec::new();
     let mut stops = Vec::new();
@@ -78,6 +103,13 @@ async fn main() {
     }
 
     let backend = DockerBackend::start(config).await.expect("start");
+    assert!(
+        backend.files_helper().is_some(),
+        "the file helper does not run"
+    );
+    let shell_backend = DockerBackend::start(shell_config).await.expect("start");
+    assert!(shell_backend.files_helper().is_none());
+    let shell_files = shell_backend.files();
     let docker = backend.docker().clone();
     let container = backend.container().to_owned();
     let bash = backend.bash();
@@ -89,7 +121,8 @@ async fn main() {
         raw_exec(&docker, &container).await;
     }
 
-    let (mut ours, mut raw, mut cli, mut reads) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ours, mut raw, mut cli) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut reads, mut shell_reads) = (Vec::new(), Vec::new());
     let (mut raw_stdin, mut raw_sh, mut raw_bash) = (Vec::new(), Vec::new(), Vec::new());
     let diag = std::env::var("BENCH_DIAG").is_ok();
     for _ in 0..n {
@@ -160,15 +193,28 @@ async fn main() {
             .expect("read");
         reads.push(t.elapsed());
         assert_eq!(data.len(), 2048);
+
+        let t = Instant::now();
+        let data = shell_files
+            .read_file(Path::new("/workspace/small.txt"))
+            .await
+            .expect("read");
+        shell_reads.push(t.elapsed());
+        assert_eq!(data.len(), 2048);
     }
     backend.shutdown().await.expect("shut the session down");
+    shell_backend
+        .shutdown()
+        .await
+        .expect("shut the session down");
 
     stats("session start (create+start+probe)", starts);
     stats("session stop (remove)", stops);
     stats("bash `true` via BashOperations", ours);
     stats("raw bollard exec `true`", raw);
     stats("`docker exec` CLI `true`", cli);
-    stats("read_file 2 KB", reads);
+    stats("read_file 2 KB (file helper)", reads);
+    stats("read_file 2 KB (shell workers)", shell_reads);
     if diag {
         stats("raw exec `true`, stdin attached", raw_stdin);
         stats("raw exec `sh -c true`", raw_sh);

@@ -1,11 +1,11 @@
 //! Throughput and per-connection latency of the egress proxy against a direct connection, all
 //! on loopback in one process: `cargo run --release -p cordon-egress --example bench
-//! [GIB] [CONNECTIONS]` (defaults: 1 GiB, 500 connections).
+//! [GIB] [CONNECTIONS] [ROUNDS]` (defaults: 1 GiB, 500 connections, 5 rounds).
 //!
 //! - throughput: an origin writes GIB GiB and closes; the client reads it directly, then
 //!   through a `CONNECT` tunnel relayed by `splice(2)` (a TCP client, what `serve_tcp` gets),
-//!   then through one relayed by copying (a client stream of another type); five interleaved
-//!   rounds, best wall time and least CPU time (the whole process) of each;
+//!   then through one relayed by copying (a client stream of another type); ROUNDS interleaved
+//!   rounds, median and best wall time and least CPU time (the whole process) of each;
 //! - latency: an origin writes one byte and closes; the client opens a connection and reads to
 //!   the end, directly and through `CONNECT` (and SOCKS5), CONNECTIONS times each, one at a time.
 
@@ -224,6 +224,10 @@ async fn main() {
     let count: usize = args
         .next()
         .map_or(500, |a| a.parse().expect("CONNECTIONS is a number"));
+    let rounds: usize = args
+        .next()
+        .map_or(5, |a| a.parse().expect("ROUNDS is a number"))
+        .max(1);
     let bytes = gib << 30;
     let bulk = origin(bytes).await;
     let tiny = origin(1).await;
@@ -231,25 +235,34 @@ async fn main() {
     let copying = proxy(&[bulk, tiny], true).await;
 
     // Rounds interleave the routes so that a change in the machine's load hits all of them;
-    // each route keeps its best wall time and its least CPU time.
+    // each route reports its median and best wall time and its least CPU time.
     let routes = [
         ("direct", Route::Direct),
         ("CONNECT, splice", Route::Connect(proxy_addr)),
         ("CONNECT, copying", Route::Connect(copying)),
     ];
-    let mut best = [(Duration::MAX, Duration::MAX); 3];
-    for _ in 0..5 {
-        for (slot, (_, route)) in best.iter_mut().zip(routes) {
+    let mut walls: [Vec<Duration>; 3] = Default::default();
+    let mut cpus = [Duration::MAX; 3];
+    for _ in 0..rounds {
+        for ((samples, least), (_, route)) in walls.iter_mut().zip(cpus.iter_mut()).zip(routes) {
             let (wall, cpu) = transfer(route, bulk, bytes).await;
-            *slot = (slot.0.min(wall), slot.1.min(cpu));
+            samples.push(wall);
+            *least = (*least).min(cpu);
         }
     }
+    for samples in &mut walls {
+        samples.sort();
+    }
     let mib = |wall: Duration| bytes as f64 / wall.as_secs_f64() / (1 << 20) as f64;
-    for ((name, _), (wall, cpu)) in routes.iter().zip(best) {
+    let median = |samples: &[Duration]| percentile(samples, 0.5);
+    for ((name, _), (samples, cpu)) in routes.iter().zip(walls.iter().zip(cpus)) {
         println!(
-            "throughput, {gib} GiB, {name}: {:.0} MiB/s ({:.2}x direct), CPU {:.2} s per GiB",
-            mib(wall),
-            mib(wall) / mib(best[0].0),
+            "throughput, {gib} GiB, {name}, {rounds} rounds: median {:.0} MiB/s ({:.2}x direct's \
+             median), best {:.0} MiB/s ({:.2}x direct's best), least CPU {:.2} s per GiB",
+            mib(median(samples)),
+            mib(median(samples)) / mib(median(&walls[0])),
+            mib(samples[0]),
+            mib(samples[0]) / mib(walls[0][0]),
             cpu.as_secs_f64() / gib.max(1) as f64,
         );
     }
@@ -265,11 +278,13 @@ async fn main() {
     ] {
         let proxied = latencies(route, tiny, count).await;
         println!(
-            "new connection ({count}x): direct p50 {:.0} µs p99 {:.0} µs; through {name} p50 {:.0} µs \
-             p99 {:.0} µs; added p50 {:.0} µs",
+            "new connection ({count}x): direct p50 {:.0} µs p90 {:.0} µs p99 {:.0} µs; through \
+             {name} p50 {:.0} µs p90 {:.0} µs p99 {:.0} µs; added p50 {:.0} µs",
             micros(percentile(&direct, 0.5)),
+            micros(percentile(&direct, 0.9)),
             micros(percentile(&direct, 0.99)),
             micros(percentile(&proxied, 0.5)),
+            micros(percentile(&proxied, 0.9)),
             micros(percentile(&proxied, 0.99)),
             micros(percentile(&proxied, 0.5)) - micros(percentile(&direct, 0.5)),
         );

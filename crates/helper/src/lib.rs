@@ -32,6 +32,7 @@ pub mod frame;
 pub mod program;
 pub mod protocol;
 pub mod server;
+mod stdio;
 
 pub use backend::{
     Connection, Connector, HELPER_ENV, HELPER_NAME, HelperBackend, HelperOps, PipeConnector,

@@ -55,7 +55,10 @@ fn serve() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let ended = runtime.block_on(crate::serve(tokio::io::stdin(), tokio::io::stdout()));
+    let ended = runtime.block_on(async {
+        let (reader, writer) = crate::stdio::streams();
+        crate::serve(reader, writer).await
+    });
     // A write that outlived its call finishes before the writeback is started.
     drop(runtime);
     cordon_backend_local::wait_for_writeback();

@@ -651,3 +651,36 @@ async fn malformed_requests_get_errors_and_the_session_goes_on() {
         "a broken stream is a failure exit: {status}"
     );
 }
+
+/// The `flags:` field of one of `pid`'s descriptors (octal, as /proc prints it).
+fn fd_flags(pid: u32, fd: u32) -> u32 {
+    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).expect("fdinfo");
+    let flags = info
+        .lines()
+        .find_map(|line| line.strip_prefix("flags:"))
+        .expect("flags line");
+    u32::from_str_radix(flags.trim(), 8).expect("octal flags")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn piped_stdin_and_stdout_are_served_by_the_reactor() {
+    let mut raw = Raw::spawn();
+    // Once the helper answers, it serves its stream.
+    raw.send_header(br#"{"id":1,"type":"hello","version":999}"#)
+        .await;
+    assert_eq!(raw.answer().await.id, 1);
+    let pid = raw.child.id().expect("running");
+    // Non-blocking pipes are read and written through the reactor; tokio's stdio would have
+    // left them blocking and used a thread per read and per write.
+    for fd in [0, 1] {
+        assert_ne!(
+            fd_flags(pid, fd) & libc::O_NONBLOCK as u32,
+            0,
+            "fd {fd} is blocking"
+        );
+    }
+    // stderr is left alone.
+    assert_eq!(fd_flags(pid, 2) & libc::O_NONBLOCK as u32, 0);
+    drop(raw.stdin);
+    raw.child.wait().await.expect("exit");
+}
