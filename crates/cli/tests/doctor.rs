@@ -225,6 +225,61 @@ fn doctor_says_how_the_docker_engine_is_reached() {
     );
 }
 
+/// The transport from DOCKER_HOST's scheme, and copy mode for every engine that may be on
+/// another machine (no engine is contacted).
+#[test]
+fn doctor_names_the_engine_transport_and_the_workspace_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    for (host, args, transport, workspace) in [
+        (
+            "unix:///run/podman/podman.sock",
+            &[][..],
+            "unix",
+            "bind (the workspace is bind-mounted)",
+        ),
+        (
+            "unix:///var/run/docker.sock",
+            &["--workspace-mode", "copy"][..],
+            "unix",
+            "copy (--workspace-mode copy)",
+        ),
+        (
+            "tcp://127.0.0.1:9",
+            &[][..],
+            "tcp",
+            "copy (the engine may be on another machine: the workspace and the file helper are \
+             copied in)",
+        ),
+        (
+            "ssh://builder@127.0.0.1:9",
+            &[][..],
+            "ssh",
+            "copy (the engine may be on another machine: the workspace and the file helper are \
+             copied in)",
+        ),
+    ] {
+        let output = Command::new(CORDON)
+            .arg("doctor")
+            .args(args)
+            .current_dir(dir.path())
+            .env("DOCKER_HOST", host)
+            .env_remove("DOCKER_TLS_VERIFY")
+            .output()
+            .expect("run cordon doctor");
+        let text = stdout(&output);
+        let lines: Vec<&str> = text.lines().collect();
+        for line in [
+            format!("docker: transport: info ({transport})"),
+            format!("docker: workspace: info ({workspace})"),
+        ] {
+            assert!(
+                lines.contains(&line.as_str()),
+                "{line:?} missing in:\n{text}"
+            );
+        }
+    }
+}
+
 #[test]
 fn doctor_rejects_an_unknown_backend() {
     let dir = tempfile::tempdir().unwrap();
@@ -265,6 +320,16 @@ fn doctor_probes_the_selected_docker_backend() {
         "{text}"
     );
     assert!(text.lines().any(|l| l == "docker: ready"), "{text}");
+    for line in [
+        "docker: engine kind: info (docker)",
+        "docker: transport: info (unix)",
+        "docker: workspace: info (bind (the workspace is bind-mounted))",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line:?} missing in:\n{text}"
+        );
+    }
     // Which path file operations took: the helper beside this build's `cordon` when it was
     // built, else the shell workers with the reason.
     let helper_built = Path::new(CORDON).with_file_name("cordon-helper").is_file();
@@ -278,6 +343,47 @@ fn doctor_probes_the_selected_docker_backend() {
         assert!(
             files.starts_with("docker: file operations: info (shell ("),
             "{text}"
+        );
+    }
+}
+
+/// `--backend docker` on Podman's socket (`scripts/podman-start.sh` starts a private service;
+/// `CORDON_SKIP_PODMAN=1` opts out explicitly): the engine kind says so and a session runs.
+#[test]
+fn doctor_names_a_podman_engine() {
+    if std::env::var("CORDON_SKIP_PODMAN").as_deref() == Ok("1") {
+        eprintln!("CORDON_SKIP_PODMAN=1: not testing doctor on podman");
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/podman-start.sh");
+    let started = Command::new("bash")
+        .arg(script)
+        .output()
+        .expect("run scripts/podman-start.sh");
+    assert!(
+        started.status.success(),
+        "no Podman service: scripts/podman-start.sh failed:\n{}\nInstall podman and catatonit, \
+         or set CORDON_SKIP_PODMAN=1 to skip this test explicitly.",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let host = String::from_utf8_lossy(&started.stdout).trim().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(CORDON)
+        .args(["doctor", "--backend", "docker"])
+        .env("DOCKER_HOST", &host)
+        .current_dir(dir.path())
+        .output()
+        .expect("run cordon");
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    for line in [
+        "docker: engine kind: info (podman)",
+        "docker: transport: info (unix)",
+        "docker: ready",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line:?} missing in:\n{text}"
         );
     }
 }

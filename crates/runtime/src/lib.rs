@@ -40,6 +40,12 @@ pub use cordon_backend_docker::choose_helper as docker_egress_helper;
 /// How the Docker engine is reached (`DOCKER_HOST`, TLS), for reports such as `cordon doctor`.
 #[cfg(feature = "docker")]
 pub use cordon_backend_docker::client::Engine as DockerEngine;
+/// Which engine serves the Docker API (Docker or Podman), and how to ask it, for reports.
+#[cfg(feature = "docker")]
+pub use cordon_backend_docker::client::{
+    EngineKind as DockerEngineKind, EngineTransport as DockerTransport, connect as docker_connect,
+    engine_kind as docker_engine_kind,
+};
 /// The SSH backend itself, for reports such as `cordon doctor` (the remote helper, its layers).
 #[cfg(feature = "ssh")]
 pub use cordon_backend_ssh as ssh;

@@ -26,7 +26,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::cmd::common::{BackendKind, CommonArgs, Settings};
+use crate::cmd::common::{BackendKind, CommonArgs, Settings, WorkspaceModeArg};
 use crate::config::Candidate;
 use crate::output::print_json_line;
 
@@ -383,6 +383,50 @@ fn engine_tls(report: &mut Report) {
 #[cfg(not(feature = "docker"))]
 fn engine_tls(_report: &mut Report) {}
 
+/// How the engine is reached (unix, tcp, tcp+tls, ssh) and so how the workspace reaches the
+/// container: an engine that may be on another machine gets copy mode whatever was asked.
+#[cfg(feature = "docker")]
+fn engine_transport(report: &mut Report, asked: WorkspaceModeArg) {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let Ok(engine) = cordon_runtime::DockerEngine::resolve(
+        None,
+        &|name| std::env::var(name).ok(),
+        home.as_deref(),
+    ) else {
+        // The tls line says why the engine cannot be used.
+        return;
+    };
+    let transport = engine.transport();
+    report.line("transport", Status::Info, transport.to_string());
+    let mode = match (transport.is_remote(), asked) {
+        (true, _) => "copy (the engine may be on another machine: the workspace and the file \
+                      helper are copied in)"
+            .to_owned(),
+        (false, WorkspaceModeArg::Bind) => "bind (the workspace is bind-mounted)".to_owned(),
+        (false, WorkspaceModeArg::Copy) => "copy (--workspace-mode copy)".to_owned(),
+    };
+    report.line("workspace", Status::Info, mode);
+}
+
+#[cfg(not(feature = "docker"))]
+fn engine_transport(_report: &mut Report, _asked: WorkspaceModeArg) {}
+
+/// Which engine answers (Docker or Podman), asked through a real connection.
+#[cfg(feature = "docker")]
+async fn engine_kind(report: &mut Report) {
+    let kind = match cordon_runtime::docker_connect(None).await {
+        Ok((docker, _)) => cordon_runtime::docker_engine_kind(&docker).await,
+        Err(error) => Err(error),
+    };
+    match kind {
+        Ok(kind) => report.line("engine kind", Status::Info, kind.to_string()),
+        Err(error) => report.line("engine kind", Status::Missing, error.to_string()),
+    }
+}
+
+#[cfg(not(feature = "docker"))]
+async fn engine_kind(_report: &mut Report) {}
+
 /// Whether filtered network mode (`[network] allow`) can run: a `cordon-helper` for this
 /// machine's architecture that runs here (the engine is assumed local: filtered mode needs
 /// bind mode). Not a blocker: only policies with an allow list need it.
@@ -445,6 +489,7 @@ async fn check_docker(selected: bool, common: &CommonArgs, settings: &Settings) 
         std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_owned());
     report.line("engine", Status::Info, format!("DOCKER_HOST={host}"));
     engine_tls(&mut report);
+    engine_transport(&mut report, settings.workspace_mode);
     report.line("image", Status::Info, settings.image.clone());
     docker_filtered(&mut report);
     if !selected {
@@ -473,6 +518,7 @@ async fn check_docker(selected: bool, common: &CommonArgs, settings: &Settings) 
             return report;
         }
     };
+    engine_kind(&mut report).await;
     options.root = workspace.path().to_path_buf();
     options.policy = None;
     let (ok, detail, files_path) = run_probe_session(options).await;
