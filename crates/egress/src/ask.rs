@@ -65,6 +65,10 @@ pub enum AskAnswer {
     Session,
     /// Refuse it.
     Deny,
+    /// The person was asked but no usable answer came (none within the approver's own bound,
+    /// the question dismissed, a reply that could not be read): a refusal, recorded as
+    /// [`Asked::TimedOut`].
+    NoAnswer,
     /// Nobody can be asked about it (the front end has no way to reach a person for it).
     Unavailable,
 }
@@ -95,7 +99,7 @@ pub enum Asked {
     Remembered,
     /// The person asked did not approve it (said no, dismissed the question).
     Refused,
-    /// No answer came in time.
+    /// No usable answer came in time (none at all, or the question dismissed).
     TimedOut,
     /// Nobody can be asked here (no approver).
     NoApprover,
@@ -260,7 +264,7 @@ impl Approvals {
                     );
                     let call = request.call.clone();
                     let answer = approver.ask(request).await;
-                    if answer == AskAnswer::Deny {
+                    if matches!(answer, AskAnswer::Deny | AskAnswer::NoAnswer) {
                         // Before the next question gets the turn, which may be this call's.
                         lock(&self.refusals).record(&call, &destination);
                     }
@@ -289,6 +293,7 @@ impl Approvals {
             }
             Settled::Answered(AskAnswer::Once) => Asked::Once,
             Settled::Answered(AskAnswer::Deny) => Asked::Refused,
+            Settled::Answered(AskAnswer::NoAnswer) => Asked::TimedOut,
             Settled::Answered(AskAnswer::Unavailable) => Asked::NoApprover,
             Settled::TimedOut => Asked::TimedOut,
             Settled::Withheld => Asked::Withheld,
@@ -632,6 +637,25 @@ mod tests {
         );
         assert!(lock(&approvals.approved).is_empty());
         assert!(lock(&approvals.pending).is_empty());
+    }
+
+    #[tokio::test]
+    async fn no_usable_answer_from_the_approver_is_recorded_as_no_answer_in_time() {
+        let approver = Scripted::new(AskAnswer::NoAnswer, 1);
+        let approvals = approvals(&approver, LONG);
+        assert_eq!(
+            approvals
+                .settle(request_for("call-1", "a.example.com", 443))
+                .await,
+            Asked::TimedOut
+        );
+        // Like a refusal, it is not asked about again in that call.
+        assert_eq!(
+            approvals
+                .settle(request_for("call-1", "a.example.com", 443))
+                .await,
+            Asked::Withheld
+        );
     }
 
     #[tokio::test]

@@ -489,7 +489,7 @@ impl Proxy {
                     Asked::Once | Asked::Session | Asked::Remembered => None,
                     Asked::Refused => Some("the person asked did not approve it".to_owned()),
                     Asked::TimedOut => Some(format!(
-                        "no answer came within {:?}",
+                        "no usable answer came in time (the wait is at most {:?})",
                         self.shared.approvals.timeout()
                     )),
                     Asked::NoApprover => Some("nobody can be asked about it here".to_owned()),

@@ -155,7 +155,10 @@ impl EgressApprover for NetworkApprover {
         match answer {
             Approval::Yes => AskAnswer::Once,
             Approval::Always => AskAnswer::Session,
-            Approval::No | Approval::Unanswered(_) => AskAnswer::Deny,
+            Approval::No => AskAnswer::Deny,
+            // No answer within the approver's own bound, a dismissed question, a reply that
+            // could not be read: recorded as no answer, not as the person's refusal.
+            Approval::Unanswered(_) => AskAnswer::NoAnswer,
             Approval::Unavailable => AskAnswer::Unavailable,
         }
     }
@@ -218,14 +221,14 @@ mod network_tests {
     }
 
     #[tokio::test]
-    async fn yes_is_once_always_is_the_session_anything_else_refuses() {
+    async fn yes_is_once_always_is_the_session_no_answer_is_none_anything_else_refuses() {
         assert_eq!(ask(Approval::Yes).await.0, AskAnswer::Once);
         assert_eq!(ask(Approval::Always).await.0, AskAnswer::Session);
         assert_eq!(ask(Approval::No).await.0, AskAnswer::Deny);
         assert_eq!(ask(Approval::Unavailable).await.0, AskAnswer::Unavailable);
         assert_eq!(
             ask(Approval::Unanswered("no answer".into())).await.0,
-            AskAnswer::Deny
+            AskAnswer::NoAnswer
         );
     }
 
