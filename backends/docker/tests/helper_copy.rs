@@ -13,15 +13,15 @@ use crate::support::{self, host_or_skip, run, workspace};
 
 /// A stripped copy of this build's helper with a unique tail (an ELF ignores trailing bytes),
 /// so each test has a volume of its own; removes the volume when dropped.
-struct UniqueHelper {
+pub(crate) struct UniqueHelper {
     _dir: tempfile::TempDir,
-    path: PathBuf,
+    pub(crate) path: PathBuf,
     volume: String,
     host: String,
 }
 
 impl UniqueHelper {
-    fn new(host: &str) -> UniqueHelper {
+    pub(crate) fn new(host: &str) -> UniqueHelper {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("cordon-helper");
         std::fs::copy(support::helper(), &path).expect("copy the helper");

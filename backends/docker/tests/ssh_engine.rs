@@ -1,12 +1,13 @@
 //! `ssh://` engines: the SSH backend's throwaway sshd on 127.0.0.1 whose sessions have
 //! `DOCKER_HOST` set to the test engine, so `docker system dial-stdio` run over SSH reaches it.
-//! A session through it runs in copy mode; an unknown host key is refused before anything
+//! A session through it runs in copy mode with the file helper copied in; an unknown host key is refused before anything
 //! reaches the engine.
 
 use std::path::PathBuf;
 
 use cordon_backend_docker::{
-    DockerBackend, DockerConfig, DockerError, EngineTransport, TunnelConfig, WorkspaceMode,
+    DockerBackend, DockerConfig, DockerError, EngineTransport, FilesHelper, FilesPath,
+    TunnelConfig, WorkspaceMode,
 };
 use cordon_backend_ssh::AgentSource;
 use cordon_ops::Backend;
@@ -54,11 +55,18 @@ async fn a_session_over_ssh_runs_in_copy_mode() {
     let Some(server) = sshd(&host) else { return };
     let ws = workspace();
     std::fs::write(ws.path().join("in.txt"), "from host\n").expect("write");
-    let backend = DockerBackend::start(config(&server, ws.path()))
+    // File operations through the helper, copied into the engine's volume over the tunnel.
+    let helper = crate::helper_copy::UniqueHelper::new(&host);
+    let mut config = config(&server, ws.path());
+    config.image = support::DEBIAN.to_owned();
+    config.helper = Some(helper.path.clone());
+    config.files_helper = FilesHelper::Required;
+    let backend = DockerBackend::start(config)
         .await
         .expect("start a session over ssh://");
     assert_eq!(backend.engine_transport(), EngineTransport::Ssh);
     assert_eq!(backend.workspace_mode(), WorkspaceMode::Copy);
+    assert_eq!(backend.files_path(), &FilesPath::Helper);
     let files = backend.files();
     assert_eq!(
         files
