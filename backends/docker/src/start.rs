@@ -23,18 +23,31 @@ use crate::{
 #[cfg(doc)]
 use crate::{DockerBackend, Inner};
 
+/// The sockets container engines listen on by default, never granted as `[network]
+/// unix_sockets` (besides the session's own engine, when it is local).
+const ENGINE_SOCKETS: [&str; 4] = [
+    "/run/docker.sock",
+    "/var/run/docker.sock",
+    "/run/podman/podman.sock",
+    "/run/containerd/containerd.sock",
+];
+
 /// The host path of a `[network] unix_sockets` entry (absolute or `~/…`), when it can be
 /// bound into the container as it is: a Unix socket itself (not a symbolic link, which the
 /// engine would follow when it binds), reached through no symbolic link (its directory is
 /// written canonically), and outside every root commands can write (where a command could put
-/// something else in its place before the container is created again). Otherwise what is
-/// wrong and what to change.
+/// something else in its place before the container is created again), and not the socket of
+/// a container engine (`engine_sockets`: the session's own, if local, and the usual ones),
+/// whichever path or hard link it is reached by: a command that can talk to the engine can
+/// start a privileged container, which is root on the host. Otherwise what is wrong and what
+/// to change.
 pub(crate) fn checked_unix_socket(
     entry: &str,
     home: Option<&Path>,
     writable_roots: &[&Path],
+    engine_sockets: &[&Path],
 ) -> Result<PathBuf, String> {
-    use std::os::unix::fs::FileTypeExt;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
     let path = if let Some(rest) = entry.strip_prefix("~/") {
         home.ok_or("`~` cannot be expanded: HOME is not set; list an absolute path")?
@@ -69,6 +82,17 @@ pub(crate) fn checked_unix_socket(
     }
     if !kind.is_socket() {
         return Err("it is not a Unix socket; list a listening socket's path".to_owned());
+    }
+    // By inode: `/var/run/docker.sock` is `/run/docker.sock`, and a socket can be hard-linked.
+    if let Some(engine) = engine_sockets.iter().find(|engine| {
+        std::fs::metadata(engine)
+            .is_ok_and(|engine| engine.dev() == meta.dev() && engine.ino() == meta.ino())
+    }) {
+        return Err(format!(
+            "it is the container engine's socket {}, which lets commands start a privileged \
+             container (root on the host); remove it from the list",
+            engine.display()
+        ));
     }
     if let Some(root) = writable_roots.iter().find(|root| path.starts_with(root)) {
         return Err(format!(
@@ -256,15 +280,24 @@ impl Launch {
             )
             .collect();
         let home = std::env::var_os("HOME").map(PathBuf::from);
+        let engines: Vec<&Path> = self
+            .host
+            .strip_prefix("unix://")
+            .map(Path::new)
+            .into_iter()
+            .chain(ENGINE_SOCKETS.iter().map(Path::new))
+            .collect();
         let mut sockets = Vec::new();
         for entry in listed {
-            let path =
-                checked_unix_socket(entry, home.as_deref(), &writable).map_err(|reason| {
+            let path = checked_unix_socket(entry, home.as_deref(), &writable, &engines).map_err(
+                |reason| {
+                    tracing::warn!(%entry, %reason, "docker: host Unix socket refused");
                     DockerError::UnixSocket {
                         entry: entry.clone(),
                         reason,
                     }
-                })?;
+                },
+            )?;
             tracing::info!(socket = %path.display(), "docker: host Unix socket bound into the container");
             if !sockets.contains(&path) {
                 sockets.push(path);
@@ -654,7 +687,8 @@ mod unix_socket_tests {
         let linked_dir = base.join("linked");
         std::os::unix::fs::symlink(&base, &linked_dir).expect("symlink");
         let entry = |path: &Path| path.to_str().expect("utf-8").to_owned();
-        let check = |entry: &str, roots: &[&Path]| checked_unix_socket(entry, Some(&base), roots);
+        let check =
+            |entry: &str, roots: &[&Path]| checked_unix_socket(entry, Some(&base), roots, &[]);
 
         assert_eq!(check(&entry(&socket), &[]), Ok(socket.clone()));
         assert_eq!(check("~/app.sock", &[]), Ok(socket.clone()));
@@ -673,8 +707,44 @@ mod unix_socket_tests {
         refused("app.sock".to_owned(), &[], "not an absolute path");
         refused(entry(&socket), &[&base], "which commands can write");
         assert_eq!(
-            checked_unix_socket("~/app.sock", None, &[]),
+            checked_unix_socket("~/app.sock", None, &[], &[]),
             Err("`~` cannot be expanded: HOME is not set; list an absolute path".to_owned())
+        );
+    }
+
+    #[test]
+    fn the_engines_socket_is_refused_by_any_path_or_hard_link() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let base = std::fs::canonicalize(dir.path()).expect("canonical");
+        let engine = base.join("docker.sock");
+        let _engine = UnixListener::bind(&engine).expect("bind");
+        let other = base.join("app.sock");
+        let _other = UnixListener::bind(&other).expect("bind");
+        let hard = base.join("hard.sock");
+        std::fs::hard_link(&engine, &hard).expect("hard link");
+        // The engine as configured may be named through a symbolic link (`/var/run`).
+        let alias = base.join("run");
+        std::os::unix::fs::symlink(&base, &alias).expect("symlink");
+        let configured = alias.join("docker.sock");
+        let entry = |path: &Path| path.to_str().expect("utf-8").to_owned();
+        let check = |path: &Path| checked_unix_socket(&entry(path), None, &[], &[&configured]);
+
+        for listed in [&engine, &hard] {
+            let reason = check(listed).expect_err("the engine's socket");
+            assert!(
+                reason.contains(&format!(
+                    "it is the container engine's socket {}",
+                    configured.display()
+                )) && reason.contains("remove it from the list"),
+                "{reason}"
+            );
+        }
+        assert_eq!(check(&other), Ok(other.clone()));
+        // An engine socket that does not exist refuses nothing.
+        let missing = base.join("missing.sock");
+        assert_eq!(
+            checked_unix_socket(&entry(&other), None, &[], &[&missing]),
+            Ok(other.clone())
         );
     }
 }

@@ -1,6 +1,6 @@
 //! `[network] unix_sockets`: each listed host socket is bound into the container at the same
 //! path, nothing else is; a listed path that is not a socket (or is a symbolic link) is refused
-//! before any container exists.
+//! before any container exists, and so is a container engine's socket.
 
 use std::io::Write;
 use std::os::unix::net::UnixListener;
@@ -114,4 +114,27 @@ async fn a_listed_path_that_is_not_a_socket_is_refused_at_start() {
             "{err:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engines_own_socket_is_refused_at_start() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let engine = host
+        .strip_prefix("unix://")
+        .expect("the test engine is reached through a Unix socket");
+    // Listed as the policy must list it: canonical.
+    let listed = std::fs::canonicalize(engine).expect("canonical engine socket");
+    let mut config = support::config(&host, ws.path());
+    config.spec.network = NetworkMode::Enabled;
+    config.spec.unix_sockets = vec![listed.display().to_string()];
+    let err = DockerBackend::start(config)
+        .await
+        .expect_err("the engine's socket must not be granted");
+    assert!(
+        matches!(&err, DockerError::UnixSocket { entry, reason }
+            if *entry == listed.display().to_string()
+                && reason.contains("it is the container engine's socket")),
+        "{err:?}"
+    );
 }
