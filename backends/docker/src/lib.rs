@@ -838,7 +838,43 @@ impl Inner {
         };
         self.sweep_spill(&text).await;
         self.remove_stale_write_temps().await;
+        self.private_home_on_podman().await?;
         Ok(has_rg)
+    }
+
+    /// Podman gives the home tmpfs the image directory's mode, not the `mode=0700` asked for
+    /// (1777 in cordon-sandbox): its owner, the session's user, makes it private again.
+    async fn private_home_on_podman(&self) -> Result<(), DockerError> {
+        match self.engine_kind {
+            EngineKind::Docker => return Ok(()),
+            EngineKind::Podman => {}
+        }
+        let fail = |reason: String| DockerError::Container {
+            step: "make the home directory private",
+            container: self.container.clone(),
+            reason,
+        };
+        let argv = vec!["chmod".to_owned(), "0700".to_owned(), HOME_DIR.to_owned()];
+        let user = format!("{}:{}", self.uid, self.gid);
+        let mut exec = client::start_exec(&self.docker, &self.container, argv, Some(&user))
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let Collected { stderr, .. } = collect(&mut exec, None, StdinEnd::AfterOutput)
+            .await
+            .map_err(fail)?;
+        let status = self
+            .docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| fail(e.to_string()))?
+            .exit_code;
+        if status != Some(0) {
+            return Err(fail(format!(
+                "chmod exited with {status:?}: {}",
+                String::from_utf8_lossy(&stderr).trim()
+            )));
+        }
+        Ok(())
     }
 
     /// Remove the temp files of writes a killed session left in the writable roots (not

@@ -128,20 +128,20 @@ async fn a_session_on_podman_runs_files_through_the_helper_and_commands() {
             Path::new("/workspace/out.txt")
         ]
     );
-    // Commands: the same hardening as on Docker, home owned by the user (its mode is the
-    // image directory's on Podman, which resets the tmpfs root's mode), and the denied
+    // Commands: the same hardening as on Docker, a private home owned by the user (Podman
+    // gives the tmpfs the image directory's mode; the session makes it 0700), and the denied
     // directory and file masked (Podman would copy the directory's files into its tmpfs mask
     // without `notmpcopyup`).
     let ran = run(
         &backend,
         "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; ls /sys/class/net; \
-         stat -c %u \"$HOME\"; touch \"$HOME/h\" && echo home-writable; ls -A secrets; cat .env; grep -rs hunter . | wc -l; \
+         stat -c '%u %a' \"$HOME\"; ls -A secrets; cat .env; grep -rs hunter . | wc -l; \
          cat out.txt; echo made > made.txt",
     )
     .await;
     assert_eq!(
         ran.output,
-        "CapEff:\t0000000000000000\nNoNewPrivs:\t1\nlo\n0\nhome-writable\n0\nneedle written\n"
+        "CapEff:\t0000000000000000\nNoNewPrivs:\t1\nlo\n0 700\n0\nneedle written\n"
     );
     assert_eq!(
         std::fs::read_to_string(ws.path().join("made.txt")).expect("made"),
