@@ -91,6 +91,14 @@ pub enum DockerError {
         /// The host URI.
         host: String,
     },
+    /// The engine says it would run the container without a layer of the sandbox.
+    #[error("failed to confirm that the engine at {host} applies every sandbox layer: {reason}")]
+    EngineLayers {
+        /// The host URI.
+        host: String,
+        /// Which layer it lacks, and what to change.
+        reason: String,
+    },
     /// The engine's TLS settings (`DOCKER_TLS_VERIFY`, `DOCKER_CERT_PATH`) cannot be used.
     #[error("failed to set up TLS for Docker host `{host}`: {reason}")]
     Tls {

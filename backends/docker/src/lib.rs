@@ -419,6 +419,7 @@ impl DockerBackend {
             (EngineKind::Podman, WorkspaceMode::Bind)
             | (EngineKind::Docker, WorkspaceMode::Bind | WorkspaceMode::Copy) => {}
         }
+        start::check_engine_layers(&docker, &host, &spec.limits).await?;
         let spec = start::fit_cpus_to_host(&docker, spec).await;
         let owner = Owner::current();
         client::reap_stale(&docker, &owner).await;

@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, VolumeCreateRequest};
+use bollard::models::{ContainerCreateBody, SystemInfo, VolumeCreateRequest};
 use bollard::query_parameters::CreateContainerOptions;
 use cordon_backend_local::git_guard::GitGuard;
-use cordon_core::sandbox::{NestedGit, NetworkMode, RootAccess, SandboxSpec};
+use cordon_core::sandbox::{Limits, NestedGit, NetworkMode, RootAccess, SandboxSpec};
 use cordon_remote::files::{PathRules, Root};
 
 use crate::mask;
@@ -121,6 +121,67 @@ pub(crate) fn open_root(root: &Path) -> Result<(PathBuf, std::fs::Metadata), Doc
         });
     }
     Ok((host_root, meta))
+}
+
+/// Why the engine would run the session's container without a layer the sandbox relies on
+/// (`None`: it reports them all), from `GET /info`: an engine without seccomp (or whose
+/// default profile is `unconfined`) runs every container unfiltered, and one without the
+/// memory or pids cgroup controller discards those limits with only a warning on create.
+/// Docker and Podman alike report these.
+pub(crate) fn missing_engine_layer(info: &SystemInfo, limits: &Limits) -> Option<String> {
+    let seccomp = info
+        .security_options
+        .iter()
+        .flatten()
+        .find(|option| option.split(',').any(|part| part == "name=seccomp"));
+    match seccomp {
+        None => {
+            return Some(
+                "it runs containers without seccomp (its security options list none); enable                  seccomp in the engine"
+                    .to_owned(),
+            );
+        }
+        Some(option) if option.split(',').any(|part| part == "profile=unconfined") => {
+            return Some(format!(
+                "its default seccomp profile is unconfined (`{option}`); give the engine a                  seccomp profile"
+            ));
+        }
+        Some(_) => {}
+    }
+    let discarded = [
+        ("memory", limits.memory_bytes.is_some(), info.memory_limit),
+        ("pids", limits.pids.is_some(), info.pids_limit),
+    ];
+    discarded
+        .into_iter()
+        .find(|(_, wanted, supported)| *wanted && *supported == Some(false))
+        .map(|(name, _, _)| {
+            format!(
+                "it cannot apply the {name} limit (no {name} cgroup controller for its                  containers), which it would discard; enable the controller for the engine                  (rootless Podman needs cgroup v2 with it delegated)"
+            )
+        })
+}
+
+/// Refused unless the engine reports every layer [`missing_engine_layer`] checks.
+pub(crate) async fn check_engine_layers(
+    docker: &Docker,
+    host: &str,
+    limits: &Limits,
+) -> Result<(), DockerError> {
+    let info = docker
+        .info()
+        .await
+        .map_err(|e| DockerError::api("read the engine's security options", e))?;
+    match missing_engine_layer(&info, limits) {
+        None => Ok(()),
+        Some(reason) => {
+            tracing::warn!(host, %reason, "docker: engine refused, a sandbox layer is missing");
+            Err(DockerError::EngineLayers {
+                host: host.to_owned(),
+                reason,
+            })
+        }
+    }
 }
 
 /// Docker refuses a CPU limit above the host's count; a spec asking for more than the host has
@@ -745,6 +806,65 @@ mod unix_socket_tests {
         assert_eq!(
             checked_unix_socket(&entry(&other), None, &[], &[&missing]),
             Ok(other.clone())
+        );
+    }
+}
+
+#[cfg(test)]
+mod engine_layer_tests {
+    use super::*;
+
+    fn info(security: &[&str], memory: bool, pids: bool) -> SystemInfo {
+        SystemInfo {
+            security_options: Some(security.iter().map(|s| (*s).to_owned()).collect()),
+            memory_limit: Some(memory),
+            pids_limit: Some(pids),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_engine_without_seccomp_or_a_limit_it_would_discard_is_refused() {
+        let limits = Limits {
+            memory_bytes: Some(1 << 30),
+            pids: Some(256),
+            ..Limits::default()
+        };
+        let seccomp = "name=seccomp,profile=default";
+        assert_eq!(
+            missing_engine_layer(&info(&[seccomp], true, true), &limits),
+            None
+        );
+        assert_eq!(
+            missing_engine_layer(&info(&["name=rootless", seccomp], true, true), &limits),
+            None
+        );
+        let refused = |info: SystemInfo, limits: &Limits, says: &str| {
+            let reason = missing_engine_layer(&info, limits).expect(says);
+            assert!(reason.contains(says), "{reason}");
+        };
+        refused(info(&[], true, true), &limits, "without seccomp");
+        refused(
+            info(&["name=apparmor"], true, true),
+            &limits,
+            "without seccomp",
+        );
+        refused(
+            info(&["name=seccomp,profile=unconfined"], true, true),
+            &limits,
+            "profile is unconfined",
+        );
+        refused(info(&[seccomp], false, true), &limits, "the memory limit");
+        refused(info(&[seccomp], true, false), &limits, "the pids limit");
+        // A limit the spec does not set cannot be discarded.
+        let unlimited = Limits {
+            memory_bytes: None,
+            pids: None,
+            ..Limits::default()
+        };
+        assert_eq!(
+            missing_engine_layer(&info(&[seccomp], false, false), &unlimited),
+            None
         );
     }
 }

@@ -66,6 +66,8 @@ async fn a_session_on_podman_runs_files_through_the_helper_and_commands() {
     config.helper = Some(support::helper());
     config.files_helper = FilesHelper::Required;
     config.spec.denied = vec!["secrets/**".to_owned(), "**/.env".to_owned()];
+    config.spec.limits.pids = Some(123);
+    config.spec.limits.memory_bytes = Some(300 << 20);
     let backend = DockerBackend::start(config)
         .await
         .expect("a session on podman starts");
@@ -128,20 +130,25 @@ async fn a_session_on_podman_runs_files_through_the_helper_and_commands() {
             Path::new("/workspace/out.txt")
         ]
     );
-    // Commands: the same hardening as on Docker, a private home owned by the user (Podman
-    // gives the tmpfs the image directory's mode; the session makes it 0700), and the denied
-    // directory and file masked (Podman would copy the directory's files into its tmpfs mask
-    // without `notmpcopyup`).
+    // Commands: the same hardening as on Docker (no capabilities, no new privileges, the
+    // engine's seccomp filter, a read-only root, the pids and memory limits), a private home
+    // owned by the user (Podman gives the tmpfs the image directory's mode; the session makes
+    // it 0700), and the denied directory and file masked (Podman would copy the directory's
+    // files into its tmpfs mask without `notmpcopyup`).
     let ran = run(
         &backend,
-        "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; ls /sys/class/net; \
+        "grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; ls /sys/class/net; \
+         touch /probe 2>/dev/null || echo rootfs-read-only; \
+         cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/pids/pids.max 2>/dev/null; \
+         cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null; \
          stat -c '%u %a' \"$HOME\"; ls -A secrets; cat .env; grep -rs hunter . | wc -l; \
          cat out.txt; echo made > made.txt",
     )
     .await;
     assert_eq!(
         ran.output,
-        "CapEff:\t0000000000000000\nNoNewPrivs:\t1\nlo\n0 700\n0\nneedle written\n"
+        "CapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\nlo\nrootfs-read-only\n123\n\
+         314572800\n0 700\n0\nneedle written\n"
     );
     assert_eq!(
         std::fs::read_to_string(ws.path().join("made.txt")).expect("made"),
