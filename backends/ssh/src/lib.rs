@@ -442,7 +442,8 @@ impl SshBackend {
             path: spill_dir.clone(),
             writable: false,
         });
-        // Temp files of writes a killed session left in the writable roots.
+        // Temp files of writes a killed session left in the writable roots (swept below when
+        // the helper does not run: a running helper's local backend sweeps them at its start).
         let writable: Vec<String> = (spec.workspace == RootAccess::ReadWrite)
             .then(|| root_text.clone())
             .into_iter()
@@ -453,9 +454,6 @@ impl SshBackend {
                     .filter_map(|r| r.path.to_str().map(str::to_owned)),
             )
             .collect();
-        if !writable.is_empty() {
-            sweep::stale_write_temps(&pool, &writable).await;
-        }
         let rules = PathRules::new(&root, &spec, extra)?;
         let endpoint = pool.endpoint();
         let id = BackendId::new(format!(
@@ -485,6 +483,12 @@ impl SshBackend {
                 (None, None, Some(reason))
             }
         };
+        if helper.is_none() && !writable.is_empty() {
+            // Without the helper, one remote `find`. With it, this is left to the helper's
+            // local backend, which also keeps a temp file whose writer still holds its lock
+            // (a write in flight in another session's helper); the `find` cannot see locks.
+            sweep::stale_write_temps(&pool, &writable).await;
+        }
         let inner = Arc::new_cyclic(|this| Inner {
             id,
             root,

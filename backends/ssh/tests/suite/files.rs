@@ -431,6 +431,34 @@ async fn a_spill_directory_removed_by_another_sweep_is_made_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_helper_connect_keeps_a_write_temp_whose_writer_holds_its_lock() {
+    let Some(server) = server() else { return };
+    let ws = server.workspace.canonicalize().unwrap();
+    let held = ws.join(".a.txt.cordon-0123456789abcdef.tmp");
+    let stale = ws.join(".b.txt.cordon-fedcba9876543210.tmp");
+    for file in [&held, &stale] {
+        std::fs::write(file, b"half").unwrap();
+        aged(file, std::time::Duration::from_secs(20 * 60));
+    }
+    // A writer in another session's helper holds its temp file's lock until the rename.
+    let writer = std::fs::File::open(&held).unwrap();
+    writer.try_lock().unwrap();
+    let backend = SshBackend::connect(server.helper_config()).await.unwrap();
+    assert!(backend.helper_report().is_some(), "the helper does not run");
+    assert!(
+        held.exists(),
+        "a locked write temp file was removed at connect (by the remote find, which cannot see locks)"
+    );
+    assert!(
+        !stale.exists(),
+        "the helper's start removes an unlocked stale temp file"
+    );
+    drop(writer);
+    std::fs::remove_file(&held).unwrap();
+    backend.shutdown().await.expect("shut the session down");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connecting_removes_stale_write_temp_files_and_keeps_live_ones() {
     let Some(server) = server() else { return };
     let ws = server.workspace.canonicalize().unwrap();
