@@ -60,13 +60,15 @@ fi
 rm -f "$sock"
 
 log "starting a private dockerd (state in $state_dir)"
-setsid dockerd \
+# From /: the daemon keeps its working directory for its whole life, which may be a checkout
+# that is deleted later.
+(cd / && exec setsid dockerd \
     --data-root "$state_dir/data" \
     --exec-root "$state_dir/exec" \
     --pidfile "$pidfile" \
     -H "unix://$sock" \
     --bridge=none --iptables=false --ip-masq=false \
-    </dev/null >>"$state_dir/dockerd.log" 2>&1 &
+    </dev/null >>"$state_dir/dockerd.log" 2>&1) &
 
 for _ in $(seq 1 300); do
     if [ -S "$sock" ] && reachable "unix://$sock"; then

@@ -86,10 +86,12 @@ if ! reachable; then
     }
     start_service() {
         rm -f "$sock"
-        CONTAINERS_CONF="$state_dir/containers.conf" setsid podman \
+        # From /: the service keeps its working directory for its whole life, and podman
+        # cannot start containers once that directory is gone (a deleted checkout).
+        (cd / && CONTAINERS_CONF="$state_dir/containers.conf" exec setsid podman \
             --root "$state_dir/root" --runroot "$state_dir/runroot" --tmpdir "$state_dir/tmp" \
             system service --time=0 "unix://$sock" \
-            </dev/null >>"$state_dir/podman.log" 2>&1 &
+            </dev/null >>"$state_dir/podman.log" 2>&1) &
         echo $! >"$pidfile"
         for _ in $(seq 1 300); do
             reachable && return 0
