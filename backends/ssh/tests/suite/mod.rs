@@ -5,3 +5,4 @@ mod files;
 mod helper;
 mod search;
 pub mod support;
+mod tunnel;

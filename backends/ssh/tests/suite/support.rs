@@ -1,5 +1,6 @@
 //! A throwaway OpenSSH server for the tests: 127.0.0.1 on a free port, generated host and
-//! client keys, `MaxSessions 1000`, `Subsystem sftp internal-sftp`, and a noisy `BASH_ENV` so
+//! client keys, `MaxSessions 1000` (unless a test asks for fewer), `Subsystem sftp
+//! internal-sftp`, and a noisy `BASH_ENV` so
 //! every test also proves that rc-file output never reaches a result. If `sshd` is missing or
 //! does not start, the test fails with a clear message unless `CORDON_SKIP_SSH=1` is set.
 
@@ -80,11 +81,21 @@ pub fn server_with_env(set_env: Option<&str>) -> Option<Server> {
         eprintln!("CORDON_SKIP_SSH=1: skipping a test that needs sshd");
         return None;
     }
-    Some(Server::start(set_env))
+    Some(Server::start(set_env, 1000))
+}
+
+/// [`server`] with sshd's `MaxSessions` (channels per connection) set to `max_sessions`, and
+/// no noisy `BASH_ENV`.
+pub fn server_with_max_sessions(max_sessions: u32) -> Option<Server> {
+    if std::env::var("CORDON_SKIP_SSH").as_deref() == Ok("1") {
+        eprintln!("CORDON_SKIP_SSH=1: skipping a test that needs sshd");
+        return None;
+    }
+    Some(Server::start(Some("SHLVL=1"), max_sessions))
 }
 
 impl Server {
-    fn start(set_env: Option<&str>) -> Server {
+    fn start(set_env: Option<&str>, max_sessions: u32) -> Server {
         let Some(sshd) = sshd_binary() else {
             panic!(
                 "sshd not found: install openssh-server (apt-get install -y openssh-server) \
@@ -124,7 +135,7 @@ impl Server {
                 "Port {port}\nListenAddress 127.0.0.1\nHostKey {hk}\nAuthorizedKeysFile {ak}\n\
                  PidFile {pid}\nUsePAM no\nStrictModes no\nPasswordAuthentication no\n\
                  KbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
-                 PermitRootLogin yes\nMaxSessions 1000\nMaxStartups 100:30:200\n\
+                 PermitRootLogin yes\nMaxSessions {max_sessions}\nMaxStartups 100:30:200\n\
                  AllowTcpForwarding yes\nSubsystem sftp internal-sftp\n\
                  SetEnv {set_env}\n\
                  TrustedUserCAKeys {ca}.pub\n",
