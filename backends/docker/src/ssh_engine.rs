@@ -9,6 +9,10 @@
 //! over a socket. Nothing listens on this machine, and the SSH connection lives as long as the
 //! [`Docker`] client does.
 //!
+//! Every channel is a process on the host, so they are bounded: at most the tunnel's channel
+//! limit are open at once (more requests wait for one), at most [`IDLE_CHANNELS`] stay open
+//! idle after a burst, and an idle one is closed after [`IDLE_TIMEOUT`].
+//!
 //! It does not run the `ssh` program, and it cannot remove what a login shell's rc files print
 //! on stdout before the command (the docker CLI cannot either): such a host fails the version
 //! negotiation with an HTTP parse error.
@@ -17,16 +21,24 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bollard::Docker;
 use cordon_backend_ssh::SshError;
 use cordon_backend_ssh::tunnel::{Tunnel, TunnelConfig, TunnelStream};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 /// What runs on the host for each connection to the engine.
 pub(crate) const DIAL_STDIO: &str = "docker system dial-stdio";
+
+/// How many idle connections (channels, each a `dial-stdio` process on the host) the pool
+/// keeps for the next requests; the others close when their request is done.
+pub(crate) const IDLE_CHANNELS: usize = 2;
+
+/// How long an idle connection stays open.
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The SSH target of an `ssh://` engine URI: `[user@]host[:port]` (a path is refused: the
 /// docker CLI has no use for one either).
@@ -172,9 +184,13 @@ pub(crate) async fn connect(host: &str, mut config: TunnelConfig) -> Result<Dock
     let tunnel = Tunnel::new(config).map_err(|e| e.to_string())?;
     tunnel.connect().await.map_err(|e| e.to_string())?;
     tracing::debug!(host, via = %tunnel.label(), "docker: engine over ssh (docker system dial-stdio)");
-    let client = Client::builder(TokioExecutor::new()).build(DialStdio {
-        tunnel: Arc::new(tunnel),
-    });
+    let client = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(IDLE_CHANNELS)
+        .pool_idle_timeout(IDLE_TIMEOUT)
+        .pool_timer(TokioTimer::new())
+        .build(DialStdio {
+            tunnel: Arc::new(tunnel),
+        });
     Docker::connect_with_custom_transport(
         transport(Arc::new(client)),
         Some("http://docker"),

@@ -1,10 +1,12 @@
 //! `ssh://` engines: the SSH backend's throwaway sshd on 127.0.0.1 whose sessions have
 //! `DOCKER_HOST` set to the test engine, so `docker system dial-stdio` run over SSH reaches it.
-//! A session through it runs in copy mode with the file helper copied in; an unknown host key is refused before anything
-//! reaches the engine.
+//! A session through it runs in copy mode with the file helper copied in; an unknown host key
+//! is refused before anything reaches the engine; a burst of requests leaves few `dial-stdio`
+//! processes behind.
 
 use std::path::PathBuf;
 
+use cordon_backend_docker::client::{Engine, connect_engine_with};
 use cordon_backend_docker::{
     DockerBackend, DockerConfig, DockerError, EngineTransport, FilesHelper, FilesPath,
     TunnelConfig, WorkspaceMode,
@@ -106,4 +108,58 @@ async fn an_unknown_host_key_is_refused() {
     let message = error.to_string();
     assert!(message.contains("ssh-keyscan"), "{message}");
     assert!(message.contains(&server.host_fingerprint()), "{message}");
+}
+
+/// The `docker system dial-stdio` processes the test sshd runs (one per open channel).
+fn dial_stdio_processes(server: &ssh_support::Server) -> usize {
+    ssh_support::descendants(server.pid())
+        .into_iter()
+        .filter(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            comm.trim() == "docker" && cmdline.split(|b| *b == 0).any(|arg| arg == b"dial-stdio")
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_requests_leaves_at_most_two_channels_open() {
+    let host = host_or_skip!();
+    let Some(server) = sshd(&host) else { return };
+    let engine = Engine {
+        host: format!("ssh://root@127.0.0.1:{}", server.port),
+        tls: None,
+    };
+    let (docker, _) = connect_engine_with(&engine, &ssh_config(&server))
+        .await
+        .expect("connect over ssh://");
+    let burst: Vec<_> = (0..8)
+        .map(|_| {
+            let docker = docker.clone();
+            tokio::spawn(async move { docker.version().await })
+        })
+        .collect();
+    for request in burst {
+        request.await.expect("join").expect("version over ssh://");
+    }
+    eprintln!(
+        "dial-stdio processes right after the burst: {}",
+        dial_stdio_processes(&server)
+    );
+    // The channels beyond the pool's idle limit close once their requests are done; their
+    // processes exit after that. Without the limit all of them stay.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let open = dial_stdio_processes(&server);
+        if open <= 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{open} dial-stdio processes still run a minute after the burst"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The pool still works after closing the extra channels.
+    docker.ping().await.expect("ping after the burst");
 }

@@ -67,7 +67,10 @@ async fn streams_beyond_max_sessions_wait_on_one_connection() {
     }
     release_tx.send(true).expect("release");
     for (i, call) in calls.into_iter().enumerate() {
-        let out = call.await.expect("join").expect("every call gets a channel");
+        let out = call
+            .await
+            .expect("join")
+            .expect("every call gets a channel");
         assert_eq!(out, format!("call {i}\n"));
     }
     assert_eq!(connections(&server), 1, "one connection for all six calls");
