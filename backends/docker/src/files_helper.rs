@@ -2,8 +2,7 @@
 //! helper for the engine's architecture that the image can run): the local backend's code on
 //! the far side of one attached `docker exec`, confined with `openat2(RESOLVE_BENEATH)` and
 //! searching with the in-process ripgrep libraries, instead of one shell worker request per
-//! call. Commands stay on the session's shell workers: the local sandbox needs namespaces a
-//! default container does not allow.
+//! call. Commands run on the same helper (module `commands`), in its container profile.
 //!
 //! It does not decide whether the helper can run (that is [`crate::egress::choose_helper`]'s
 //! check plus a start that answers), and it keeps spill files on the shell path (they live in
@@ -136,13 +135,14 @@ impl Connector for DockerConnector {
 }
 
 /// The session the helper opens: the container's workspace, home, and the extra roots at the
-/// paths they are mounted at (the same as on the host), the spill directory readable.
+/// paths they are mounted at (the same as on the host), the spill directory readable; its
+/// commands sandboxed in the container profile (module `commands`).
 pub(crate) fn session_start(
     workspace: &Path,
     spec: &SandboxSpec,
     extra_roots: &[(PathBuf, bool)],
 ) -> SessionStart {
-    let mut spec = spec.clone();
+    let mut spec = crate::commands::commands_spec(spec);
     let as_string = |path: &Path| path.to_string_lossy().into_owned();
     spec.readable_roots = std::iter::once(SPILL_DIR.to_owned())
         .chain(
@@ -159,6 +159,7 @@ pub(crate) fn session_start(
         .collect();
     SessionStart {
         home: Some(cordon_helper::protocol::WirePath(PathBuf::from(HOME_DIR))),
+        profile: cordon_helper::protocol::SandboxProfile::Container,
         ..SessionStart::new(workspace, spec)
     }
 }
@@ -279,5 +280,9 @@ mod tests {
         assert_eq!(start.home.map(|h| h.0), Some(PathBuf::from("/home/cordon")));
         assert_eq!(start.spec.readable_roots, ["/cordon-spill", "/home/u/docs"]);
         assert_eq!(start.spec.writable_roots, ["/srv/out"]);
+        assert_eq!(
+            start.profile,
+            cordon_helper::protocol::SandboxProfile::Container
+        );
     }
 }

@@ -20,6 +20,7 @@
 
 mod bash;
 pub mod client;
+mod commands;
 mod copy;
 mod egress;
 mod error;
@@ -51,6 +52,7 @@ use cordon_remote::transport::{Collected, StdinEnd, collect};
 
 use crate::client::DockerTransport;
 pub use crate::client::{EngineKind, EngineTransport, Owner};
+pub use crate::commands::CommandsPath;
 pub use crate::egress::{
     EGRESS_PORT, EgressAsker, EgressMounts, EgressResolver, HELPER_IN_CONTAINER, SOCKET_DIR,
     choose_helper,
@@ -190,6 +192,8 @@ pub(crate) struct Inner {
     files_helper: Option<cordon_helper::HelperBackend>,
     /// Which path file operations and search take, and why.
     files_path: FilesPath,
+    /// Which path commands take, and why.
+    commands_path: CommandsPath,
 }
 
 impl Inner {
@@ -572,6 +576,7 @@ impl DockerBackend {
             egress,
             files_helper: None,
             files_path: FilesPath::Helper,
+            commands_path: CommandsPath::Helper,
         };
         let probed = async {
             inner.has_rg = inner.probe().await?;
@@ -622,6 +627,20 @@ impl DockerBackend {
         match started {
             Ok(backend) => {
                 tracing::info!(container = %container, "docker: file operations: helper");
+                let missing = cordon_ops::Backend::missing_layers(&backend);
+                inner.commands_path = commands::choose(&inner.spec, &missing);
+                match &inner.commands_path {
+                    CommandsPath::Helper => {
+                        tracing::info!(container = %container, ?missing, "docker: commands: helper");
+                    }
+                    CommandsPath::Shell { reason } => {
+                        tracing::warn!(container = %container, %reason, ?missing, "docker: commands: shell workers, without the helper's sandbox");
+                        inner.missing.push(format!(
+                            "commands run through docker exec without Cordon's sandbox (only the container's confinement): the container cannot apply {}",
+                            missing.join(", ")
+                        ));
+                    }
+                }
                 inner.files_helper = Some(backend);
             }
             Err(reason) if files_helper == FilesHelper::Required => {
@@ -630,7 +649,10 @@ impl DockerBackend {
                 return Err(DockerError::FilesHelper { reason });
             }
             Err(reason) => {
-                tracing::info!(container = %container, %reason, "docker: file operations: shell");
+                tracing::info!(container = %container, %reason, "docker: file operations and commands: shell");
+                inner.commands_path = CommandsPath::Shell {
+                    reason: "the file helper does not run".to_owned(),
+                };
                 inner.files_path = FilesPath::Shell { reason };
             }
         }
@@ -679,6 +701,11 @@ impl DockerBackend {
     /// Which path file operations and search take in this session.
     pub fn files_path(&self) -> &FilesPath {
         &self.inner.files_path
+    }
+
+    /// Which path commands take in this session.
+    pub fn commands_path(&self) -> &CommandsPath {
+        &self.inner.commands_path
     }
 
     /// The file helper, when file operations run through it (tests, diagnostics).
@@ -1030,7 +1057,15 @@ impl cordon_ops::Backend for DockerBackend {
     }
 
     fn bash(&self) -> Arc<dyn cordon_ops::BashOperations> {
-        Arc::new(cordon_remote::runner::RemoteBash(self.inner.clone()))
+        match (&self.inner.commands_path, &self.inner.files_helper) {
+            (CommandsPath::Helper, Some(helper)) => Arc::new(commands::HelperBash {
+                inner: self.inner.clone(),
+                helper: helper.ops().clone(),
+            }),
+            (CommandsPath::Helper | CommandsPath::Shell { .. }, _) => {
+                Arc::new(cordon_remote::runner::RemoteBash(self.inner.clone()))
+            }
+        }
     }
 
     fn search(&self) -> Arc<dyn cordon_ops::SearchOperations> {

@@ -6,6 +6,7 @@
 mod support;
 
 mod bash;
+mod commands;
 mod copy;
 mod egress;
 mod faults;

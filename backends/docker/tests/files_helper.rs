@@ -159,6 +159,16 @@ async fn a_required_helper_that_cannot_run_refuses_the_session() {
     );
 }
 
+/// `sh -c script` in the container through the docker CLI (the operator's hand, not Cordon's).
+fn outside(host: &str, container: &str, script: &str) -> String {
+    let out = std::process::Command::new("docker")
+        .args(["exec", container, "sh", "-c", script])
+        .env("DOCKER_HOST", host)
+        .output()
+        .expect("docker exec");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A call in flight when the helper dies fails and says so; the next call starts a new helper.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_helper_killed_mid_call_fails_the_call_and_the_next_call_starts_a_new_one() {
@@ -176,21 +186,28 @@ async fn a_helper_killed_mid_call_fails_the_call_and_the_next_call_starts_a_new_
         .await
         .expect("a live helper");
     // Stopped, the helper cannot answer: the read below is in flight until it is killed.
-    let stopped = run(
+    // (From outside Cordon: a command, sandboxed by the helper, cannot signal it.)
+    let refused = run(
         &backend,
-        "pkill -STOP -f 'cordon-helper [s]erve' && echo stopped",
+        "pkill -STOP -f 'cordon-helper [s]erve' || echo refused",
     )
     .await;
-    assert_eq!(stopped.output, "stopped\n");
+    assert!(refused.output.ends_with("refused\n"), "{}", refused.output);
+    let stopped = outside(
+        &host,
+        backend.container(),
+        "pkill -STOP -f 'cordon-helper [s]erve' && echo stopped",
+    );
+    assert_eq!(stopped, "stopped\n");
     let reading = tokio::spawn(async move {
         cordon_ops::FileOperations::read_file(&*client, Path::new("/workspace/a.txt")).await
     });
-    let killed = run(
-        &backend,
+    let killed = outside(
+        &host,
+        backend.container(),
         "pkill -KILL -f 'cordon-helper [s]erve' && echo killed",
-    )
-    .await;
-    assert_eq!(killed.output, "killed\n");
+    );
+    assert_eq!(killed, "killed\n");
     match reading.await.expect("join") {
         Err(error) => {
             let text = error.to_string();

@@ -251,6 +251,7 @@ impl LocalBackend {
             spec,
             home,
             state_base,
+            profile,
         } = config;
         let canonical = std::fs::canonicalize(&root).map_err(|source| LocalError::OpenRoot {
             path: root.clone(),
@@ -304,6 +305,7 @@ impl LocalBackend {
         }
         let mut sandbox_config = layout.sandbox_config(&spec, state.tmp.path());
         sandbox_config.session_dir = Some(session_dir);
+        sandbox_config.profile = profile;
         let host_support = support.unwrap_or_else(cordon_sandbox::probe);
         // A sandbox that cannot run at all runs nothing, so nothing is degraded.
         let missing_layers = sandbox_config

@@ -121,6 +121,7 @@ pub(crate) fn layer_of(error: &SandboxError) -> &'static str {
         | SandboxError::OpenPath { .. }
         | SandboxError::SessionDir { .. }
         | SandboxError::ProtectedPath { .. }
+        | SandboxError::CarveTooLarge { .. }
         | SandboxError::Placeholder { .. } => "filesystem",
         SandboxError::ProgramNotFound { .. }
         | SandboxError::CommandTooLarge { .. }

@@ -223,6 +223,7 @@ impl Layout {
             session_parent: Some(session_parent.to_path_buf()),
             session_dir: None,
             allow_degraded: spec.allow_degraded,
+            profile: cordon_sandbox::Profile::Host,
         }
     }
 

@@ -76,7 +76,7 @@
 use std::path::PathBuf;
 
 pub use cordon_core::sandbox::SandboxSpec;
-pub use cordon_sandbox::{HostSupport, Layer, Requirement, probe as probe_host};
+pub use cordon_sandbox::{HostSupport, Layer, Profile, Requirement, probe as probe_host};
 
 #[cfg(target_os = "linux")]
 mod backend;
@@ -127,7 +127,17 @@ pub struct LayerStatus {
 /// required or optional, available or not (for `cordon doctor`). Commands run when every
 /// required layer is available, or degraded when the spec allows it.
 pub fn sandbox_layers(spec: &SandboxSpec, support: &HostSupport) -> Vec<LayerStatus> {
+    sandbox_layers_in(spec, support, Profile::Host)
+}
+
+/// As [`sandbox_layers`], for commands sandboxed in `profile` (e.g. inside a container).
+pub fn sandbox_layers_in(
+    spec: &SandboxSpec,
+    support: &HostSupport,
+    profile: Profile,
+) -> Vec<LayerStatus> {
     let config = cordon_sandbox::SandboxConfig {
+        profile,
         network: match spec.network {
             cordon_core::sandbox::NetworkMode::Disabled => cordon_sandbox::NetworkAccess::Off,
             cordon_core::sandbox::NetworkMode::Enabled => cordon_sandbox::NetworkAccess::On,
@@ -164,6 +174,9 @@ pub struct LocalConfig {
     /// Where Cordon keeps its per-user state (spill files, private temp dirs):
     /// `<base>/cordon-<uid>/`. `None`: the system temp dir (`$TMPDIR` or `/tmp`).
     pub state_base: Option<PathBuf>,
+    /// Which sandbox layers commands get from this backend and which from where it runs
+    /// ([`Profile::Container`]: the container's namespaces, Landlock and seccomp here).
+    pub profile: Profile,
 }
 
 impl LocalConfig {
@@ -174,6 +187,7 @@ impl LocalConfig {
             spec: SandboxSpec::default(),
             home: None,
             state_base: None,
+            profile: Profile::Host,
         }
     }
 }

@@ -121,6 +121,31 @@ pub struct SessionStart {
     /// what it really supports): to check failing closed on a weaker host. `None`: the host's.
     #[serde(default)]
     pub simulate_support: Option<ProbeReport>,
+    /// Where the helper runs, which decides the sandbox layers commands get from it.
+    #[serde(default)]
+    pub profile: SandboxProfile,
+}
+
+/// Where a helper runs: which of the local sandbox's layers it applies to commands itself
+/// (docs/helper.md, "In a Docker container").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxProfile {
+    /// A host of its own (SSH, a local pipe): every layer, namespaces included.
+    #[default]
+    Host,
+    /// Inside a session's container, which provides the namespaces and the process limit:
+    /// Landlock, seccomp, rlimits and a process group commands cannot leave.
+    Container,
+}
+
+impl From<SandboxProfile> for cordon_backend_local::Profile {
+    fn from(profile: SandboxProfile) -> Self {
+        match profile {
+            SandboxProfile::Host => cordon_backend_local::Profile::Host,
+            SandboxProfile::Container => cordon_backend_local::Profile::Container,
+        }
+    }
 }
 
 impl SessionStart {
@@ -132,6 +157,7 @@ impl SessionStart {
             home: None,
             state_base: None,
             simulate_support: None,
+            profile: SandboxProfile::Host,
         }
     }
 }
@@ -595,6 +621,9 @@ pub enum Request {
     /// Shut the session down (the backend's `shutdown`); the helper then waits for the end
     /// of its input.
     Shutdown,
+    /// Tests only: a request whose handler panics (how a panic is answered).
+    #[cfg(test)]
+    Panic,
 }
 
 /// A response, helper → client.

@@ -107,6 +107,37 @@ async fn write_frames<W: AsyncWrite + Unpin>(writer: W, mut queue: mpsc::Receive
     let _ = writer.shutdown().await;
 }
 
+/// A handler's future with its panics caught: `Err` holds the panic's payload. (A panic in a
+/// handler must become an error answer, not a request the client waits for forever.)
+struct CatchPanic<'a>(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>);
+
+impl std::future::Future for CatchPanic<'_> {
+    type Output = Result<(), Box<dyn std::any::Any + Send>>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let future = self.0.as_mut();
+        // The future is not polled again after a panic (it is dropped with `self`), so no
+        // broken state of it is ever observed.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.poll(cx))) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(())) => std::task::Poll::Ready(Ok(())),
+            Err(panic) => std::task::Poll::Ready(Err(panic)),
+        }
+    }
+}
+
+/// The text of a panic's payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned())
+}
+
 /// Most bytes of output in one frame (a piece never exceeds the window).
 const OUTPUT_PIECE: usize = 64 * 1024;
 
@@ -267,8 +298,12 @@ impl Server {
         tasks.spawn(async move {
             match permit {
                 Ok(_permit) => {
-                    server.handle(id, request, payload, token).await;
+                    let handled =
+                        CatchPanic(Box::pin(server.handle(id, request, payload, token))).await;
                     server.lock_cancels().remove(&id);
+                    if let Err(panic) = handled {
+                        server.answer_panic(id, panic_message(panic.as_ref())).await;
+                    }
                 }
                 Err(message) => {
                     tracing::debug!(id, %message, "helper: request refused");
@@ -276,6 +311,24 @@ impl Server {
                 }
             }
         });
+    }
+
+    /// A handler panicked: the request gets an error answer (the client must not wait for
+    /// one forever) and the session goes on. What the handler held is dropped with it (a
+    /// command's child is killed on drop); its output window goes too.
+    async fn answer_panic(&self, id: u64, what: String) {
+        tracing::error!(id, panic = %what, "helper: a request handler panicked");
+        self.lock_windows().remove(&id);
+        self.send_error(
+            id,
+            WireError::Backend {
+                reason: format!(
+                    "the helper failed while serving this request (internal error: {what}); \
+                     the session goes on: try again, or another way"
+                ),
+            },
+        )
+        .await;
     }
 
     fn lock_cancels(&self) -> std::sync::MutexGuard<'_, HashMap<u64, CancellationToken>> {
@@ -306,6 +359,8 @@ impl Server {
                 return self.exec(id, request.into(), cancel).await;
             }
             Request::Cancel { .. } | Request::Ack { .. } => return,
+            #[cfg(test)]
+            Request::Panic => panic!("a handler that panics, for the test"),
             other => self.operation(other, payload, cancel).await,
         };
         match answer {
@@ -348,12 +403,14 @@ impl Server {
             home,
             state_base,
             simulate_support,
+            profile,
         } = session;
         let config = LocalConfig {
             root: root.0,
             spec,
             home: home.map(WirePath::into_path),
             state_base: state_base.map(WirePath::into_path),
+            profile: profile.into(),
         };
         let built = tokio::task::spawn_blocking(move || match simulate_support {
             None => LocalBackend::new(config),
@@ -500,6 +557,10 @@ impl Server {
             | Request::Exec { .. }
             | Request::Ack { .. }
             | Request::Cancel { .. } => Err(WireError::Protocol {
+                message: "request routed to the wrong handler".to_owned(),
+            }),
+            #[cfg(test)]
+            Request::Panic => Err(WireError::Protocol {
                 message: "request routed to the wrong handler".to_owned(),
             }),
         }
@@ -715,6 +776,66 @@ fn encode<T: Serialize>(id: u64, body: &T) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    async fn send_request<W: AsyncWrite + Unpin>(writer: &mut W, id: u64, body: Request) {
+        let header = serde_json::to_vec(&Envelope { id, body }).expect("encode");
+        write_frame(
+            writer,
+            &Frame {
+                header,
+                payload: Vec::new(),
+            },
+        )
+        .await
+        .expect("send");
+        writer.flush().await.expect("flush");
+    }
+
+    async fn answer<R: AsyncRead + Unpin>(reader: &mut R) -> Envelope<Response> {
+        let frame = read_frame(reader).await.expect("an answer");
+        serde_json::from_slice(&frame.header).expect("json")
+    }
+
+    /// A handler that panics gets its request an error answer, and the helper goes on
+    /// serving the same stream.
+    #[tokio::test]
+    async fn a_panicking_handler_is_answered_with_an_error_and_the_session_goes_on() {
+        let (client, helper) = tokio::io::duplex(64 * 1024);
+        let (helper_read, helper_write) = tokio::io::split(helper);
+        let served = tokio::spawn(serve(helper_read, helper_write));
+        let (mut from_helper, mut to_helper) = tokio::io::split(client);
+        send_request(
+            &mut to_helper,
+            1,
+            Request::Hello {
+                version: PROTOCOL_VERSION,
+            },
+        )
+        .await;
+        assert!(matches!(
+            answer(&mut from_helper).await.body,
+            Response::Hello { .. }
+        ));
+        send_request(&mut to_helper, 2, Request::Panic).await;
+        let failed = answer(&mut from_helper).await;
+        assert_eq!(failed.id, 2);
+        match failed.body {
+            Response::Error {
+                error: WireError::Backend { reason },
+            } => assert!(
+                reason.contains("internal error: a handler that panics, for the test"),
+                "{reason}"
+            ),
+            other => panic!("expected an error answer, got {other:?}"),
+        }
+        // The stream is still served: the next request is answered.
+        send_request(&mut to_helper, 3, Request::Probe).await;
+        let probed = answer(&mut from_helper).await;
+        assert_eq!(probed.id, 3);
+        assert!(matches!(probed.body, Response::Probe { .. }), "{probed:?}");
+        to_helper.shutdown().await.expect("end the input");
+        served.await.expect("the server task").expect("a clean end");
+    }
 
     #[test]
     fn acknowledgements_never_grant_more_than_was_sent() {

@@ -241,6 +241,8 @@ pub struct Session {
     audit_head: OnceLock<Result<AuditHead, String>>,
     /// Docker: which path file operations and search take (`helper`, `shell (reason)`).
     files_path: Option<String>,
+    /// Docker: which path commands take (`helper (…)`, `shell (reason)`).
+    commands_path: Option<String>,
 }
 
 impl Session {
@@ -331,6 +333,8 @@ impl Session {
         // Only the Docker backend sets it.
         #[cfg_attr(not(feature = "docker"), allow(unused_mut))]
         let mut files_path = None;
+        #[cfg_attr(not(feature = "docker"), allow(unused_mut))]
+        let mut commands_path = None;
         let backend: Arc<dyn Backend> = match backend {
             BackendChoice::Local => {
                 let config = LocalConfig {
@@ -364,6 +368,7 @@ impl Session {
                     .await
                     .map_err(RuntimeError::Docker)?;
                 files_path = Some(docker.files_path().to_string());
+                commands_path = Some(docker.commands_path().to_string());
                 Arc::new(docker)
             }
             #[cfg(feature = "ssh")]
@@ -436,6 +441,7 @@ impl Session {
             audit,
             audit_head: OnceLock::new(),
             files_path,
+            commands_path,
         })
     }
 
@@ -443,6 +449,13 @@ impl Session {
     /// `None` on other backends.
     pub fn files_path(&self) -> Option<&str> {
         self.files_path.as_deref()
+    }
+
+    /// Docker: which path commands take, `helper (…)` (under the helper's sandbox in the
+    /// container) or `shell (reason)` (the container's confinement only); `None` on other
+    /// backends.
+    pub fn commands_path(&self) -> Option<&str> {
+        self.commands_path.as_deref()
     }
 
     /// Refuse `path` as a file Cordon writes (`file` says which, e.g. `transcript`) when it

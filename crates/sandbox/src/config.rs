@@ -56,6 +56,31 @@ pub struct SandboxConfig {
     /// Accept a weaker sandbox when the kernel lacks a required layer. When `false` (the
     /// default) a missing layer is an error naming it.
     pub allow_degraded: bool,
+    /// Where the sandbox runs: on a host of its own, or inside a container that already
+    /// provides some of the layers (see [`Profile`]).
+    pub profile: Profile,
+}
+
+/// Which layers the sandbox applies itself, by where it runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Profile {
+    /// A host of its own: every layer of [`Layer::ALL`] the configuration needs.
+    #[default]
+    Host,
+    /// Inside a container (one per session) that already gives the command PID, mount, IPC
+    /// and network namespaces, a read-only root file system, a process limit (its pids
+    /// cgroup) and no capabilities, and that cannot create namespaces itself (Docker's
+    /// default seccomp profile refuses them to an unprivileged container). The sandbox then
+    /// applies what the container does not: Landlock (filesystem, and TCP with the network
+    /// off), seccomp, rlimits (not `RLIMIT_NPROC`: the container's pids limit is the process
+    /// limit, and `RLIMIT_NPROC` would count the uid's processes across the whole machine),
+    /// the scrubbed environment, and a process group the command cannot leave (`setsid` and
+    /// `setpgid` fail with `EPERM`), so killing the group kills its whole tree. No nested
+    /// namespace is created. Protected and denied paths are enforced by Landlock: the
+    /// directories above one lose the rights that would reach it, and their other entries
+    /// keep theirs one by one. A filtered network is the container's own (its network
+    /// namespace holds only loopback); the sandbox refuses [`NetworkAccess::Filtered`].
+    Container,
 }
 
 /// How sandboxed commands may use the network.
@@ -366,7 +391,39 @@ impl SandboxConfig {
     /// user namespace when not root, the process limit when one is configured, the network
     /// namespace with the network filtered; Landlock ioctl control, scopes (required with the
     /// network on) and (with the network off or filtered) TCP rules are optional.
+    ///
+    /// In the [`Profile::Container`] profile the container provides the namespaces and the
+    /// process limit: only seccomp and the Landlock layers are listed (all but the
+    /// filesystem rules and seccomp optional).
     pub fn layer_requirements(&self, support: &HostSupport) -> Vec<(Layer, Requirement)> {
+        match self.profile {
+            Profile::Host => self.host_layer_requirements(support),
+            Profile::Container => Layer::ALL
+                .iter()
+                .filter_map(|&layer| {
+                    let requirement = match layer {
+                        Layer::Seccomp | Layer::LandlockFilesystem => Some(Requirement::Required),
+                        // The container's network namespace holds the container's abstract
+                        // sockets only, and its PID namespace the session's processes.
+                        Layer::LandlockIoctl | Layer::LandlockScopes => Some(Requirement::Optional),
+                        Layer::LandlockNetwork => match self.network {
+                            NetworkAccess::Off => Some(Requirement::Optional),
+                            NetworkAccess::Filtered | NetworkAccess::On => None,
+                        },
+                        // The container's own.
+                        Layer::UserNamespace
+                        | Layer::PidNamespace
+                        | Layer::MountNamespace
+                        | Layer::ProcessLimit
+                        | Layer::NetworkNamespace => None,
+                    };
+                    requirement.map(|requirement| (layer, requirement))
+                })
+                .collect(),
+        }
+    }
+
+    fn host_layer_requirements(&self, support: &HostSupport) -> Vec<(Layer, Requirement)> {
         Layer::ALL
             .iter()
             .filter_map(|&layer| {
@@ -614,6 +671,66 @@ mod tests {
             };
             assert!(config.missing_layers(&no_netns).is_ok());
         }
+    }
+
+    #[test]
+    fn the_container_profile_requires_seccomp_and_landlock_only() {
+        let config = SandboxConfig {
+            profile: Profile::Container,
+            limits: Rlimits {
+                processes: Some(10),
+                ..Rlimits::default()
+            },
+            ..SandboxConfig::default()
+        };
+        let user = HostSupport {
+            root: false,
+            user_namespaces: false,
+            pid_namespaces: false,
+            mount_namespaces: false,
+            network_namespaces: false,
+            ..full()
+        };
+        assert_eq!(
+            config.layer_requirements(&user),
+            vec![
+                (Layer::LandlockFilesystem, Requirement::Required),
+                (Layer::LandlockIoctl, Requirement::Optional),
+                (Layer::LandlockNetwork, Requirement::Optional),
+                (Layer::LandlockScopes, Requirement::Optional),
+                (Layer::Seccomp, Requirement::Required),
+            ]
+        );
+        assert_eq!(config.missing_layers(&user), Ok(vec![]));
+        let no_landlock = HostSupport {
+            landlock_abi: 0,
+            ..user
+        };
+        assert_eq!(
+            config.missing_layers(&no_landlock),
+            Err(vec![Layer::LandlockFilesystem])
+        );
+        let no_seccomp = HostSupport {
+            seccomp: false,
+            ..user
+        };
+        assert_eq!(
+            config.missing_layers(&no_seccomp),
+            Err(vec![Layer::Seccomp])
+        );
+        // The same host in the host profile lacks the namespaces.
+        let host = SandboxConfig {
+            profile: Profile::Host,
+            ..config
+        };
+        assert_eq!(
+            host.missing_layers(&user),
+            Err(vec![
+                Layer::UserNamespace,
+                Layer::PidNamespace,
+                Layer::MountNamespace
+            ])
+        );
     }
 
     #[test]

@@ -93,6 +93,17 @@ pub enum SandboxError {
         /// Why.
         reason: &'static str,
     },
+    /// Too many entries in the directories above protected or denied paths to carve the
+    /// Landlock rules around them (the container profile, without a mount namespace).
+    #[error(
+        "failed to confine the command around protected and denied paths: the directories above them (at {path}) hold more than {limit} entries; narrow the protect/deny globs or move those paths into a smaller directory"
+    )]
+    CarveTooLarge {
+        /// The directory being listed when the bound was hit.
+        path: PathBuf,
+        /// The bound.
+        limit: usize,
+    },
     /// The placeholder for a missing protected path could not be created or locked.
     #[error("failed to create the placeholder {path} for a missing protected path: {source}")]
     Placeholder {

@@ -48,8 +48,8 @@ mod config;
 mod error;
 
 pub use config::{
-    EGRESS_PORT, ExitStatus, HostDefaults, HostSupport, Layer, NetworkAccess, Requirement, Rlimits,
-    SandboxConfig, SpawnRequest,
+    EGRESS_PORT, ExitStatus, HostDefaults, HostSupport, Layer, NetworkAccess, Profile, Requirement,
+    Rlimits, SandboxConfig, SpawnRequest,
 };
 pub use error::{SandboxError, SetupStep};
 

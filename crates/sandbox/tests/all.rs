@@ -5,6 +5,8 @@
 
 #![cfg(target_os = "linux")]
 
+#[path = "suite/container.rs"]
+mod container;
 #[path = "suite/degraded.rs"]
 mod degraded;
 #[path = "suite/escapes.rs"]

@@ -521,9 +521,9 @@ async fn check_docker(selected: bool, common: &CommonArgs, settings: &Settings) 
     engine_kind(&mut report).await;
     options.root = workspace.path().to_path_buf();
     options.policy = None;
-    let (ok, detail, files_path) = run_probe_session(options).await;
-    if let Some(path) = files_path {
-        report.line("file operations", Status::Info, path);
+    let (ok, detail, paths) = run_probe_session(options).await;
+    for (what, path) in paths {
+        report.line(what, Status::Info, path);
     }
     report.needed("sandboxed tools", ok, detail);
     report
@@ -996,12 +996,26 @@ fn ok_or_missing(ok: bool) -> Status {
 /// `options` (a temporary directory for local and docker; the remote root for ssh).
 /// Run a command and a read in a session: whether they worked, what failed, and (Docker)
 /// which path file operations took.
-async fn run_probe_session(options: SessionOptions) -> (bool, String, Option<String>) {
+/// Run the probe calls in a session: whether they worked, what happened, and (Docker) which
+/// path file operations and commands took.
+async fn run_probe_session(options: SessionOptions) -> (bool, String, Vec<(&'static str, String)>) {
     let session = match Session::open(options).await {
         Ok(session) => session,
-        Err(error) => return (false, format!("failed to open a session: {error}"), None),
+        Err(error) => {
+            return (
+                false,
+                format!("failed to open a session: {error}"),
+                Vec::new(),
+            );
+        }
     };
-    let files_path = session.files_path().map(str::to_owned);
+    let paths: Vec<(&'static str, String)> = [
+        ("file operations", session.files_path()),
+        ("commands", session.commands_path()),
+    ]
+    .into_iter()
+    .filter_map(|(what, path)| path.map(|path| (what, path.to_owned())))
+    .collect();
     let control = RunControl::new(CancellationToken::new(), Arc::new(|_: AgentEvent| {}));
     let calls = [
         (
@@ -1041,7 +1055,7 @@ async fn run_probe_session(options: SessionOptions) -> (bool, String, Option<Str
     {
         outcome = (false, error.to_string());
     }
-    (outcome.0, outcome.1, files_path)
+    (outcome.0, outcome.1, paths)
 }
 
 #[cfg(test)]

@@ -27,6 +27,10 @@ pub struct SandboxedChild {
     /// Connections still waiting on the egress listener when the command ended (closed).
     pub(super) unaccepted: usize,
     pub(super) namespaces: bool,
+    /// Without namespaces: the command's process group is its whole tree (it cannot leave
+    /// it), killed when the command exits, before it is reaped (so the group id is still
+    /// its own).
+    pub(super) group_is_tree: bool,
     pub(super) status: Option<ExitStatus>,
     pub(super) placeholders: Vec<mounts::Placeholder>,
     /// Where the init goes once the command has ended, when it may serve another one.
@@ -54,6 +58,7 @@ impl SandboxedChild {
             egress: init.egress.take(),
             unaccepted: 0,
             namespaces: true,
+            group_is_tree: false,
             status: None,
             placeholders: std::mem::take(&mut init.placeholders),
             reuse,
@@ -145,6 +150,11 @@ impl SandboxedChild {
         }
         let reaped = match self.pidfd.as_ref() {
             Some(pidfd) => {
+                if self.group_is_tree && self.control.is_none() {
+                    sys::pidfd_exited(pidfd, true)
+                        .map_err(|source| SandboxError::Wait { source })?;
+                    self.kill_group_of_exited();
+                }
                 sys::waitid_pidfd(pidfd, true).map_err(|source| SandboxError::Wait { source })?
             }
             None => None,
@@ -177,6 +187,12 @@ impl SandboxedChild {
         let Some(pidfd) = self.pidfd.as_ref() else {
             return Ok(None);
         };
+        if self.group_is_tree && self.control.is_none() {
+            if !sys::pidfd_exited(pidfd, false).map_err(|source| SandboxError::Wait { source })? {
+                return Ok(None);
+            }
+            self.kill_group_of_exited();
+        }
         match sys::waitid_pidfd(pidfd, false).map_err(|source| SandboxError::Wait { source })? {
             Some(reaped) => Ok(Some(self.finish_reaped(reaped))),
             None if self.control.is_some() => {
@@ -187,6 +203,13 @@ impl SandboxedChild {
             }
             None => Ok(None),
         }
+    }
+
+    /// The command (the group leader) exited and is not reaped yet, so its pid is still the
+    /// group's id: kill what is left of the group (what it left in the background).
+    fn kill_group_of_exited(&self) {
+        // ESRCH: the group had no one left. Nothing else can fail for our own child's group.
+        let _ = sys::kill_process_group(self.pid, libc::SIGKILL);
     }
 
     /// The init reported the command's status after killing and reaping everything else; it

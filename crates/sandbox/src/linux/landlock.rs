@@ -179,6 +179,9 @@ pub(crate) fn proc_rights(abi: u32) -> u64 {
     rights(Access::Read) & handled_fs(abi)
 }
 
+/// Every filesystem right: a rule keeping all of its access kind's rights.
+pub(crate) const ALL_RIGHTS: u64 = u64::MAX;
+
 /// One rule to add: a path and its access kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PathRule {
@@ -186,6 +189,24 @@ pub(crate) struct PathRule {
     pub path: PathBuf,
     /// What it is for.
     pub access: Access,
+    /// The rights of `access` this rule keeps ([`ALL_RIGHTS`]: all; fewer where a protected
+    /// or denied path is carved out below it, module `carve`).
+    pub keep: u64,
+    /// Found by carving (an entry or directory a command may remove or swap for a symlink
+    /// at any time): opened without following any symlink, and skipped when gone.
+    pub listed: bool,
+}
+
+impl PathRule {
+    /// A rule granting all of `access`'s rights on `path`.
+    pub(crate) fn whole(path: PathBuf, access: Access) -> PathRule {
+        PathRule {
+            path,
+            access,
+            keep: ALL_RIGHTS,
+            listed: false,
+        }
+    }
 }
 
 /// Build the ruleset fd for `abi` (>= 1) with `rules`. Rights the ABI does not know are
@@ -204,8 +225,24 @@ pub(crate) fn build_ruleset(
     let ruleset = sys::landlock_create_ruleset(&attr, attr_size(abi))
         .map_err(|source| SandboxError::LandlockRuleset { source })?;
     for rule in rules {
-        let fd = match open_rule_target(&rule.path) {
+        let opened = if rule.listed {
+            super::carve::open_exact(&rule.path).map_err(|source| SandboxError::OpenPath {
+                path: rule.path.clone(),
+                source,
+            })
+        } else {
+            open_rule_target(&rule.path)
+        };
+        let fd = match opened {
             Ok(fd) => fd,
+            // A listed entry that went away or became a symlink gets no rule.
+            Err(SandboxError::OpenPath { source, .. })
+                if rule.listed
+                    && (source.kind() == std::io::ErrorKind::NotFound
+                        || source.raw_os_error() == Some(libc::ELOOP)) =>
+            {
+                continue;
+            }
             // A read root that vanished grants nothing; writable roots must exist.
             Err(SandboxError::OpenPath { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound
@@ -219,7 +256,15 @@ pub(crate) fn build_ruleset(
             path: rule.path.clone(),
             source,
         })?;
-        let mut granted = rights(rule.access) & handled;
+        let (kind, _) = sys::fstat_kind(&fd).map_err(|source| SandboxError::OpenPath {
+            path: rule.path.clone(),
+            source,
+        })?;
+        // A listed entry is a directory or a regular file (a symlink opened itself is not).
+        if rule.listed && kind != libc::S_IFDIR && kind != libc::S_IFREG {
+            continue;
+        }
+        let mut granted = rights(rule.access) & rule.keep & handled;
         if !is_dir {
             granted &= FILE_RIGHTS;
         }

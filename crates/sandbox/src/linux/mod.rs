@@ -23,6 +23,7 @@
 //! surface.
 
 mod background;
+mod carve;
 mod child;
 mod defaults;
 mod handle;
@@ -107,6 +108,9 @@ pub struct PreparedSandbox {
 struct Inner {
     missing: Vec<Layer>,
     namespaces: bool,
+    /// Without namespaces in the container profile: commands cannot leave their process
+    /// group (seccomp), so the group is the whole tree and is killed when the command ends.
+    keep_group: bool,
     /// Filtered: each init gets a private network namespace and an egress listener.
     network: crate::config::NetworkAccess,
     landlock: Option<LandlockState>,

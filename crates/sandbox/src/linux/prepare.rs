@@ -12,11 +12,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::carve;
 use super::landlock::{self, Access, PathRule};
 use super::mounts::MountConfig;
 use super::probe::probe;
 use super::{Inner, NewRootConfig, PreparedSandbox, c_string, defaults, lock, seccomp, sys};
-use crate::config::{HostSupport, Layer, NetworkAccess, SandboxConfig};
+use crate::config::{HostSupport, Layer, NetworkAccess, Profile, SandboxConfig};
 use crate::error::SandboxError;
 
 /// The Landlock ruleset and what is needed to rebuild it.
@@ -30,6 +31,9 @@ pub(super) struct LandlockState {
     network: NetworkAccess,
     rules: Vec<PathRule>,
     current: std::sync::Mutex<(Arc<OwnedFd>, u32)>,
+    /// Without a mount namespace in the container profile: protected and denied paths are
+    /// carved out of the rules for each command (module `carve`).
+    carve: bool,
 }
 
 /// Spawns served by one Landlock ruleset before it is rebuilt.
@@ -48,6 +52,30 @@ impl LandlockState {
         }
         current.1 += 1;
         Ok(Arc::clone(&current.0))
+    }
+
+    /// The ruleset for the next command spawned directly (no namespaces): in the container
+    /// profile with `protected` and `denied` carved out of the rules, built afresh for each
+    /// command while anything needs carving (rules attach to inodes, and the entries of a
+    /// carved directory change between commands); else [`LandlockState::ruleset`].
+    pub(super) fn ruleset_for_direct(
+        &self,
+        protected: &[PathBuf],
+        denied: &[PathBuf],
+    ) -> Result<Arc<OwnedFd>, SandboxError> {
+        if !self.carve {
+            return self.ruleset();
+        }
+        let excluded = carve::needing_carve(protected, denied);
+        if excluded.is_empty() {
+            return self.ruleset();
+        }
+        let rules = carve::carve(&self.rules, &excluded, &mut carve::list_dir)?;
+        Ok(Arc::new(landlock::build_ruleset(
+            self.abi,
+            self.network,
+            &rules,
+        )?))
     }
 }
 
@@ -289,12 +317,14 @@ impl PreparedSandbox {
             session_parent,
             session_dir,
             allow_degraded,
+            profile,
         } = config;
 
         let missing = SandboxConfig {
             network,
             limits,
             allow_degraded,
+            profile,
             ..SandboxConfig::default()
         }
         .missing_layers(&support)
@@ -306,6 +336,17 @@ impl PreparedSandbox {
                 layers: vec![Layer::NetworkNamespace],
             });
         }
+        // In a container the sandbox creates no namespace; a filtered network is the
+        // container's own network namespace, set up by whoever made the container.
+        let own_namespaces = match profile {
+            Profile::Host => true,
+            Profile::Container if network == NetworkAccess::Filtered => {
+                return Err(SandboxError::MissingLayers {
+                    layers: vec![Layer::NetworkNamespace],
+                });
+            }
+            Profile::Container => false,
+        };
 
         // A read root that does not exist (any more) grants nothing: skipping it is safe, and
         // host defaults list files that come and go (e.g. SQLite journals under ~/.cargo).
@@ -335,16 +376,17 @@ impl PreparedSandbox {
         };
         let shm_path = PathBuf::from(OsStr::from_bytes(session.shm.as_bytes()));
 
-        let namespaces = support.namespaces();
+        let namespaces = own_namespaces && support.namespaces();
+        let keep_group = match profile {
+            Profile::Host => false,
+            Profile::Container => true,
+        };
         let private_shm = namespaces && Path::new("/dev/shm").is_dir();
 
         let mut rules: Vec<PathRule> = Vec::new();
         let mut push = |paths: &[PathBuf], access: Access| {
             for path in paths {
-                rules.push(PathRule {
-                    path: path.clone(),
-                    access,
-                });
+                rules.push(PathRule::whole(path.clone(), access));
             }
         };
         push(&read_exec, Access::ReadExec);
@@ -371,13 +413,18 @@ impl PreparedSandbox {
                 network,
                 rules,
                 current: std::sync::Mutex::new((Arc::new(ruleset), 0)),
+                carve: match profile {
+                    Profile::Host => false,
+                    Profile::Container => true,
+                },
             })
         } else {
             None
         };
         let seccomp = if support.seccomp {
-            let program = seccomp::compile(&seccomp::rules(network), seccomp::native_arch())
-                .map_err(|reason| SandboxError::SeccompBuild { reason })?;
+            let program =
+                seccomp::compile(&seccomp::rules(network, keep_group), seccomp::native_arch())
+                    .map_err(|reason| SandboxError::SeccompBuild { reason })?;
             Some(program)
         } else {
             None
@@ -393,7 +440,11 @@ impl PreparedSandbox {
                 rlimits.push((resource, soft, hard));
             }
         };
-        limit(libc::RLIMIT_NPROC as c_int, limits.processes, 0);
+        match profile {
+            Profile::Host => limit(libc::RLIMIT_NPROC as c_int, limits.processes, 0),
+            // The container's pids limit; RLIMIT_NPROC counts the uid machine-wide.
+            Profile::Container => {}
+        }
         limit(libc::RLIMIT_AS as c_int, limits.memory_bytes, 0);
         limit(libc::RLIMIT_FSIZE as c_int, limits.file_size_bytes, 0);
         limit(libc::RLIMIT_NOFILE as c_int, limits.open_files, 0);
@@ -467,6 +518,7 @@ impl PreparedSandbox {
             inner: Arc::new(Inner {
                 missing,
                 namespaces,
+                keep_group,
                 network,
                 landlock,
                 seccomp,

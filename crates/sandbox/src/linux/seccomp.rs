@@ -255,6 +255,12 @@ macro_rules! paste_nr {
     (sendto) => {
         libc::SYS_sendto
     };
+    (setsid) => {
+        libc::SYS_setsid
+    };
+    (setpgid) => {
+        libc::SYS_setpgid
+    };
 }
 
 /// Rules applied whatever the network setting.
@@ -368,13 +374,27 @@ pub(crate) const NETWORK_FILTERED_RULES: &[Rule] = &[
     ),
 ];
 
-/// The rules for a sandbox with the given network setting, in program order.
-pub(crate) fn rules(network: NetworkAccess) -> Vec<Rule> {
+/// Rules added when the command's process group is its whole tree (no PID namespace, in a
+/// container): leaving the group would take a process out of reach of the group kill that
+/// ends a command at its timeout, on cancel and after it exits.
+pub(crate) const KEEP_GROUP_RULES: &[Rule] = &[
+    // A new session is a new process group.
+    rule!(setsid, &[], EPERM),
+    // Moving to another (or a new) process group.
+    rule!(setpgid, &[], EPERM),
+];
+
+/// The rules for a sandbox with the given network setting, in program order; `keep_group`
+/// adds [`KEEP_GROUP_RULES`].
+pub(crate) fn rules(network: NetworkAccess, keep_group: bool) -> Vec<Rule> {
     let mut rules = COMMON_RULES.to_vec();
     match network {
         NetworkAccess::Off => rules.extend_from_slice(NETWORK_OFF_RULES),
         NetworkAccess::On => {}
         NetworkAccess::Filtered => rules.extend_from_slice(NETWORK_FILTERED_RULES),
+    }
+    if keep_group {
+        rules.extend_from_slice(KEEP_GROUP_RULES);
     }
     rules
 }
@@ -632,7 +652,7 @@ mod tests {
     const MODES: [NetworkAccess; 3] = [OFF, ON, FILTERED];
 
     fn eval(network: NetworkAccess, nr: i64, args: [u64; 6]) -> u32 {
-        let program = compile(&rules(network), native_arch()).unwrap();
+        let program = compile(&rules(network, false), native_arch()).unwrap();
         run(
             &program,
             &Data {
@@ -705,7 +725,7 @@ mod tests {
 
     /// First action the full rule list gives these arguments (what the program must do).
     fn expected(network: NetworkAccess, nr: i64, args: &[u64; 6]) -> u32 {
-        rules(network)
+        rules(network, false)
             .iter()
             .find(|rule| rule.nr == nr && rule.conds.iter().all(|cond| cond_holds(cond, args)))
             .map_or(RET_ALLOW, |rule| rule.action.ret())
@@ -714,7 +734,7 @@ mod tests {
     #[test]
     fn every_rule_matches_its_own_arguments() {
         for network in MODES {
-            for rule in rules(network) {
+            for rule in rules(network, false) {
                 let args = args_for(&rule, true)
                     .unwrap_or_else(|| panic!("no arguments satisfy rule {}", rule.name));
                 assert_eq!(
@@ -730,7 +750,10 @@ mod tests {
     #[test]
     fn every_conditional_rule_lets_other_arguments_through() {
         for network in MODES {
-            for rule in rules(network).iter().filter(|rule| !rule.conds.is_empty()) {
+            for rule in rules(network, false)
+                .iter()
+                .filter(|rule| !rule.conds.is_empty())
+            {
                 let args = args_for(rule, false).expect("some arguments violate the rule");
                 assert_eq!(
                     eval(network, rule.nr, args),
@@ -759,10 +782,13 @@ mod tests {
 
     #[test]
     fn unlisted_syscalls_take_a_short_path() {
-        let program = compile(&rules(OFF), native_arch()).unwrap();
+        let program = compile(&rules(OFF, false), native_arch()).unwrap();
         let mut longest = 0;
         for nr in 0..600u32 {
-            if rules(OFF).iter().any(|rule| rule.nr == i64::from(nr)) {
+            if rules(OFF, false)
+                .iter()
+                .any(|rule| rule.nr == i64::from(nr))
+            {
                 continue;
             }
             // Count executed instructions.
@@ -816,7 +842,7 @@ mod tests {
 
     #[test]
     fn foreign_architecture_is_killed() {
-        let program = compile(&rules(ON), native_arch()).unwrap();
+        let program = compile(&rules(ON, false), native_arch()).unwrap();
         let data = Data {
             nr: libc::SYS_read as u32,
             arch: 0x4000_0003, // AUDIT_ARCH_I386
@@ -1010,8 +1036,35 @@ mod tests {
     }
 
     #[test]
+    fn keeping_the_group_refuses_setsid_and_setpgid_and_only_then() {
+        for network in MODES {
+            let kept = compile(&rules(network, true), native_arch()).unwrap();
+            let free = compile(&rules(network, false), native_arch()).unwrap();
+            for nr in [libc::SYS_setsid, libc::SYS_setpgid] {
+                let data = Data {
+                    nr: nr as u32,
+                    arch: native_arch(),
+                    args: [0; 6],
+                };
+                assert_eq!(run(&kept, &data), EPERM.ret(), "syscall {nr} kept");
+                assert_eq!(run(&free, &data), RET_ALLOW, "syscall {nr} free");
+            }
+            // Everything else is as without the group rules.
+            for rule in rules(network, false) {
+                let args = args_for(&rule, true).expect("arguments");
+                let data = Data {
+                    nr: rule.nr as u32,
+                    arch: native_arch(),
+                    args,
+                };
+                assert_eq!(run(&kept, &data), rule.action.ret(), "rule {}", rule.name);
+            }
+        }
+    }
+
+    #[test]
     fn the_brief_s_syscalls_are_all_covered() {
-        let names: Vec<&str> = rules(OFF).iter().map(|rule| rule.name).collect();
+        let names: Vec<&str> = rules(OFF, false).iter().map(|rule| rule.name).collect();
         for required in [
             "ptrace",
             "process_vm_readv",

@@ -18,7 +18,7 @@ use super::mounts::{self, MountConfig, MountPlan};
 use super::pool::InitProcess;
 use super::prepare::{LandlockState, merge_env};
 use super::sys::{self, CStringArray};
-use super::{PreparedSandbox, c_string, landlock, newroot, release_placeholders};
+use super::{PreparedSandbox, c_string, landlock, lock, newroot, release_placeholders};
 use crate::config::{NetworkAccess, SpawnRequest};
 use crate::error::{SandboxError, SetupStep};
 
@@ -415,10 +415,11 @@ impl PreparedSandbox {
             paths,
         } = command;
         let inner = &self.inner;
+        let mounts = Arc::clone(&*lock(&inner.mounts));
         let ruleset = inner
             .landlock
             .as_ref()
-            .map(LandlockState::ruleset)
+            .map(|state| state.ruleset_for_direct(&mounts.protected, &mounts.denied))
             .transpose()?;
         let (exec_read, exec_write) =
             sys::pipe_cloexec().map_err(|source| SandboxError::Pipe { source })?;
@@ -462,6 +463,7 @@ impl PreparedSandbox {
             egress: None,
             unaccepted: 0,
             namespaces: false,
+            group_is_tree: inner.keep_group,
             status: None,
             placeholders: Vec::new(),
             reuse: None,

@@ -381,6 +381,26 @@ pub(crate) fn fstat_is_dir(fd: &OwnedFd) -> io::Result<bool> {
     Ok(stat.st_mode & libc::S_IFMT == libc::S_IFDIR)
 }
 
+/// `(st_mode & S_IFMT, st_rdev)` of an fd (an `O_PATH` one too).
+pub(crate) fn fstat_kind(fd: &OwnedFd) -> io::Result<(libc::mode_t, libc::dev_t)> {
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `stat` is a writable struct stat.
+    check_io(unsafe { libc::fstat(fd.as_raw_fd(), stat.as_mut_ptr()) } as c_long)?;
+    // SAFETY: fstat succeeded and filled the struct.
+    let stat = unsafe { stat.assume_init() };
+    Ok((stat.st_mode & libc::S_IFMT, stat.st_rdev))
+}
+
+/// Whether the mount an fd (an `O_PATH` one too) lives on is read-only (`ST_RDONLY`).
+pub(crate) fn on_read_only_mount(fd: &OwnedFd) -> io::Result<bool> {
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `stat` is a writable struct statvfs.
+    check_io(unsafe { libc::fstatvfs(fd.as_raw_fd(), stat.as_mut_ptr()) } as c_long)?;
+    // SAFETY: fstatvfs succeeded and filled the struct.
+    let stat = unsafe { stat.assume_init() };
+    Ok(stat.f_flag & libc::ST_RDONLY != 0)
+}
+
 /// `(st_dev, st_ino)` of `name` in `dirfd`, without following a final symlink.
 pub(crate) fn fstatat_id(dirfd: &OwnedFd, name: &CStr) -> io::Result<(u64, u64)> {
     let mut stat = std::mem::MaybeUninit::<libc::stat>::zeroed();
@@ -695,6 +715,35 @@ pub(crate) fn waitid_pidfd(pidfd: &OwnedFd, block: bool) -> io::Result<Option<Re
         libc::CLD_EXITED => Reaped::Exited(status),
         _ => Reaped::Signaled(status),
     }))
+}
+
+/// Whether the process behind `pidfd` has exited, without reaping it (`WNOWAIT`): it stays a
+/// zombie, so its pid (and process group id) is not reused. `block` waits for the exit.
+pub(crate) fn pidfd_exited(pidfd: &OwnedFd, block: bool) -> io::Result<bool> {
+    let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
+    let flags = libc::WEXITED | libc::WNOWAIT | if block { 0 } else { libc::WNOHANG };
+    loop {
+        // SAFETY: `info` is a writable siginfo_t; the pidfd is open.
+        let ret = unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                info.as_mut_ptr(),
+                flags,
+            )
+        };
+        if ret == 0 {
+            break;
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+    // SAFETY: waitid succeeded and filled (or left zeroed) the struct.
+    let info = unsafe { info.assume_init() };
+    // SAFETY: si_pid is a valid field for SIGCHLD information.
+    Ok(unsafe { info.si_pid() } != 0)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1260,6 +1309,13 @@ pub(crate) fn drop_all_capabilities(last_cap: u32) -> Result<(), Errno> {
     } as c_long)?;
     for cap in 0..=last_cap {
         // SAFETY: as above.
+        let present = unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) };
+        // Dropping needs CAP_SETPCAP even for a capability that is not there (a container
+        // without capabilities has an empty bounding set): drop only what is there.
+        if check(present as c_long)? == 0 {
+            continue;
+        }
+        // SAFETY: as above.
         let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
         check(ret as c_long)?;
     }
@@ -1272,7 +1328,12 @@ pub(crate) fn drop_all_capabilities(last_cap: u32) -> Result<(), Errno> {
         | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
     // SAFETY: as above.
     let ret = unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) };
-    check(ret as c_long)?;
+    // Setting them needs CAP_SETPCAP, which a process without capabilities lacks; with the
+    // bounding set empty (every capability was checked absent or dropped above) no exec can
+    // grant one (root's included), which is what the bits are for here.
+    if ret != 0 && errno() != libc::EPERM {
+        check(ret as c_long)?;
+    }
     let header = CapHeader {
         version: LINUX_CAPABILITY_VERSION_3,
         pid: 0,
