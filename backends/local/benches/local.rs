@@ -30,6 +30,7 @@ fn millis(d: Duration) -> String {
 
 fn backend(root: &Path) -> LocalBackend {
     LocalBackend::new(LocalConfig {
+        profile: cordon_backend_local::Profile::Host,
         root: root.to_path_buf(),
         spec: SandboxSpec {
             protected: vec![".git/**".into()],
@@ -226,6 +227,7 @@ async fn grep_tree(tree: &Path, runs: usize) {
 /// whole tree, later ones re-read only changed directories (one `lstat` per directory).
 async fn commands_on_tree(tree: &Path) {
     let backend = LocalBackend::new(LocalConfig {
+        profile: cordon_backend_local::Profile::Host,
         root: tree.to_path_buf(),
         spec: SandboxSpec {
             workspace: cordon_core::sandbox::RootAccess::ReadOnly,

@@ -203,6 +203,7 @@ fn backend(
     );
     LocalBackend::with_egress_resolver(
         LocalConfig {
+            profile: cordon_backend_local::Profile::Host,
             root: ws.to_path_buf(),
             spec,
             home,
@@ -453,6 +454,7 @@ async fn nothing_goes_around_the_proxy_even_for_root() {
         spec.sources.file = POLICY.to_owned();
         spec.sources.egress_allow = vec![10];
         LocalBackend::new(LocalConfig {
+            profile: cordon_backend_local::Profile::Host,
             root: d.ws.clone(),
             spec,
             home: None,
@@ -759,6 +761,7 @@ async fn an_ask_destination_approved_for_the_session_is_reached_and_not_asked_ag
     let approver = Arc::new(ApproveForSession::default());
     let backend = LocalBackend::with_egress(
         LocalConfig {
+            profile: cordon_backend_local::Profile::Host,
             root: d.ws.clone(),
             spec,
             home: None,
@@ -821,6 +824,7 @@ async fn an_ask_destination_without_an_approver_is_refused_naming_the_ask_entry(
     let resolver = StaticResolver::new([("pkg.ask.test", loopback)]);
     let backend = LocalBackend::with_egress_resolver(
         LocalConfig {
+            profile: cordon_backend_local::Profile::Host,
             root: d.ws.clone(),
             spec,
             home: None,

@@ -475,6 +475,7 @@ async fn commands_fail_closed_without_a_required_layer() {
         ..cordon_sandbox_probe()
     };
     let config = |allow_degraded: bool| LocalConfig {
+        profile: cordon_backend_local::Profile::Host,
         root: fx.ws.clone(),
         spec: cordon_backend_local::SandboxSpec {
             allow_degraded,

@@ -678,6 +678,7 @@ async fn root_given_through_a_symlink() {
     let link = fx.ws.parent().unwrap().join("ws-link");
     symlink(&fx.ws, &link).unwrap();
     let backend = LocalBackend::new(LocalConfig {
+        profile: cordon_backend_local::Profile::Host,
         root: link.clone(),
         spec: super::support::test_spec(),
         home: None,

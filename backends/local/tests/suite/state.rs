@@ -62,6 +62,7 @@ async fn spill_files_are_private_and_readable_later() {
 
     // A later backend (a one-shot `cordon exec`, a new session) over the same root.
     let later = LocalBackend::new(LocalConfig {
+        profile: cordon_backend_local::Profile::Host,
         root: fx.ws.clone(),
         spec: test_spec(),
         home: None,
@@ -99,6 +100,7 @@ fn old_spill_files_are_cleaned_at_start() {
             .unwrap();
     }
     let _again = LocalBackend::new(LocalConfig {
+        profile: cordon_backend_local::Profile::Host,
         root: fx.ws.clone(),
         spec: test_spec(),
         home: None,
@@ -124,6 +126,7 @@ fn unsafe_state_directories_are_refused() {
     let user_dir = base.join(format!("cordon-{}", uid()));
     symlink(&elsewhere, &user_dir).unwrap();
     let config = LocalConfig {
+        profile: cordon_backend_local::Profile::Host,
         root: ws.clone(),
         spec: test_spec(),
         home: None,
@@ -190,6 +193,7 @@ async fn private_tmp_lifecycle() {
     let orphan = user_dir.join("tmp-2147483646-00000000000000cc");
     std::fs::create_dir_all(orphan.join("junk")).unwrap();
     let second = LocalBackend::new(LocalConfig {
+        profile: cordon_backend_local::Profile::Host,
         root: fx.ws.clone(),
         spec: test_spec(),
         home: None,

@@ -52,6 +52,7 @@ impl Fixture {
         let mut spec = test_spec();
         tune(&mut spec, &base);
         let backend = LocalBackend::new(LocalConfig {
+            profile: cordon_backend_local::Profile::Host,
             root: ws.clone(),
             spec,
             home: Some(base.join("home")),
