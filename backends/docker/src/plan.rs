@@ -12,6 +12,8 @@ use crate::egress::{EgressMounts, HELPER_IN_CONTAINER, SOCKET_DIR};
 
 /// Mount point of the per-root spill volume inside the container.
 pub const SPILL_DIR: &str = "/cordon-spill";
+/// Memory the container gets beyond the policy's limit when `cordon-helper` runs in it.
+pub const HELPER_MEMORY_HEADROOM: u64 = 64 << 20;
 /// Home directory of commands (a private tmpfs owned by the session's uid).
 pub const HOME_DIR: &str = "/home/cordon";
 /// The command `PATH`.
@@ -227,9 +229,17 @@ fn ulimits(limits: &Limits) -> Option<Vec<ResourcesUlimits>> {
 pub fn container_body(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
     let (uid, gid) = plan.user;
     let limits = &plan.spec.limits;
+    // With the file helper (commands run under it, each limited by RLIMIT_AS like locally)
+    // the container also holds the helper: it gets room for it on top, so the command's own
+    // limit is what a command meets (the kernel's OOM killer could pick the helper instead).
+    let headroom = if plan.files_helper.is_some() {
+        HELPER_MEMORY_HEADROOM
+    } else {
+        0
+    };
     let memory = limits
         .memory_bytes
-        .map(|m| i64::try_from(m).unwrap_or(i64::MAX));
+        .map(|m| i64::try_from(m.saturating_add(headroom)).unwrap_or(i64::MAX));
     let network_mode = match plan.spec.network {
         // Filtered mode's only way out is the egress proxy's socket, mounted in.
         NetworkMode::Disabled | NetworkMode::Filtered => Some("none".to_owned()),
@@ -428,6 +438,39 @@ mod tests {
                 .get("/workspace/secrets")
                 .map(String::as_str),
             Some("ro,nosuid,nodev,noexec,size=4k,mode=0555")
+        );
+    }
+
+    #[test]
+    fn the_helper_gets_memory_headroom_on_top_of_the_limit() {
+        let mut spec = SandboxSpec::default();
+        spec.limits.memory_bytes = Some(64 << 20);
+        let source = WorkspaceSource::Bind(PathBuf::from("/p"));
+        let memory = |helper: Option<&HelperMount>| {
+            let plan = ContainerPlan {
+                image: "i",
+                user: (1, 1),
+                spec: &spec,
+                passed_env: &[],
+                workspace: Path::new("/workspace"),
+                source: &source,
+                protected: &[],
+                masks: &[],
+                extra_roots: &[],
+                unix_sockets: &[],
+                spill_volume: "s",
+                network: None,
+                egress: None,
+                files_helper: helper,
+                labels: HashMap::new(),
+            };
+            let host = container_body(&plan).host_config.expect("host config");
+            (host.memory, host.memory_swap)
+        };
+        assert_eq!(memory(None), (Some(64 << 20), Some(64 << 20)));
+        assert_eq!(
+            memory(Some(&HelperMount::Bind(PathBuf::from("/h")))),
+            (Some(128 << 20), Some(128 << 20))
         );
     }
 
