@@ -47,6 +47,28 @@ impl UniqueHelper {
         }
     }
 
+    /// The sha256 of the binary in the volume (read in a throwaway container: commands of a
+    /// session cannot read the helper's mount, its Landlock rules leave it out).
+    fn volume_sha256(&self) -> String {
+        let out = Command::new("docker")
+            .args(["run", "--rm", "--network", "none", "--user", "0:0", "-v"])
+            .arg(format!("{}:/h:ro", self.volume))
+            .args([support::DEBIAN, "sha256sum", "/h/cordon-helper"])
+            .env("DOCKER_HOST", &self.host)
+            .output()
+            .expect("docker run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .expect("hash")
+            .to_owned()
+    }
+
     /// Overwrite the binary in the volume (as root in a throwaway container).
     fn corrupt_volume(&self) {
         let out = Command::new("docker")
@@ -174,11 +196,6 @@ async fn a_volume_holding_another_binary_is_copied_again_before_the_helper_start
         .next()
         .expect("hash")
         .to_owned();
-    let ran = run(
-        &backend,
-        "sha256sum /cordon-egress-helper/cordon-helper | cut -d' ' -f1",
-    )
-    .await;
-    assert_eq!(ran.output.trim(), local);
+    assert_eq!(helper.volume_sha256(), local);
     backend.shutdown().await.expect("shut down");
 }
