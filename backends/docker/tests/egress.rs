@@ -332,21 +332,24 @@ async fn overlapping_commands_each_get_the_connections_made_while_they_ran() {
             "python3 -c \"import urllib.request; urllib.request.urlopen('http://allowed.test:{port}/{path}').read()\""
         )
     };
-    let wait = |file: &str| format!("while [ ! -e /tmp/{file} ]; do sleep 0.05; done");
+    // The markers live in the workspace, which both commands share (each command gets a
+    // private temporary directory of its own).
+    let wait = |file: &str| format!("while [ ! -e {file} ]; do sleep 0.05; done");
     let first = format!(
-        "touch /tmp/a-started; {}; {}; touch /tmp/a-done; {}; echo a",
+        "touch a-started; {}; {}; touch a-done; {}; echo a",
         wait("b-started"),
         fetch("a"),
         wait("b-done")
     );
     let second = format!(
-        "touch /tmp/b-started; {}; {}; touch /tmp/b-done; echo b",
+        "touch b-started; {}; {}; touch b-done; echo b",
         wait("a-done"),
         fetch("b")
     );
     let (a, b) = tokio::join!(run(&backend, &first), run(&backend, &second));
-    assert!(a.output.contains('a'), "{}", a.output);
-    assert!(b.output.contains('b'), "{}", b.output);
+    // The last line, not any letter: a timeout's message would contain both.
+    assert_eq!(a.output.lines().last(), Some("a"), "{}", a.output);
+    assert_eq!(b.output.lines().last(), Some("b"), "{}", b.output);
     for ran in [&a, &b] {
         assert_eq!(ran.outcome.egress.len(), 2, "{:?}", ran.outcome.egress);
         assert!(
