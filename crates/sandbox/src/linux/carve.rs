@@ -27,7 +27,7 @@
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -84,7 +84,7 @@ pub(crate) fn needing_carve(
     }
     for path in denied {
         match open_exact(path) {
-            Ok(fd) if is_mask(path, &fd) => {}
+            Ok(fd) if is_mask(&fd) => {}
             Ok(_) => out.push((path.clone(), Exclusion::Denied)),
             Err(error) if error.kind() == io::ErrorKind::NotFound => {}
             Err(_) => out.push((path.clone(), Exclusion::Denied)),
@@ -94,13 +94,13 @@ pub(crate) fn needing_carve(
 }
 
 /// `/dev/null` (a file mask) or an empty directory on a read-only mount (a directory mask).
-fn is_mask(path: &Path, fd: &OwnedFd) -> bool {
+fn is_mask(fd: &OwnedFd) -> bool {
     const DEV_NULL: libc::dev_t = libc::makedev(1, 3);
     match sys::fstat_kind(fd) {
         Ok((libc::S_IFCHR, rdev)) => rdev == DEV_NULL,
         Ok((libc::S_IFDIR, _)) => {
             sys::on_read_only_mount(fd).unwrap_or(false)
-                && std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none())
+                && read_dir_of(fd).is_ok_and(|mut entries| entries.next().is_none())
         }
         Ok(_) | Err(_) => false,
     }
@@ -114,15 +114,24 @@ pub(crate) fn open_exact(path: &Path) -> io::Result<OwnedFd> {
     sys::open_no_symlinks(None, &c_path, libc::O_PATH | libc::O_NOFOLLOW)
 }
 
+/// The directory `fd` refers to, listed through its `/proc/self/fd` link (so the directory
+/// listed is the one opened, whatever a command renamed or swapped since).
+fn read_dir_of(fd: &OwnedFd) -> io::Result<std::fs::ReadDir> {
+    std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
 /// List a spine directory: its entries, each a directory or regular file or not (never
-/// following a symlink).
+/// following a symlink, the directory itself included). At most [`MAX_LISTED`] + 1 entries
+/// are read, enough for [`carve`] to refuse a directory past the bound without holding all
+/// of a huge one in memory.
 pub(crate) fn list_dir(dir: &Path) -> io::Result<Vec<Listed>> {
+    let fd = open_exact(dir)?;
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
+    for entry in read_dir_of(&fd)?.take(MAX_LISTED + 1) {
         let entry = entry?;
         let kind = entry.file_type()?;
         out.push(Listed {
-            path: entry.path(),
+            path: dir.join(entry.file_name()),
             ruled: kind.is_dir() || kind.is_file(),
         });
     }
@@ -233,6 +242,29 @@ pub(crate) fn carve(
 mod tests {
     use super::*;
     use crate::linux::landlock::{ALL_RIGHTS, Access};
+
+    #[test]
+    fn a_spine_directory_swapped_for_a_symlink_is_not_listed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let target = dir.path().join("target");
+        std::fs::create_dir(&target).expect("dir");
+        std::fs::write(target.join("inside"), "x").expect("file");
+        let link = dir.path().join("spine");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        assert!(list_dir(&link).is_err(), "a symlinked spine was listed");
+        let listed = list_dir(&target).expect("list");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].path, target.join("inside"));
+    }
+
+    #[test]
+    fn a_huge_spine_directory_is_read_only_up_to_the_bound() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for i in 0..MAX_LISTED + 20 {
+            std::fs::File::create(dir.path().join(i.to_string())).expect("file");
+        }
+        assert_eq!(list_dir(dir.path()).expect("list").len(), MAX_LISTED + 1);
+    }
 
     fn rule(path: &str, access: Access) -> PathRule {
         PathRule {
