@@ -681,11 +681,10 @@ pub(crate) enum Reaped {
     Signaled(i32),
 }
 
-/// `waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG])`: reap the child; `None` when it is still
-/// running and `block` is false.
-pub(crate) fn waitid_pidfd(pidfd: &OwnedFd, block: bool) -> io::Result<Option<Reaped>> {
+/// `waitid(P_PIDFD, pidfd, flags)`, retried on `EINTR`: the filled siginfo (`si_pid` 0 when
+/// `WNOHANG` found the child still running).
+fn waitid_on(pidfd: &OwnedFd, flags: c_int) -> io::Result<libc::siginfo_t> {
     let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
-    let flags = libc::WEXITED | if block { 0 } else { libc::WNOHANG };
     loop {
         // SAFETY: `info` is a writable siginfo_t; the pidfd is open.
         let ret = unsafe {
@@ -697,15 +696,20 @@ pub(crate) fn waitid_pidfd(pidfd: &OwnedFd, block: bool) -> io::Result<Option<Re
             )
         };
         if ret == 0 {
-            break;
+            // SAFETY: waitid succeeded and filled (or left zeroed) the struct.
+            return Ok(unsafe { info.assume_init() });
         }
         let error = io::Error::last_os_error();
         if error.kind() != io::ErrorKind::Interrupted {
             return Err(error);
         }
     }
-    // SAFETY: waitid succeeded and filled (or left zeroed) the struct.
-    let info = unsafe { info.assume_init() };
+}
+
+/// `waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG])`: reap the child; `None` when it is still
+/// running and `block` is false.
+pub(crate) fn waitid_pidfd(pidfd: &OwnedFd, block: bool) -> io::Result<Option<Reaped>> {
+    let info = waitid_on(pidfd, libc::WEXITED | if block { 0 } else { libc::WNOHANG })?;
     // SAFETY: si_pid/si_status are valid fields for SIGCHLD information.
     let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
     if pid == 0 {
@@ -720,28 +724,8 @@ pub(crate) fn waitid_pidfd(pidfd: &OwnedFd, block: bool) -> io::Result<Option<Re
 /// Whether the process behind `pidfd` has exited, without reaping it (`WNOWAIT`): it stays a
 /// zombie, so its pid (and process group id) is not reused. `block` waits for the exit.
 pub(crate) fn pidfd_exited(pidfd: &OwnedFd, block: bool) -> io::Result<bool> {
-    let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
     let flags = libc::WEXITED | libc::WNOWAIT | if block { 0 } else { libc::WNOHANG };
-    loop {
-        // SAFETY: `info` is a writable siginfo_t; the pidfd is open.
-        let ret = unsafe {
-            libc::waitid(
-                libc::P_PIDFD,
-                pidfd.as_raw_fd() as libc::id_t,
-                info.as_mut_ptr(),
-                flags,
-            )
-        };
-        if ret == 0 {
-            break;
-        }
-        let error = io::Error::last_os_error();
-        if error.kind() != io::ErrorKind::Interrupted {
-            return Err(error);
-        }
-    }
-    // SAFETY: waitid succeeded and filled (or left zeroed) the struct.
-    let info = unsafe { info.assume_init() };
+    let info = waitid_on(pidfd, flags)?;
     // SAFETY: si_pid is a valid field for SIGCHLD information.
     Ok(unsafe { info.si_pid() } != 0)
 }
