@@ -136,11 +136,14 @@ impl Connector for DockerConnector {
 
 /// The session the helper opens: the container's workspace, home, and the extra roots at the
 /// paths they are mounted at (the same as on the host), the spill directory readable; its
-/// commands sandboxed in the container profile (module `commands`).
+/// commands sandboxed in the container profile (module `commands`). A copied workspace
+/// (`copied`) is copied back without its protected and denied paths, so commands are not
+/// confined around them there (module `copy`).
 pub(crate) fn session_start(
     workspace: &Path,
     spec: &SandboxSpec,
     extra_roots: &[(PathBuf, bool)],
+    copied: bool,
 ) -> SessionStart {
     let mut spec = crate::commands::commands_spec(spec);
     let as_string = |path: &Path| path.to_string_lossy().into_owned();
@@ -160,6 +163,7 @@ pub(crate) fn session_start(
     SessionStart {
         home: Some(cordon_helper::protocol::WirePath(PathBuf::from(HOME_DIR))),
         profile: cordon_helper::protocol::SandboxProfile::Container,
+        workspace_is_copy: copied,
         ..SessionStart::new(workspace, spec)
     }
 }
@@ -275,6 +279,7 @@ mod tests {
                 (PathBuf::from("/home/u/docs"), false),
                 (PathBuf::from("/srv/out"), true),
             ],
+            false,
         );
         assert_eq!(start.root.0, PathBuf::from("/workspace"));
         assert_eq!(start.home.map(|h| h.0), Some(PathBuf::from("/home/cordon")));
@@ -284,5 +289,7 @@ mod tests {
             start.profile,
             cordon_helper::protocol::SandboxProfile::Container
         );
+        assert!(!start.workspace_is_copy);
+        assert!(session_start(Path::new("/workspace"), &spec, &[], true).workspace_is_copy);
     }
 }

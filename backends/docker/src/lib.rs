@@ -618,8 +618,12 @@ impl DockerBackend {
                     argv,
                     session: Arc::clone(&session),
                 };
-                let session =
-                    files_helper::session_start(&inner.workspace, &inner.spec, &extra_roots);
+                let session = files_helper::session_start(
+                    &inner.workspace,
+                    &inner.spec,
+                    &extra_roots,
+                    inner.copy.is_some(),
+                );
                 files_helper::start(connector, session).await
             }
             Err(reason) => Err(reason),

@@ -31,6 +31,7 @@ fn millis(d: Duration) -> String {
 fn backend(root: &Path) -> LocalBackend {
     LocalBackend::new(LocalConfig {
         profile: cordon_backend_local::Profile::Host,
+        workspace_is_copy: false,
         root: root.to_path_buf(),
         spec: SandboxSpec {
             protected: vec![".git/**".into()],
@@ -228,6 +229,7 @@ async fn grep_tree(tree: &Path, runs: usize) {
 async fn commands_on_tree(tree: &Path) {
     let backend = LocalBackend::new(LocalConfig {
         profile: cordon_backend_local::Profile::Host,
+        workspace_is_copy: false,
         root: tree.to_path_buf(),
         spec: SandboxSpec {
             workspace: cordon_core::sandbox::RootAccess::ReadOnly,

@@ -68,6 +68,8 @@ pub(crate) struct Shared {
     pub git: Option<std::sync::Mutex<GitState>>,
     /// The git metadata recorded at start (the operator's): read-only for both layers.
     pub git_protected: Vec<PathBuf>,
+    /// [`LocalConfig::workspace_is_copy`].
+    workspace_is_copy: bool,
     /// Commands running now: a shutdown while one runs keeps the git baseline, so the next
     /// session on this root checks again.
     pub running: std::sync::atomic::AtomicUsize,
@@ -173,6 +175,9 @@ impl Shared {
                     .collect();
                 let mut expander = Expander::new(Arc::clone(&self.rules), reach);
                 expander.protect_also(self.git_protected.clone());
+                if self.workspace_is_copy {
+                    expander.exempt(self.rules.workspace());
+                }
                 std::sync::Mutex::new(expander)
             })
             .lock()
@@ -252,6 +257,7 @@ impl LocalBackend {
             home,
             state_base,
             profile,
+            workspace_is_copy,
         } = config;
         let canonical = std::fs::canonicalize(&root).map_err(|source| LocalError::OpenRoot {
             path: root.clone(),
@@ -412,6 +418,7 @@ impl LocalBackend {
                 })
             }),
             git_protected,
+            workspace_is_copy,
             running: std::sync::atomic::AtomicUsize::new(0),
             egress,
         });

@@ -105,6 +105,8 @@ pub(crate) struct Expander {
     /// Concrete paths protected on top of the patterns (the git metadata recorded at start),
     /// passed on while they exist.
     also_protected: Vec<PathBuf>,
+    /// A tree whose paths are never passed on (a workspace that is only a copy).
+    exempt: Option<PathBuf>,
 }
 
 /// One expansion's mutable state.
@@ -186,7 +188,18 @@ impl Expander {
             cache: HashMap::new(),
             last_entries: usize::MAX,
             also_protected: Vec::new(),
+            exempt: None,
         }
+    }
+
+    /// Pass on nothing under `tree` (and do not walk it): a copied workspace, whose
+    /// protected and denied paths are kept out when it is copied back.
+    pub fn exempt(&mut self, tree: &Path) {
+        self.literals
+            .retain(|literal| !literal.path.starts_with(tree));
+        self.jobs.retain(|job| !job.base.starts_with(tree));
+        self.reach.retain(|reach| !reach.starts_with(tree));
+        self.exempt = Some(tree.to_path_buf());
     }
 
     /// Protect these concrete paths too, whenever they exist.
@@ -258,6 +271,10 @@ impl Expander {
         self.cache = new;
         self.last_entries = if result.is_ok() { entries } else { usize::MAX };
         result?;
+        if let Some(tree) = &self.exempt {
+            out.protected.retain(|path| !path.starts_with(tree));
+            out.denied.retain(|path| !path.starts_with(tree));
+        }
         out.protected.sort();
         out.protected.dedup();
         out.denied.sort();
@@ -503,6 +520,31 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn an_exempt_tree_passes_nothing_on_and_the_rest_still_expands() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        touch(&root.join("ws/policy.toml"));
+        touch(&root.join("ws/sub/.env"));
+        touch(&root.join("home/.env"));
+        touch(&root.join("home/.ssh/id"));
+        let patterns = (["policy.toml"], ["**/.env", "~/.env", "~/.ssh/**"]);
+        let mut whole = expander(&root, &patterns.0, &patterns.1);
+        let all = whole.expand().unwrap();
+        assert!(all.protected.contains(&root.join("ws/policy.toml")));
+        assert!(all.denied.contains(&root.join("ws/sub/.env")));
+
+        let mut copied = expander(&root, &patterns.0, &patterns.1);
+        copied.protect_also(vec![root.join("ws/policy.toml")]);
+        copied.exempt(&root.join("ws"));
+        let out = copied.expand().unwrap();
+        assert_eq!(out.protected, Vec::<PathBuf>::new());
+        assert_eq!(
+            out.denied,
+            vec![root.join("home/.env"), root.join("home/.ssh")]
+        );
     }
 
     #[test]

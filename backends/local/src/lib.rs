@@ -177,6 +177,11 @@ pub struct LocalConfig {
     /// Which sandbox layers commands get from this backend and which from where it runs
     /// ([`Profile::Container`]: the container's namespaces, Landlock and seccomp here).
     pub profile: Profile,
+    /// The workspace is a copy that is never used in place: whoever copies it back leaves
+    /// its protected and denied paths out (Docker's copy mode). Commands are then not confined
+    /// around those paths inside the workspace (in [`Profile::Container`] each one would cost
+    /// its directory the right to create entries); everywhere else they are.
+    pub workspace_is_copy: bool,
 }
 
 impl LocalConfig {
@@ -188,6 +193,7 @@ impl LocalConfig {
             home: None,
             state_base: None,
             profile: Profile::Host,
+            workspace_is_copy: false,
         }
     }
 }

@@ -124,6 +124,10 @@ pub struct SessionStart {
     /// Where the helper runs, which decides the sandbox layers commands get from it.
     #[serde(default)]
     pub profile: SandboxProfile,
+    /// The workspace is a copy the client copies back without its protected and denied
+    /// paths (`LocalConfig::workspace_is_copy`).
+    #[serde(default)]
+    pub workspace_is_copy: bool,
 }
 
 /// Where a helper runs: which of the local sandbox's layers it applies to commands itself
@@ -158,6 +162,7 @@ impl SessionStart {
             state_base: None,
             simulate_support: None,
             profile: SandboxProfile::Host,
+            workspace_is_copy: false,
         }
     }
 }

@@ -404,6 +404,7 @@ impl Server {
             state_base,
             simulate_support,
             profile,
+            workspace_is_copy,
         } = session;
         let config = LocalConfig {
             root: root.0,
@@ -411,6 +412,7 @@ impl Server {
             home: home.map(WirePath::into_path),
             state_base: state_base.map(WirePath::into_path),
             profile: profile.into(),
+            workspace_is_copy,
         };
         let built = tokio::task::spawn_blocking(move || match simulate_support {
             None => LocalBackend::new(config),

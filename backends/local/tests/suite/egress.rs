@@ -204,6 +204,7 @@ fn backend(
     LocalBackend::with_egress_resolver(
         LocalConfig {
             profile: cordon_backend_local::Profile::Host,
+            workspace_is_copy: false,
             root: ws.to_path_buf(),
             spec,
             home,
@@ -455,6 +456,7 @@ async fn nothing_goes_around_the_proxy_even_for_root() {
         spec.sources.egress_allow = vec![10];
         LocalBackend::new(LocalConfig {
             profile: cordon_backend_local::Profile::Host,
+            workspace_is_copy: false,
             root: d.ws.clone(),
             spec,
             home: None,
@@ -762,6 +764,7 @@ async fn an_ask_destination_approved_for_the_session_is_reached_and_not_asked_ag
     let backend = LocalBackend::with_egress(
         LocalConfig {
             profile: cordon_backend_local::Profile::Host,
+            workspace_is_copy: false,
             root: d.ws.clone(),
             spec,
             home: None,
@@ -825,6 +828,7 @@ async fn an_ask_destination_without_an_approver_is_refused_naming_the_ask_entry(
     let backend = LocalBackend::with_egress_resolver(
         LocalConfig {
             profile: cordon_backend_local::Profile::Host,
+            workspace_is_copy: false,
             root: d.ws.clone(),
             spec,
             home: None,

@@ -476,6 +476,7 @@ async fn commands_fail_closed_without_a_required_layer() {
     };
     let config = |allow_degraded: bool| LocalConfig {
         profile: cordon_backend_local::Profile::Host,
+        workspace_is_copy: false,
         root: fx.ws.clone(),
         spec: cordon_backend_local::SandboxSpec {
             allow_degraded,

@@ -679,6 +679,7 @@ async fn root_given_through_a_symlink() {
     symlink(&fx.ws, &link).unwrap();
     let backend = LocalBackend::new(LocalConfig {
         profile: cordon_backend_local::Profile::Host,
+        workspace_is_copy: false,
         root: link.clone(),
         spec: super::support::test_spec(),
         home: None,

@@ -63,6 +63,7 @@ async fn spill_files_are_private_and_readable_later() {
     // A later backend (a one-shot `cordon exec`, a new session) over the same root.
     let later = LocalBackend::new(LocalConfig {
         profile: cordon_backend_local::Profile::Host,
+        workspace_is_copy: false,
         root: fx.ws.clone(),
         spec: test_spec(),
         home: None,
@@ -101,6 +102,7 @@ fn old_spill_files_are_cleaned_at_start() {
     }
     let _again = LocalBackend::new(LocalConfig {
         profile: cordon_backend_local::Profile::Host,
+        workspace_is_copy: false,
         root: fx.ws.clone(),
         spec: test_spec(),
         home: None,
@@ -127,6 +129,7 @@ fn unsafe_state_directories_are_refused() {
     symlink(&elsewhere, &user_dir).unwrap();
     let config = LocalConfig {
         profile: cordon_backend_local::Profile::Host,
+        workspace_is_copy: false,
         root: ws.clone(),
         spec: test_spec(),
         home: None,
@@ -194,6 +197,7 @@ async fn private_tmp_lifecycle() {
     std::fs::create_dir_all(orphan.join("junk")).unwrap();
     let second = LocalBackend::new(LocalConfig {
         profile: cordon_backend_local::Profile::Host,
+        workspace_is_copy: false,
         root: fx.ws.clone(),
         spec: test_spec(),
         home: None,

@@ -53,6 +53,7 @@ impl Fixture {
         tune(&mut spec, &base);
         let backend = LocalBackend::new(LocalConfig {
             profile: cordon_backend_local::Profile::Host,
+            workspace_is_copy: false,
             root: ws.clone(),
             spec,
             home: Some(base.join("home")),
