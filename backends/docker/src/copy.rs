@@ -135,6 +135,7 @@ pub(crate) async fn copy_in(docker: &Docker, plan: &CopyIn<'_>) -> Result<(), Do
         masks: &[],
         extra_roots: &[],
         unix_sockets: &[],
+        unlisted_binds: &[],
         spill_volume: "unused",
         network: None,
         egress: None,

@@ -91,6 +91,16 @@ pub enum DockerError {
         /// The host URI.
         host: String,
     },
+    /// Unlisted binds (a test's canaries) asked of a copy-mode session, whose engine may be on
+    /// another machine.
+    #[error(
+        "failed to start a copy-mode session at `{host}` with unlisted bind mounts: they name \
+         paths of this machine, which the engine may not share"
+    )]
+    UnlistedBindsInCopyMode {
+        /// The host URI.
+        host: String,
+    },
     /// The engine says it would run the container without a layer of the sandbox.
     #[error("failed to confirm that the engine at {host} applies every sandbox layer: {reason}")]
     EngineLayers {

@@ -59,6 +59,7 @@ pub use crate::egress::{
 };
 pub use crate::error::{DockerError, Hints};
 pub use crate::files_helper::{FilesHelper, FilesPath};
+pub use crate::plan::UnlistedBind;
 use crate::plan::{ContainerPlan, HOME_DIR, HelperMount, SPILL_DIR, WorkspaceSource};
 pub use cordon_backend_ssh::tunnel::TunnelConfig;
 
@@ -108,6 +109,9 @@ pub struct DockerConfig {
     /// How an `ssh://` engine is reached (identity, known_hosts, ssh config, agent; the
     /// default reads them like `ssh` does). Its `host` is ignored: the engine URI names it.
     pub ssh: TunnelConfig,
+    /// Host directories mounted into the container without any policy rule, for the escape
+    /// suite's canaries (see [`UnlistedBind`]); empty unless a test sets it. Bind mode only.
+    pub unlisted_binds: Vec<UnlistedBind>,
 }
 
 impl DockerConfig {
@@ -130,6 +134,7 @@ impl DockerConfig {
             egress_asker: None,
             files_helper: FilesHelper::Auto,
             ssh: TunnelConfig::default(),
+            unlisted_binds: Vec::new(),
         }
     }
 }
@@ -389,6 +394,7 @@ impl DockerBackend {
             egress_asker,
             files_helper,
             ssh,
+            unlisted_binds,
         } = config;
         let (host_root, meta) = start::open_root(&root)?;
         let user = match user {
@@ -413,6 +419,9 @@ impl DockerBackend {
             }
             (mode, _) => mode,
         };
+        if mode == WorkspaceMode::Copy && !unlisted_binds.is_empty() {
+            return Err(DockerError::UnlistedBindsInCopyMode { host });
+        }
         let engine_kind = client::engine_kind(&docker).await?;
         tracing::debug!(host, engine = %engine_kind, "docker: engine");
         match (engine_kind, mode) {
@@ -496,6 +505,7 @@ impl DockerBackend {
             masks: &masks,
             extra_roots: &extra_roots,
             unix_sockets: &unix_sockets,
+            unlisted_binds: &unlisted_binds,
             spill_volume: &spill_volume,
             network: launch.network.as_deref(),
             egress: egress.as_ref().map(egress::Egress::mounts),

@@ -64,6 +64,8 @@ pub struct ContainerPlan<'a> {
     pub extra_roots: &'a [(PathBuf, bool)],
     /// Host Unix sockets (`[network] unix_sockets`, checked) bound at the same path.
     pub unix_sockets: &'a [PathBuf],
+    /// Host directories mounted without any policy rule ([`UnlistedBind`]; tests only).
+    pub unlisted_binds: &'a [UnlistedBind],
     /// Name of the spill volume.
     pub spill_volume: &'a str,
     /// Network to join when the spec enables the network (`None`: the daemon's default).
@@ -100,6 +102,20 @@ pub fn environment(spec: &SandboxSpec, passed: &[(String, String)]) -> Vec<Strin
         env.insert(k.clone(), v.clone());
     }
     env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
+}
+
+/// A host directory bind-mounted read-write into the container at `target` although no policy
+/// rule grants it: nothing but the sandbox inside the container (the helper's Landlock rules)
+/// stands between a command and it, and with commands on the shell workers nothing at all.
+/// It exists for the escape suite, which needs real canaries next to the workspace inside the
+/// container to prove that sandbox; the policy file and the CLI cannot set it, and a session
+/// in copy mode refuses it (the engine's machine may not have the path).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnlistedBind {
+    /// The host directory.
+    pub source: PathBuf,
+    /// Where it appears in the container.
+    pub target: PathBuf,
 }
 
 /// Where the file helper's binary comes from.
@@ -151,6 +167,9 @@ pub fn mounts(plan: &ContainerPlan<'_>) -> Vec<Mount> {
     }
     for (path, writable) in plan.extra_roots {
         out.push(bind(path, path, !writable));
+    }
+    for unlisted in plan.unlisted_binds {
+        out.push(bind(&unlisted.source, &unlisted.target, false));
     }
     for mask in plan.masks.iter().filter(|m| !m.is_dir) {
         out.push(bind(
@@ -414,6 +433,7 @@ mod tests {
             masks: &masks,
             extra_roots: &[],
             unix_sockets: &[],
+            unlisted_binds: &[],
             spill_volume: "s",
             network: None,
             egress: None,
@@ -458,6 +478,7 @@ mod tests {
                 masks: &[],
                 extra_roots: &[],
                 unix_sockets: &[],
+                unlisted_binds: &[],
                 spill_volume: "s",
                 network: None,
                 egress: None,
@@ -522,6 +543,7 @@ mod tests {
             masks: &[],
             extra_roots: &[(PathBuf::from("/opt/tools"), false)],
             unix_sockets: &[PathBuf::from("/run/app/app.sock")],
+            unlisted_binds: &[],
             spill_volume: "cordon-spill-abc",
             network: None,
             egress: None,
@@ -683,6 +705,7 @@ mod egress_tests {
             masks: &[],
             extra_roots: &[],
             unix_sockets: &[],
+            unlisted_binds: &[],
             spill_volume: "s",
             network: Some("bridge"),
             egress: Some(&egress),
@@ -711,6 +734,52 @@ mod egress_tests {
         assert_eq!(body.network_disabled, Some(true));
     }
 
+    /// An unlisted bind is mounted read-write where it was asked to appear, after the
+    /// policy's own mounts (nothing read-only lies over it: only the sandbox in the container
+    /// keeps commands away from it).
+    #[test]
+    fn unlisted_binds_are_mounted_read_write_at_their_target() {
+        let spec = SandboxSpec::default();
+        let source = WorkspaceSource::Bind(PathBuf::from("/p/ws"));
+        let unlisted = [
+            UnlistedBind {
+                source: PathBuf::from("/p/outside"),
+                target: PathBuf::from("/p/outside"),
+            },
+            UnlistedBind {
+                source: PathBuf::from("/p/outside"),
+                target: PathBuf::from("/outside"),
+            },
+        ];
+        let plan = ContainerPlan {
+            image: "i",
+            user: (1, 1),
+            spec: &spec,
+            passed_env: &[],
+            workspace: Path::new("/workspace"),
+            source: &source,
+            protected: &[],
+            masks: &[],
+            extra_roots: &[],
+            unix_sockets: &[],
+            unlisted_binds: &unlisted,
+            spill_volume: "s",
+            network: None,
+            egress: None,
+            files_helper: None,
+            labels: HashMap::new(),
+        };
+        assert_eq!(
+            mounts(&plan),
+            [
+                bind(Path::new("/p/ws"), Path::new("/workspace"), false),
+                bind(Path::new("/p/outside"), Path::new("/p/outside"), false),
+                bind(Path::new("/p/outside"), Path::new("/outside"), false),
+                volume("s", Path::new(SPILL_DIR), false),
+            ]
+        );
+    }
+
     /// The file helper is the same binary at the same place: mounted once, read-only.
     #[test]
     fn the_file_helper_is_mounted_read_only_once() {
@@ -732,6 +801,7 @@ mod egress_tests {
             masks: &[],
             extra_roots: &[],
             unix_sockets: &[],
+            unlisted_binds: &[],
             spill_volume: "s",
             network: None,
             egress: None,

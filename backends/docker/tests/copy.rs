@@ -93,3 +93,29 @@ async fn a_copy_back_that_fails_at_shutdown_is_an_error_and_the_rest_still_comes
     );
     backend.shutdown().await.expect("idempotent");
 }
+
+/// Unlisted binds name paths of this machine: a copy-mode session (whose engine may be on
+/// another one) refuses them before it creates anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlisted_binds_are_refused_in_copy_mode() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let outside = workspace();
+    let mut config = support::config(&host, ws.path());
+    config.mode = WorkspaceMode::Copy;
+    config.unlisted_binds = vec![cordon_backend_docker::UnlistedBind {
+        source: outside.path().to_path_buf(),
+        target: outside.path().to_path_buf(),
+    }];
+    let err = match DockerBackend::start(config).await {
+        Ok(_) => panic!("a copy-mode session started with unlisted binds"),
+        Err(err) => err,
+    };
+    assert!(
+        matches!(
+            err,
+            cordon_backend_docker::DockerError::UnlistedBindsInCopyMode { .. }
+        ),
+        "{err:?}"
+    );
+}

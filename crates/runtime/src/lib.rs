@@ -34,6 +34,8 @@ mod session;
 
 pub use approval::{Approval, ApprovalRequest, Approver, NETWORK_QUESTION, escape_for_question};
 pub use audit::{AuditLog, head_file_path};
+#[cfg(feature = "docker")]
+pub use cordon_backend_docker::UnlistedBind as DockerUnlistedBind;
 /// The `cordon-helper` the Docker backend's filtered network mode would mount, for reports.
 #[cfg(feature = "docker")]
 pub use cordon_backend_docker::choose_helper as docker_egress_helper;

@@ -70,6 +70,10 @@ pub struct DockerOptions {
     pub files_helper: FilesHelper,
     /// The `cordon-helper` binary; `None` looks for it (`CORDON_HELPER`, next to the program).
     pub helper: Option<PathBuf>,
+    /// Host directories mounted into the container that no policy rule grants: the escape
+    /// suite's canaries ([`cordon_backend_docker::UnlistedBind`]). Empty by default; neither
+    /// the policy file nor the CLI sets it.
+    pub unlisted_binds: Vec<cordon_backend_docker::UnlistedBind>,
 }
 
 #[cfg(feature = "docker")]
@@ -81,6 +85,7 @@ impl Default for DockerOptions {
             docker_host: None,
             files_helper: FilesHelper::Auto,
             helper: None,
+            unlisted_binds: Vec::new(),
         }
     }
 }
@@ -353,6 +358,7 @@ impl Session {
                 docker_host,
                 files_helper,
                 helper,
+                unlisted_binds,
             }) => {
                 let config = DockerConfig {
                     spec: spec.clone(),
@@ -362,6 +368,7 @@ impl Session {
                     egress_asker: egress_approver.map(cordon_backend_docker::EgressAsker),
                     files_helper,
                     helper,
+                    unlisted_binds,
                     ..DockerConfig::new(root)
                 };
                 let docker = DockerBackend::start(config)
