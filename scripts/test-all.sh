@@ -63,9 +63,9 @@ scripts/podman-start.sh >/dev/null
 log "cargo test --workspace"
 cargo test --workspace --no-fail-fast "$@"
 
-# The escape suite again, through cordon-helper: over a local pipe, and over SSH with commands
-# enforced on the (local test) host.
-for backend in helper_pipe ssh_helper; do
+# The escape suite again, through cordon-helper: over a local pipe, over SSH with commands
+# enforced on the (local test) host, and in a Docker container under its container profile.
+for backend in helper_pipe ssh_helper docker_helper; do
   log "escape suite over $backend"
   CORDON_ESCAPE_BACKEND=$backend cargo test -p cordon-tests --test escape
 done

@@ -8,7 +8,7 @@ use std::net::{TcpListener, UdpSocket};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener};
 
-use crate::support::{Harness, require_tool};
+use crate::support::{Harness, in_docker, require_tool};
 
 /// Assert a non-blocking listener has no pending connection.
 fn assert_no_connection<T>(what: &str, accepted: std::io::Result<T>) {
@@ -148,8 +148,25 @@ async fn host_unix_sockets_stay_refused_with_the_network_on() {
     require_tool("python3", "python3");
     let name = format!("cordon-escape-net-{}", std::process::id());
     let h = Harness::with_policy(|_| networked_policy(&[])).await;
-    let path = h.outside.join("host.sock");
+    // On Docker no Landlock rule mediates connect(2) to a pathname socket on this kernel: what
+    // keeps a host socket out of reach there is the container's own mount namespace, into
+    // which the backend binds only the sockets the policy lists. So the socket lives in a host
+    // directory the container does not have (`outside` is mounted there for the file cases),
+    // and the case checks that the container indeed lacks it.
+    let socket_dir = tempfile::tempdir().unwrap();
+    let path = if in_docker() {
+        socket_dir.path().join("host.sock")
+    } else {
+        h.outside.join("host.sock")
+    };
     let listener = UnixListener::bind(&path).unwrap();
+    if in_docker() {
+        assert!(
+            !h.container_has(&path),
+            "{} is in the container",
+            path.display()
+        );
+    }
     listener.set_nonblocking(true).unwrap();
     let abstract_listener =
         UnixListener::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
@@ -179,9 +196,15 @@ async fn host_unix_sockets_stay_refused_with_the_network_on() {
         assert_no_connection(what, listener.accept());
         assert_no_connection(what, abstract_listener.accept());
     }
-    // The network itself is on: a loopback listener on the host is reachable.
+    // The network itself is on: a loopback listener on the host is reachable; in a container
+    // loopback is the container's own, so the listener runs there, outside the sandbox.
     let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = tcp.local_addr().unwrap().port();
+    let mut port = tcp.local_addr().unwrap().port();
+    let _in_container = in_docker().then(|| {
+        let (listener, listening) = h.listen_in_container();
+        port = listening;
+        listener
+    });
     let result = h
         .bash(&format!(
             "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 5)'"
@@ -197,15 +220,16 @@ async fn host_unix_sockets_stay_refused_with_the_network_on() {
 #[tokio::test]
 async fn a_host_unix_socket_the_policy_names_is_reachable() {
     require_tool("python3", "python3");
-    let mut socket_path = None;
+    let mut socket = None;
+    // Listening before the session opens: the Docker backend binds a listed socket into the
+    // container when it starts, so it must exist by then.
     let h = Harness::with_policy(|outside| {
         let path = outside.join("allowed.sock");
-        socket_path = Some(path.clone());
+        socket = Some((path.clone(), UnixListener::bind(&path).unwrap()));
         networked_policy(&[path.display().to_string()])
     })
     .await;
-    let path = socket_path.unwrap();
-    let listener = UnixListener::bind(&path).unwrap();
+    let (path, listener) = socket.unwrap();
     let served = std::thread::spawn(move || {
         let (mut stream, _) = listener.accept().unwrap();
         std::io::Write::write_all(&mut stream, b"allowed-reply").unwrap();

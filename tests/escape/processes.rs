@@ -3,7 +3,7 @@
 //! the call — also not a `setsid`, `nohup` or double-forked child (issue 3).
 
 use crate::support::{
-    Harness, HostProcess, assert_no_process_named, processes_named, require_tool, token, wait_for,
+    Harness, assert_no_process_named, in_docker, processes_named, require_tool, token, wait_for,
 };
 
 #[tokio::test]
@@ -13,15 +13,21 @@ async fn host_processes_cannot_be_traced_or_signalled() {
     require_tool("pkill", "procps");
     require_tool("ps", "procps");
     let h = Harness::new().await;
-    let host = HostProcess::start("traced", &h.ws);
+    let host = h.process_outside_the_sandbox("traced", &h.ws);
     let pid = host.pid();
+    // Locally the target is outside the sandbox's PID namespace, so the final `ps` fails; in
+    // a container it is visible (the container's namespace is the command's), so the command
+    // fails only when gdb reports that ptrace was refused.
+    let gdb = if in_docker() {
+        format!(
+            "out=$(gdb -p {pid} -batch -ex 'call (int)kill({pid}, 9)' 2>&1); echo \"$out\"; \
+             case \"$out\" in *'ptrace: Operation not permitted'*) exit 1 ;; esac"
+        )
+    } else {
+        format!("gdb -p {pid} -batch -ex 'call (int)kill({pid}, 9)' 2>&1; ps -p {pid} >/dev/null")
+    };
     for (what, command) in [
-        (
-            "gdb -p",
-            format!(
-                "gdb -p {pid} -batch -ex 'call (int)kill({pid}, 9)' 2>&1; ps -p {pid} >/dev/null"
-            ),
-        ),
+        ("gdb -p", gdb),
         ("kill -9", format!("kill -9 {pid}")),
         ("kill -STOP", format!("kill -STOP {pid}")),
         (
@@ -122,20 +128,35 @@ async fn nothing_outlives_the_call() {
     let nohup = token("nohup");
     let setsid = token("setsid");
     let double = token("double-fork");
+    // In a container the helper's seccomp filter refuses `setsid` (the command's process group
+    // is its whole tree there): the attempt must fail, which `setsid -f` would hide (its parent
+    // exits 0 before the child tries), so python calls it directly.
+    let session_step = if in_docker() {
+        "python3 -c 'import os; os.setsid()' 2>/dev/null && exit 99; echo setsid-refused;"
+            .to_owned()
+    } else {
+        format!(
+            "setsid -f bash -c 'exec -a {setsid} sleep 600' </dev/null >/dev/null 2>&1; {}",
+            wait_for(&setsid)
+        )
+    };
     let script = format!(
         "(exec -a {plain} sleep 600) & {} \
          nohup bash -c 'exec -a {nohup} sleep 600' >/dev/null 2>&1 & {} \
-         setsid -f bash -c 'exec -a {setsid} sleep 600' </dev/null >/dev/null 2>&1; {} \
+         {session_step} \
          ( (bash -c 'exec -a {double} sleep 600' </dev/null >/dev/null 2>&1 &) & ); {} \
          echo started",
         wait_for(&plain),
         wait_for(&nohup),
-        wait_for(&setsid),
         wait_for(&double),
     );
     let result = h.bash(&script).await;
     assert!(!result.is_error, "{}", result.text());
-    assert_eq!(result.text().trim(), "started");
+    if in_docker() {
+        assert_eq!(result.text().trim(), "setsid-refused\nstarted");
+    } else {
+        assert_eq!(result.text().trim(), "started");
+    }
     for name in [&plain, &nohup, &setsid, &double] {
         assert_no_process_named(name).await;
     }
@@ -146,10 +167,20 @@ async fn nothing_outlives_the_call() {
 async fn a_setsid_child_dies_with_a_timed_out_call() {
     let h = Harness::new().await;
     let name = token("setsid-timeout");
-    let script = format!(
-        "setsid -f bash -c 'trap \"\" TERM HUP; exec -a {name} sleep 600' </dev/null >/dev/null 2>&1; {} echo started; sleep 600",
-        wait_for(&name)
-    );
+    // In a container `setsid` is refused (see `nothing_outlives_the_call`): the child that
+    // tries hardest to survive there ignores TERM and HUP in the command's own group.
+    let script = if in_docker() {
+        format!(
+            "python3 -c 'import os; os.setsid()' 2>/dev/null && exit 99; \
+             bash -c 'trap \"\" TERM HUP; exec -a {name} sleep 600' </dev/null >/dev/null 2>&1 & {} echo started; sleep 600",
+            wait_for(&name)
+        )
+    } else {
+        format!(
+            "setsid -f bash -c 'trap \"\" TERM HUP; exec -a {name} sleep 600' </dev/null >/dev/null 2>&1; {} echo started; sleep 600",
+            wait_for(&name)
+        )
+    };
     let result = h.bash_with_timeout(&script, 3).await;
     assert!(result.is_error, "{}", result.text());
     assert!(result.text().contains("started"), "{}", result.text());

@@ -11,7 +11,10 @@ use std::time::{Duration, SystemTime};
 use cordon_core::event::AgentEvent;
 use cordon_core::executor::RunControl;
 use cordon_core::protocol::{ToolCall, ToolResult};
-use cordon_runtime::{BackendChoice, HelperOptions, Session, SessionOptions};
+use cordon_runtime::{
+    BackendChoice, DockerFilesHelper, DockerOptions, DockerUnlistedBind, HelperOptions, Session,
+    SessionOptions, WorkspaceMode,
+};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -30,6 +33,10 @@ pub struct Harness {
     pub victim: PathBuf,
     /// The session (shared by concurrent calls).
     pub session: Arc<Session>,
+    /// Docker: the session's container (`None` on the other backends).
+    container: Option<String>,
+    /// Docker: the engine's `DOCKER_HOST`.
+    docker_host: Option<String>,
     calls: AtomicU32,
 }
 
@@ -37,8 +44,11 @@ pub struct Harness {
 /// the same backend behind the remote helper's protocol (a `cordon-helper` child process, every
 /// call over its stdin/stdout); with `CORDON_ESCAPE_BACKEND=ssh_helper` the SSH backend on the
 /// test sshd (127.0.0.1), the workspace its remote root, every call through the helper it
-/// uploads there, commands under the helper's sandbox. Any other value fails the suite.
-fn escape_backend(ws: &Path) -> BackendChoice {
+/// uploads there, commands under the helper's sandbox; with `CORDON_ESCAPE_BACKEND=docker_helper`
+/// the Docker backend (bind mode) with this build's helper required in the container, commands
+/// under its container profile, and `canaries` mounted into the container without any policy
+/// rule (see [`Harness::build`]). Any other value fails the suite.
+fn escape_backend(ws: &Path, canaries: Vec<DockerUnlistedBind>) -> BackendChoice {
     match std::env::var("CORDON_ESCAPE_BACKEND").as_deref() {
         Err(_) | Ok("local") => BackendChoice::Local,
         Ok("helper_pipe") => BackendChoice::Helper(HelperOptions {
@@ -54,11 +64,61 @@ fn escape_backend(ws: &Path) -> BackendChoice {
                 ws.to_path_buf(),
             ))
         }
-        Ok(other) => {
-            panic!("CORDON_ESCAPE_BACKEND={other}: expected local, helper_pipe or ssh_helper")
+        Ok("docker_helper") => {
+            let host = cordon_tests::infra::docker_host().unwrap_or_else(|error| panic!("{error}"));
+            let helper =
+                cordon_tests::helper::helper_program().unwrap_or_else(|error| panic!("{error}"));
+            let image = escape_image(&host);
+            BackendChoice::Docker(DockerOptions {
+                image,
+                docker_host: Some(host),
+                mode: WorkspaceMode::Bind,
+                files_helper: DockerFilesHelper::Required,
+                helper: Some(helper),
+                unlisted_binds: canaries,
+            })
         }
+        Ok(other) => panic!(
+            "CORDON_ESCAPE_BACKEND={other}: expected local, helper_pipe, ssh_helper or docker_helper"
+        ),
     }
 }
+
+/// The image the Docker sessions run: `cordon-sandbox:latest` plus the programs the attempts
+/// use (`tests/escape/image/Dockerfile`), built once per process (Docker's cache makes it
+/// quick after the first time; the first build installs the packages from the Debian mirror,
+/// like `scripts/build-sandbox-image.sh`). Without them an attempt such as `gdb -p` would
+/// fail with "command not found" and prove nothing.
+fn escape_image(host: &str) -> String {
+    const IMAGE: &str = "cordon-sandbox-escape:latest";
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let context = Path::new(env!("CARGO_MANIFEST_DIR")).join("escape/image");
+        let context = context.to_string_lossy();
+        let output = docker(
+            host,
+            &["build", "--network", "host", "-q", "-t", IMAGE, &context],
+        );
+        assert!(
+            output.status.success(),
+            "failed to build {IMAGE} from {context}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    });
+    IMAGE.to_owned()
+}
+
+/// Whether the suite attacks the Docker backend (`CORDON_ESCAPE_BACKEND=docker_helper`).
+pub fn in_docker() -> bool {
+    std::env::var("CORDON_ESCAPE_BACKEND").as_deref() == Ok("docker_helper")
+}
+
+/// Where the Docker backend mounts the workspace in the container.
+const CONTAINER_WORKSPACE: &str = "/workspace";
+
+/// `outside` as a command in the container reaches it relative to the workspace
+/// (`../outside`: the container's workspace is `/workspace`).
+const CONTAINER_OUTSIDE: &str = "/outside";
 
 /// Once per process, in a session of its own: commands run on the SSH host (the helper runs
 /// there). A refused command would make every attempt "fail" and the suite pass for nothing.
@@ -71,7 +131,7 @@ async fn commands_run_over_ssh() {
             let local_root = ws.join("local-root");
             std::fs::create_dir(&local_root).unwrap();
             let options = SessionOptions {
-                backend: escape_backend(&ws),
+                backend: escape_backend(&ws, Vec::new()),
                 ..SessionOptions::local(&local_root)
             };
             let session = Session::open(options).await.expect("open a session");
@@ -99,25 +159,41 @@ async fn commands_run_over_ssh() {
 impl Harness {
     /// A harness whose workspace is a git repository (`git init`, one commit).
     pub async fn new() -> Harness {
-        let harness = Harness::bare().await;
-        harness.git_init();
-        harness
+        Harness::build(|_| None, &[], true).await
     }
 
     /// A harness whose workspace is an empty directory.
     pub async fn bare() -> Harness {
-        Harness::build(|_| None).await
+        Harness::build(|_| None, &[], false).await
+    }
+
+    /// A harness over a git repository whose host directories `canaries` (secrets planted
+    /// by the test) are, on Docker, mounted into the container at the same path without any
+    /// policy rule, as `outside` is; on the other backends they are where they are anyway.
+    pub async fn with_canaries(canaries: &[&Path]) -> Harness {
+        Harness::build(|_| None, canaries, true).await
     }
 
     /// A harness whose session runs the policy `policy(outside)` returns (TOML text, written
     /// next to the workspace), over a git repository.
     pub async fn with_policy(policy: impl FnOnce(&Path) -> String) -> Harness {
-        let harness = Harness::build(|outside| Some(policy(outside))).await;
-        harness.git_init();
-        harness
+        Harness::build(|outside| Some(policy(outside)), &[], true).await
     }
 
-    async fn build(policy: impl FnOnce(&Path) -> Option<String>) -> Harness {
+    /// On Docker, the canaries must be in the container for real, or an attempt on them would
+    /// fail for want of a target: `outside` is bind-mounted read-write at its host path and
+    /// at `/outside` (where `../outside` leads from `/workspace`), the test's other canaries at
+    /// their host paths. No policy rule names any of them (the policy file and the CLI cannot
+    /// add such mounts), so the helper's Landlock rules are all that stands between a command
+    /// and them.
+    ///
+    /// With `git`, the workspace is a git repository before the session opens (the operator's
+    /// repository: a session quarantines git metadata that appears while it runs).
+    async fn build(
+        policy: impl FnOnce(&Path) -> Option<String>,
+        canaries: &[&Path],
+        git: bool,
+    ) -> Harness {
         let dir = tempfile::tempdir().expect("create temp dir");
         let base = dir.path().canonicalize().unwrap();
         let ws = base.join("ws");
@@ -126,10 +202,31 @@ impl Harness {
         std::fs::create_dir(&outside).unwrap();
         let victim = outside.join("victim.txt");
         std::fs::write(&victim, "untouched victim\n").unwrap();
-        let backend = escape_backend(&ws);
+        if git {
+            git_init(&ws);
+        }
+        let mut binds = vec![
+            DockerUnlistedBind {
+                source: outside.clone(),
+                target: outside.clone(),
+            },
+            DockerUnlistedBind {
+                source: outside.clone(),
+                target: PathBuf::from(CONTAINER_OUTSIDE),
+            },
+        ];
+        binds.extend(canaries.iter().map(|path| DockerUnlistedBind {
+            source: path.to_path_buf(),
+            target: path.to_path_buf(),
+        }));
+        let backend = escape_backend(&ws, binds);
         // The session's own root: the workspace itself, except over SSH, where the workspace
         // is the remote root and the local root is a directory of its own.
         let remote = matches!(backend, BackendChoice::Ssh(_));
+        let docker_host = match &backend {
+            BackendChoice::Docker(options) => options.docker_host.clone(),
+            _ => None,
+        };
         let local_root = match backend {
             BackendChoice::Ssh(_) => {
                 let root = base.join("local-root");
@@ -154,12 +251,47 @@ impl Harness {
             "this host must support every sandbox layer: {:?}",
             session.backend().missing_layers()
         );
+        let container = docker_host.map(|host| {
+            let commands = session.commands_path().unwrap_or_default();
+            assert!(
+                commands.starts_with("helper"),
+                "commands must run under the helper's sandbox in the container: {commands}"
+            );
+            let id = session.backend().id().to_string();
+            let container = id
+                .strip_prefix("docker:")
+                .unwrap_or_else(|| panic!("not a Docker session: {id}"))
+                .to_owned();
+            // The premise of every case: seen from outside the sandbox (a plain exec in the
+            // container), every canary is there, at every path the cases use.
+            let mut present = vec![
+                victim.display().to_string(),
+                format!("{CONTAINER_OUTSIDE}/victim.txt"),
+            ];
+            present.extend(canaries.iter().map(|path| path.display().to_string()));
+            let checks: Vec<String> = present
+                .iter()
+                .map(|path| format!("test -e '{path}'"))
+                .collect();
+            let output = docker(
+                &host,
+                &["exec", &container, "sh", "-c", &checks.join(" && ")],
+            );
+            assert!(
+                output.status.success(),
+                "the canaries {present:?} are not all in container {container}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            (host, container)
+        });
         let harness = Harness {
             _dir: dir,
             ws,
             outside,
             victim,
             session: Arc::new(session),
+            container: container.clone().map(|(_, container)| container),
+            docker_host: container.map(|(host, _)| host),
             calls: AtomicU32::new(0),
         };
         if remote {
@@ -168,24 +300,85 @@ impl Harness {
         harness
     }
 
-    fn git_init(&self) {
-        require_tool("git", "git");
-        let run = |args: &[&str]| {
-            let status = std::process::Command::new("git")
-                .args(args)
-                .current_dir(&self.ws)
-                .env("GIT_AUTHOR_NAME", "t")
-                .env("GIT_AUTHOR_EMAIL", "t@example.com")
-                .env("GIT_COMMITTER_NAME", "t")
-                .env("GIT_COMMITTER_EMAIL", "t@example.com")
-                .status()
-                .expect("run git");
-            assert!(status.success(), "git {args:?}");
+    /// Docker: whether `path` exists in the session's container, seen by a plain `docker exec`
+    /// outside the helper's sandbox. Panics on the other backends.
+    pub fn container_has(&self, path: &Path) -> bool {
+        let (Some(host), Some(container)) = (&self.docker_host, &self.container) else {
+            panic!("no container: not the Docker backend");
         };
-        std::fs::write(self.ws.join("README.md"), "hello\n").unwrap();
-        run(&["init", "-q"]);
-        run(&["add", "README.md"]);
-        run(&["commit", "-qm", "init"]);
+        let path = path.to_string_lossy();
+        let script = "if test -e \"$1\"; then echo present; else echo absent; fi";
+        let output = docker(host, &["exec", container, "sh", "-c", script, "sh", &path]);
+        // A failed `docker exec` answers neither (never "absent" by accident).
+        match String::from_utf8_lossy(&output.stdout).trim() {
+            "present" => true,
+            "absent" => false,
+            other => panic!(
+                "failed to look for {path} in {container}: {other} {}",
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        }
+    }
+
+    /// Docker: a TCP listener on the container's loopback, outside the helper's sandbox (a
+    /// plain `docker exec` of python3), and its port once it listens. Killed on drop.
+    pub fn listen_in_container(&self) -> (HostProcess, u16) {
+        let (Some(host), Some(container)) = (&self.docker_host, &self.container) else {
+            panic!("no container: not the Docker backend");
+        };
+        let name = token("listener");
+        let script = format!(
+            "exec -a {name} python3 -c 'import socket\n\
+             s = socket.socket()\n\
+             s.bind((\"127.0.0.1\", 0))\n\
+             s.listen()\n\
+             print(s.getsockname()[1], flush=True)\n\
+             while True: s.accept()[0].close()'"
+        );
+        let mut child = std::process::Command::new("docker")
+            .args(["exec", container, "bash", "-c", &script])
+            .env("DOCKER_HOST", host)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start a listener in the container (docker CLI)");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let port = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("the listener in the container printed {line:?}"));
+        let host_pid = wait_for_process(&name);
+        let process = HostProcess {
+            child,
+            host_pid,
+            pid: pid_in_container(host_pid),
+            name,
+        };
+        (process, port)
+    }
+
+    /// A process outside the command's sandbox that the cases attack: on the host, and on
+    /// Docker in the session's container (started by a plain `docker exec` as the workspace
+    /// owner, the same uid as commands, beside the helper: the container's PID namespace
+    /// already hides the host's processes, so what the sandbox must protect is the rest of
+    /// the container). `cwd` is a host path: the workspace or a canary.
+    pub fn process_outside_the_sandbox(&self, label: &str, cwd: &Path) -> HostProcess {
+        match (&self.docker_host, &self.container) {
+            (Some(host), Some(container)) => {
+                let cwd = if cwd == self.ws {
+                    PathBuf::from(CONTAINER_WORKSPACE)
+                } else {
+                    cwd.to_path_buf()
+                };
+                HostProcess::start_in_container(label, host, container, &cwd)
+            }
+            _ => HostProcess::start(label, cwd),
+        }
     }
 
     /// `ws/<rel>`.
@@ -254,6 +447,27 @@ impl Harness {
             "{what}: something appeared outside the workspace"
         );
     }
+}
+
+/// `git init` in `ws` with one commit.
+fn git_init(ws: &Path) {
+    require_tool("git", "git");
+    let run = |args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args(args)
+            .current_dir(ws)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .status()
+            .expect("run git");
+        assert!(status.success(), "git {args:?}");
+    };
+    std::fs::write(ws.join("README.md"), "hello\n").unwrap();
+    run(&["init", "-q"]);
+    run(&["add", "README.md"]);
+    run(&["commit", "-qm", "init"]);
 }
 
 /// Fail (never skip) when a tool the suite needs is missing, naming the Debian package.
@@ -350,15 +564,62 @@ pub async fn assert_no_process_named(token: &str) {
     }
 }
 
-/// A host process outside the sandbox (`sleep`, with `argv[0]` = a token), killed on drop.
+/// Run the docker CLI against `host`.
+fn docker(host: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("docker")
+        .args(args)
+        .env("DOCKER_HOST", host)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|error| panic!("run docker {args:?} (install the docker CLI): {error}"))
+}
+
+/// A process outside the sandbox (`sleep`, with `argv[0]` = a token), killed on drop: on the
+/// host, or in a container beside the helper.
 pub struct HostProcess {
     child: std::process::Child,
+    /// Its pid on the host (where the suite runs).
+    host_pid: i32,
+    /// Its pid as commands see it (in the container's PID namespace on Docker).
+    pid: i32,
     /// Its name.
     pub name: String,
 }
 
+/// Wait (bounded) for the one live process named `name` and return its host pid.
+fn wait_for_process(name: &str) -> i32 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(&pid) = processes_named(name).first() {
+            return pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {name} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The pid of a container's process (host pid `host_pid`) in the container's PID namespace:
+/// the last `NSpid` field.
+fn pid_in_container(host_pid: i32) -> i32 {
+    let status = std::fs::read_to_string(format!("/proc/{host_pid}/status")).unwrap();
+    let pid = status
+        .lines()
+        .find_map(|line| line.strip_prefix("NSpid:"))
+        .and_then(|pids| pids.split_whitespace().last())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no NSpid for {host_pid}: {status}"));
+    assert_ne!(
+        pid, host_pid,
+        "{host_pid} is not in a PID namespace of its own"
+    );
+    pid
+}
+
 impl HostProcess {
-    /// Start `sleep 600` named by a fresh token, in `cwd`.
+    /// Start `sleep 600` named by a fresh token, in `cwd`, on the host.
     pub fn start(label: &str, cwd: &Path) -> HostProcess {
         let name = token(label);
         let child = std::process::Command::new("bash")
@@ -366,30 +627,59 @@ impl HostProcess {
             .current_dir(cwd)
             .spawn()
             .expect("start a host process");
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while processes_named(&name).is_empty() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "host process did not start"
-            );
-            std::thread::sleep(Duration::from_millis(5));
+        wait_for_process(&name);
+        let pid = child.id() as i32;
+        HostProcess {
+            child,
+            host_pid: pid,
+            pid,
+            name,
         }
-        HostProcess { child, name }
     }
 
-    /// Its host pid.
+    /// Start `sleep 600` named by a fresh token in `container`, in `cwd` there (a `docker
+    /// exec` as the container's user, outside any sandbox of the helper).
+    fn start_in_container(label: &str, host: &str, container: &str, cwd: &Path) -> HostProcess {
+        let name = token(label);
+        let cwd = cwd.display().to_string();
+        let child = std::process::Command::new("docker")
+            .args(["exec", "-w", &cwd, container, "bash", "-c"])
+            .arg(format!("exec -a {name} sleep 600"))
+            .env("DOCKER_HOST", host)
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("start a process in the container (docker CLI)");
+        // The container's processes are the host's too: find it there, then its pid in the
+        // container's namespace (the last `NSpid` field).
+        let host_pid = wait_for_process(&name);
+        let pid = pid_in_container(host_pid);
+        HostProcess {
+            child,
+            host_pid,
+            pid,
+            name,
+        }
+    }
+
+    /// Its pid as commands see it.
     pub fn pid(&self) -> i32 {
-        self.child.id() as i32
+        self.pid
     }
 
     /// Whether it still runs, not stopped or traced.
     pub fn alive_and_running(&self) -> bool {
-        matches!(process_state(self.pid()), Some('S' | 'R'))
+        matches!(process_state(self.host_pid), Some('S' | 'R'))
     }
 }
 
 impl Drop for HostProcess {
     fn drop(&mut self) {
+        if self.host_pid != self.child.id() as i32 {
+            // In a container: the docker CLI is not its parent.
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &self.host_pid.to_string()])
+                .status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
