@@ -27,7 +27,15 @@ async fn tcp_to_the_host_is_refused() {
     let h = Harness::new().await;
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let mut port = listener.local_addr().unwrap().port();
+    // In a container 127.0.0.1 is the container's loopback, where nothing of the host listens:
+    // the attempts aim at a listener there (outside the sandbox), so a connection the sandbox
+    // let through would succeed.
+    let _in_container = in_docker().then(|| {
+        let (listener, listening) = h.listen_in_container();
+        port = listening;
+        listener
+    });
     for (what, command) in [
         ("curl", format!("curl -sS --max-time 10 http://127.0.0.1:{port}/")),
         ("nc", format!("echo hi | nc -w 5 127.0.0.1 {port}")),
