@@ -1,6 +1,7 @@
 //! The harness of the escape suite: a workspace with an untouchable neighbour, a real
-//! `cordon_runtime::Session` (local backend, built-in default policy, no degraded sandbox) and
-//! helpers to call the real tools, prove targets untouched and find host processes.
+//! `cordon_runtime::Session` (the backend `CORDON_ESCAPE_BACKEND` names, local by default;
+//! built-in default policy, no degraded sandbox) and helpers to call the real tools, prove
+//! targets untouched and find the processes the cases attack (on Docker, in the container).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
