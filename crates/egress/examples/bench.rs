@@ -1,7 +1,11 @@
-//! Throughput and per-connection latency of the egress proxy against a direct connection, all
-//! on loopback in one process: `cargo run --release -p cordon-egress --example bench
-//! [GIB] [CONNECTIONS] [ROUNDS]` (defaults: 1 GiB, 500 connections, 5 rounds).
+//! Throughput and per-connection latency of the egress proxy against a direct connection, on
+//! loopback: `cargo run --release -p cordon-egress --example bench [GIB] [CONNECTIONS] [ROUNDS]
+//! [PLACE]` (defaults: 1 GiB, 500 connections, 5 rounds, `together`).
 //!
+//! - PLACE `together`: client, proxy and origin share one process and its runtime;
+//!   `apart`: the proxies run in a child process of their own (this program, started again),
+//!   as a session's proxy runs apart from the command using it and the server it reaches.
+//!   CPU times then add the child's to this process's.
 //! - throughput: an origin writes GIB GiB and closes; the client reads it directly, then
 //!   through a `CONNECT` tunnel relayed by `splice(2)` (a TCP client, what `serve_tcp` gets),
 //!   then through one relayed by copying (a client stream of another type); ROUNDS interleaved
@@ -178,9 +182,20 @@ async fn drain(mut stream: TcpStream) -> u64 {
     }
 }
 
-/// CPU time (user + system) this process has used, from /proc/self/stat (clock ticks, 100 Hz).
+/// The process running the proxies when they are apart, for its CPU time.
+static PROXY_PROCESS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+/// CPU time (user + system) this process, and the proxies' process if apart, have used.
 fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("read /proc/self/stat");
+    let child = PROXY_PROCESS.get().map_or(Duration::ZERO, |pid| {
+        cpu_time_of(&format!("/proc/{pid}/stat"))
+    });
+    cpu_time_of("/proc/self/stat") + child
+}
+
+/// CPU time (user + system) from a `stat` file in /proc (clock ticks, 100 Hz).
+fn cpu_time_of(path: &str) -> Duration {
+    let stat = std::fs::read_to_string(path).expect("read a stat file in /proc");
     let after_name = &stat[stat.rfind(')').expect("stat has a name") + 2..];
     let fields: Vec<&str> = after_name.split(' ').collect();
     let ticks: u64 =
@@ -215,9 +230,53 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// The child's side of `apart`: the two proxies allowing `ports`, their addresses on stdout,
+/// served until stdin closes (the parent exits or drops it).
+async fn serve_proxies(ports: &[u16]) {
+    let spliced = proxy(ports, false).await;
+    let copying = proxy(ports, true).await;
+    println!("{spliced} {copying}");
+    let mut stdin = tokio::io::stdin();
+    let mut sink = [0u8; 64];
+    while !matches!(stdin.read(&mut sink).await, Ok(0) | Err(_)) {}
+}
+
+/// Starts the proxies in a child process; returns it (stdin held open) and their addresses.
+async fn proxies_apart(ports: &[u16]) -> (tokio::process::Child, SocketAddr, SocketAddr) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(std::env::current_exe().expect("own path"))
+        .arg("serve-proxies")
+        .args(ports.iter().map(u16::to_string))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the proxies' process");
+    let stdout = child.stdout.take().expect("its stdout");
+    let mut line = String::new();
+    tokio::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .await
+        .expect("read the proxies' addresses");
+    let mut addresses = line
+        .split_whitespace()
+        .map(|a| a.parse().expect("an address"));
+    let spliced = addresses.next().expect("the splicing proxy's address");
+    let copying = addresses.next().expect("the copying proxy's address");
+    PROXY_PROCESS
+        .set(child.id().expect("the child's id"))
+        .expect("one proxies' process");
+    (child, spliced, copying)
+}
+
 #[tokio::main]
 async fn main() {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().map(String::as_str) == Some("serve-proxies") {
+        let ports: Vec<u16> = args.skip(1).map(|a| a.parse().expect("a port")).collect();
+        serve_proxies(&ports).await;
+        return;
+    }
     let gib: u64 = args
         .next()
         .map_or(1, |a| a.parse().expect("GIB is a number"));
@@ -228,11 +287,29 @@ async fn main() {
         .next()
         .map_or(5, |a| a.parse().expect("ROUNDS is a number"))
         .max(1);
+    let apart = match args.next().as_deref() {
+        None | Some("together") => false,
+        Some("apart") => true,
+        Some(other) => panic!("PLACE is `together` or `apart`, not {other:?}"),
+    };
     let bytes = gib << 30;
     let bulk = origin(bytes).await;
     let tiny = origin(1).await;
-    let proxy_addr = proxy(&[bulk, tiny], false).await;
-    let copying = proxy(&[bulk, tiny], true).await;
+    let (_child, proxy_addr, copying) = if apart {
+        let (child, spliced, copying) = proxies_apart(&[bulk, tiny]).await;
+        (Some(child), spliced, copying)
+    } else {
+        let spliced = proxy(&[bulk, tiny], false).await;
+        (None, spliced, proxy(&[bulk, tiny], true).await)
+    };
+    println!(
+        "proxies {}",
+        if apart {
+            "in a process of their own"
+        } else {
+            "in this process"
+        }
+    );
 
     // Rounds interleave the routes so that a change in the machine's load hits all of them;
     // each route reports its median and best wall time and its least CPU time.
