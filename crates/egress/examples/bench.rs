@@ -8,7 +8,9 @@
 //!   CPU times then add the child's to this process's.
 //! - throughput: an origin writes GIB GiB and closes; the client reads it directly, then
 //!   through a `CONNECT` tunnel relayed by `splice(2)` (a TCP client, what `serve_tcp` gets),
-//!   then through one relayed by copying (a client stream of another type); ROUNDS interleaved
+//!   then through one relayed by copying (a client stream of another type), then through a
+//!   reference relay (no proxy, no runtime: a blocking thread per direction splicing through a
+//!   1 MiB pipe, what a relay costs at least on this machine); ROUNDS interleaved
 //!   rounds, median and best wall time and least CPU time (the whole process) of each;
 //! - latency: an origin writes one byte and closes; the client opens a connection and reads to
 //!   the end, directly and through `CONNECT` (and SOCKS5), CONNECTIONS times each, one at a time.
@@ -119,9 +121,56 @@ async fn proxy(ports: &[u16], copying: bool) -> SocketAddr {
     address
 }
 
+/// The reference relay: every connection to the returned address is relayed to the origin on
+/// `port` by two blocking threads, each splicing one direction through a 1 MiB pipe (read a
+/// pipe's worth, write it all, again). Nothing else: no requests, rules, events or runtime.
+fn reference_relay(port: u16) -> SocketAddr {
+    use nix::fcntl::{SpliceFFlags, splice};
+    use std::os::fd::AsFd;
+    fn pump(from: std::net::TcpStream, to: std::net::TcpStream) {
+        let (out, into) = nix::unistd::pipe().expect("pipe");
+        let _ = nix::fcntl::fcntl(&into, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
+        let flags = SpliceFFlags::SPLICE_F_MOVE;
+        loop {
+            let Ok(n) = splice(from.as_fd(), None, into.as_fd(), None, 1 << 20, flags) else {
+                return;
+            };
+            if n == 0 {
+                let _ = to.shutdown(std::net::Shutdown::Write);
+                return;
+            }
+            let mut left = n;
+            while left > 0 {
+                let Ok(n) = splice(out.as_fd(), None, to.as_fd(), None, left, flags) else {
+                    return;
+                };
+                left -= n;
+            }
+        }
+    }
+    let listener = std::net::TcpListener::bind((LOOPBACK, 0)).expect("bind reference relay");
+    let address = listener.local_addr().expect("reference relay address");
+    std::thread::spawn(move || {
+        while let Ok((client, _)) = listener.accept() {
+            let Ok(upstream) = std::net::TcpStream::connect((LOOPBACK, port)) else {
+                continue;
+            };
+            let _ = client.set_nodelay(true);
+            let (Ok(client2), Ok(upstream2)) = (client.try_clone(), upstream.try_clone()) else {
+                continue;
+            };
+            std::thread::spawn(move || pump(client, upstream));
+            std::thread::spawn(move || pump(upstream2, client2));
+        }
+    });
+    address
+}
+
 #[derive(Clone, Copy)]
 enum Route {
     Direct,
+    /// A plain relay to the bulk origin: connect and read, no request.
+    Plain(SocketAddr),
     Connect(SocketAddr),
     Socks5(SocketAddr),
 }
@@ -133,6 +182,11 @@ async fn open(route: Route, port: u16) -> TcpStream {
             let stream = TcpStream::connect((LOOPBACK, port))
                 .await
                 .expect("connect origin");
+            stream.set_nodelay(true).expect("nodelay");
+            stream
+        }
+        Route::Plain(relay) => {
+            let stream = TcpStream::connect(relay).await.expect("connect relay");
             stream.set_nodelay(true).expect("nodelay");
             stream
         }
@@ -230,19 +284,24 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-/// The child's side of `apart`: the two proxies allowing `ports`, their addresses on stdout,
-/// served until stdin closes (the parent exits or drops it).
+/// The child's side of `apart`: the two proxies allowing `ports` and the reference relay to
+/// the first, their addresses on stdout, served until stdin closes (the parent exits or drops
+/// it).
 async fn serve_proxies(ports: &[u16]) {
     let spliced = proxy(ports, false).await;
     let copying = proxy(ports, true).await;
-    println!("{spliced} {copying}");
+    let reference = reference_relay(ports[0]);
+    println!("{spliced} {copying} {reference}");
     let mut stdin = tokio::io::stdin();
     let mut sink = [0u8; 64];
     while !matches!(stdin.read(&mut sink).await, Ok(0) | Err(_)) {}
 }
 
-/// Starts the proxies in a child process; returns it (stdin held open) and their addresses.
-async fn proxies_apart(ports: &[u16]) -> (tokio::process::Child, SocketAddr, SocketAddr) {
+/// Starts the proxies in a child process; returns it (stdin held open) and the addresses of
+/// the splicing and copying proxies and the reference relay.
+async fn proxies_apart(
+    ports: &[u16],
+) -> (tokio::process::Child, SocketAddr, SocketAddr, SocketAddr) {
     use tokio::io::AsyncBufReadExt;
     let mut child = tokio::process::Command::new(std::env::current_exe().expect("own path"))
         .arg("serve-proxies")
@@ -263,10 +322,11 @@ async fn proxies_apart(ports: &[u16]) -> (tokio::process::Child, SocketAddr, Soc
         .map(|a| a.parse().expect("an address"));
     let spliced = addresses.next().expect("the splicing proxy's address");
     let copying = addresses.next().expect("the copying proxy's address");
+    let reference = addresses.next().expect("the reference relay's address");
     PROXY_PROCESS
         .set(child.id().expect("the child's id"))
         .expect("one proxies' process");
-    (child, spliced, copying)
+    (child, spliced, copying, reference)
 }
 
 #[tokio::main]
@@ -295,12 +355,13 @@ async fn main() {
     let bytes = gib << 30;
     let bulk = origin(bytes).await;
     let tiny = origin(1).await;
-    let (_child, proxy_addr, copying) = if apart {
-        let (child, spliced, copying) = proxies_apart(&[bulk, tiny]).await;
-        (Some(child), spliced, copying)
+    let (_child, proxy_addr, copying, reference) = if apart {
+        let (child, spliced, copying, reference) = proxies_apart(&[bulk, tiny]).await;
+        (Some(child), spliced, copying, reference)
     } else {
         let spliced = proxy(&[bulk, tiny], false).await;
-        (None, spliced, proxy(&[bulk, tiny], true).await)
+        let copying = proxy(&[bulk, tiny], true).await;
+        (None, spliced, copying, reference_relay(bulk))
     };
     println!(
         "proxies {}",
@@ -317,9 +378,10 @@ async fn main() {
         ("direct", Route::Direct),
         ("CONNECT, splice", Route::Connect(proxy_addr)),
         ("CONNECT, copying", Route::Connect(copying)),
+        ("reference relay", Route::Plain(reference)),
     ];
-    let mut walls: [Vec<Duration>; 3] = Default::default();
-    let mut cpus = [Duration::MAX; 3];
+    let mut walls: [Vec<Duration>; 4] = Default::default();
+    let mut cpus = [Duration::MAX; 4];
     for _ in 0..rounds {
         for ((samples, least), (_, route)) in walls.iter_mut().zip(cpus.iter_mut()).zip(routes) {
             let (wall, cpu) = transfer(route, bulk, bytes).await;
