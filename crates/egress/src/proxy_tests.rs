@@ -839,3 +839,72 @@ async fn a_socks5_success_reply_does_not_disclose_the_hosts_address() {
     );
     assert_eq!(event.outcome, Outcome::Allowed);
 }
+
+#[tokio::test]
+async fn a_large_spliced_transfer_each_way_is_counted_in_the_event() {
+    // A TCP client (relayed by `splice`) sends several pipes' worth up while the destination
+    // sends several down; the event counts exactly what crossed each way.
+    let (up_len, down_len) = (3 * 1024 * 1024 + 17, 5 * 1024 * 1024 + 3);
+    let byte = |i: usize| (i % 253) as u8;
+    let origin = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
+    let port = origin.local_addr().expect("origin address").port();
+    let serving_origin = tokio::spawn(async move {
+        let (mut stream, _) = origin.accept().await.expect("accept");
+        let (mut read, mut write) = stream.split();
+        let sending = async {
+            let down: Vec<u8> = (0..down_len).map(byte).collect();
+            write.write_all(&down).await.expect("send down");
+            write.shutdown().await.expect("end down");
+        };
+        let receiving = async {
+            let mut got = Vec::new();
+            read.read_to_end(&mut got).await.expect("receive up");
+            got
+        };
+        tokio::join!(sending, receiving).1
+    });
+    let allow = [EntrySpec::new(format!("127.0.0.1/32:{port}"), "p:9")];
+    let (events, mut rx) = EventSink::channel(4);
+    let config = ProxyConfig {
+        session: "large".into(),
+        rules: Arc::new(Rules::compile(&allow, &[]).expect("rules")),
+        resolver: Arc::new(StaticResolver::default()),
+        events,
+        limits: Limits::default(),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+    let address = listener.local_addr().expect("proxy address");
+    let proxy = Proxy::new(config);
+    let serving = tokio::spawn(async move { proxy.serve_tcp(listener).await });
+
+    let mut client = TcpStream::connect(address).await.expect("connect");
+    client
+        .write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes())
+        .await
+        .expect("send CONNECT");
+    let mut reply = [0u8; 39];
+    client.read_exact(&mut reply).await.expect("reply");
+    assert_eq!(&reply, b"HTTP/1.1 200 Connection established\r\n\r\n");
+    let (mut read, mut write) = client.split();
+    let sending = async {
+        let up: Vec<u8> = (0..up_len).map(byte).collect();
+        write.write_all(&up).await.expect("send up");
+        write.shutdown().await.expect("end up");
+    };
+    let receiving = async {
+        let mut got = Vec::new();
+        read.read_to_end(&mut got).await.expect("receive down");
+        got
+    };
+    let ((), down) = tokio::join!(sending, receiving);
+    let up = serving_origin.await.expect("origin");
+    assert!(up.len() == up_len && up.iter().enumerate().all(|(i, &b)| b == byte(i)));
+    assert!(down.len() == down_len && down.iter().enumerate().all(|(i, &b)| b == byte(i)));
+    let event = rx.recv().await.expect("an event");
+    assert_eq!(
+        (event.outcome, event.bytes_up, event.bytes_down),
+        (Outcome::Allowed, up_len as u64, down_len as u64)
+    );
+    assert_eq!(event.reason, "relayed until both sides closed");
+    serving.abort();
+}
