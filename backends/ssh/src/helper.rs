@@ -113,6 +113,17 @@ pub enum RemoteHelperError {
         /// The remote cache directory.
         dir: String,
     },
+    /// The host's machine (`uname -m`) is not the one the binary was chosen for.
+    #[error(
+        "failed to start {HELPER_NAME} on {host}: the binary was chosen for another machine \
+         than the host's ({machine})"
+    )]
+    OtherMachine {
+        /// `user@host:port`.
+        host: String,
+        /// What `uname -m` printed on the host.
+        machine: String,
+    },
     /// The remote host has no `sha256sum`, so the cached binary cannot be verified.
     #[error(
         "failed to verify the cached helper on {host}: the host has no sha256sum (coreutils or \
@@ -327,12 +338,18 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Creates and checks the cache chain, verifies the cached binary and, only if it is the
 /// expected one, execs it. `$1` is the sha256, `$2` the state directory (empty: the home
-/// cache). Prints NUL-terminated fields: `cordon-helper-ok`, the cache directory, then the
-/// helper owns stdout; or `cordon-helper-fail`, a code and a detail.
+/// cache), `$3` the machine (`uname -m`) the binary was chosen for (empty: not checked; a
+/// connect starts the helper before its probe has reported the machine). Prints
+/// NUL-terminated fields: `cordon-helper-ok`, the cache directory, then the helper owns
+/// stdout; or `cordon-helper-fail`, a code and a detail.
 const START_SCRIPT: &str = r#"
 fail() { printf 'cordon-helper-fail\0%s\0%s\0' "$1" "$2"; exit 0; }
 umask 077
 want=$1
+if [ -n "$3" ]; then
+    machine=$(uname -m) || fail start "uname -m failed"
+    [ "$machine" = "$3" ] || fail machine "$machine"
+fi
 uid=$(id -u) || fail start "id -u failed"
 # A directory Cordon may use: a real directory, owned by us, writable by nobody else.
 check() {
@@ -451,11 +468,12 @@ pub(crate) async fn start(
     pool: &Pool,
     local: &LocalHelper,
     state_dir: Option<&str>,
+    machine: Option<&str>,
 ) -> Result<HelperChannel, RemoteHelperError> {
     let host = pool.label();
     let mut uploaded = false;
     loop {
-        let (status, channel) = start_once(pool, local, state_dir).await?;
+        let (status, channel) = start_once(pool, local, state_dir, machine).await?;
         let (code, detail) = match status {
             StartStatus::Running { cache } => {
                 let (reader, writer, stderr, pump) = channel;
@@ -501,6 +519,12 @@ pub(crate) async fn start(
                 });
             }
             "noexec" => return Err(RemoteHelperError::NoExec { host, dir: detail }),
+            "machine" => {
+                return Err(RemoteHelperError::OtherMachine {
+                    host,
+                    machine: detail,
+                });
+            }
             "nosha" => return Err(RemoteHelperError::NoChecksumTool { host }),
             _ => {
                 return Err(RemoteHelperError::Start {
@@ -524,6 +548,7 @@ async fn start_once(
     pool: &Pool,
     local: &LocalHelper,
     state_dir: Option<&str>,
+    machine: Option<&str>,
 ) -> Result<(StartStatus, Channel), RemoteHelperError> {
     let host = pool.label();
     let start_error = |reason: String| RemoteHelperError::Start {
@@ -533,7 +558,11 @@ async fn start_once(
     let argv = cordon_remote::sh_argv(
         START_SCRIPT,
         "cordon-helper-start",
-        [local.sha256.clone(), state_dir.unwrap_or("").to_owned()],
+        [
+            local.sha256.clone(),
+            state_dir.unwrap_or("").to_owned(),
+            machine.unwrap_or("").to_owned(),
+        ],
     );
     let mut exec = RemoteExec::start(pool, &argv).await.map_err(start_error)?;
     let writer = exec.stdin();
@@ -751,7 +780,7 @@ impl cordon_helper::Connector for SshConnector {
         let ready = self.first.lock().unwrap_or_else(|p| p.into_inner()).take();
         let channel = match ready {
             Some(channel) => channel,
-            None => start(&self.pool, &self.local, self.state_dir.as_deref())
+            None => start(&self.pool, &self.local, self.state_dir.as_deref(), None)
                 .await
                 .map_err(|error| cordon_helper::HelperError::Spawn {
                     program: PathBuf::from(HELPER_NAME),
@@ -802,6 +831,52 @@ mod tests {
         head[16..18].copy_from_slice(&kind.to_le_bytes());
         head[18..20].copy_from_slice(&machine.to_le_bytes());
         head
+    }
+
+    /// The start script run locally: what it prints before it would exec the helper.
+    fn start_script(args: [&str; 3]) -> Vec<String> {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(START_SCRIPT)
+            .arg("cordon-helper-start")
+            .args(args)
+            .output()
+            .expect("run sh");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .split('\0')
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn the_start_script_checks_the_machine_it_is_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().canonicalize().unwrap().join("state");
+        let state = state.to_str().unwrap();
+        let want = "0".repeat(64);
+        let machine = String::from_utf8(
+            std::process::Command::new("uname")
+                .arg("-m")
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
+        .trim()
+        .to_owned();
+        // Another machine: refused before anything is created.
+        let other = start_script([&want, state, "no-such-machine"]);
+        assert_eq!(
+            other[..3],
+            ["cordon-helper-fail", "machine", machine.as_str()]
+        );
+        assert!(!Path::new(state).exists(), "the cache was created");
+        // This machine, or none given: on to the cache (empty here).
+        for given in [machine.as_str(), ""] {
+            let out = start_script([&want, state, given]);
+            assert_eq!(out[..2], ["cordon-helper-fail", "missing"], "{out:?}");
+        }
     }
 
     #[test]

@@ -288,6 +288,22 @@ impl SshBackend {
         let endpoint = resolve_endpoint(&target, &options, true)?;
         let pool = Arc::new(Pool::new(endpoint, AuthOptions { agent, passphrase }));
         let label = pool.label();
+        let probe_error = |reason: String| SshError::Probe {
+            host: label.clone(),
+            reason,
+        };
+        let state_arg = match &state_dir {
+            None => String::new(),
+            Some(dir) => match dir.to_str() {
+                Some(text) if dir.is_absolute() => text.to_owned(),
+                _ => {
+                    return Err(probe_error(format!(
+                        "the state directory {} is not an absolute UTF-8 path",
+                        dir.display()
+                    )));
+                }
+            },
+        };
         let live = pool.live().await?;
 
         // The remote root, canonical.
@@ -320,35 +336,35 @@ impl SshBackend {
         }
 
         // Probe: account, rg, spill directory.
-        let probe_error = |reason: String| SshError::Probe {
-            host: label.clone(),
-            reason,
-        };
-        let state_arg = match &state_dir {
-            None => String::new(),
-            Some(dir) => match dir.to_str() {
-                Some(text) if dir.is_absolute() => text.to_owned(),
-                _ => {
-                    return Err(probe_error(format!(
-                        "the state directory {} is not an absolute UTF-8 path",
-                        dir.display()
-                    )));
-                }
-            },
-        };
         let argv = cordon_remote::sh_argv(
             PROBE_SCRIPT,
             "cordon-probe",
             [hash16(&root_text), state_arg.clone()],
         );
-        let out = remote::run_collect(
-            &pool,
-            &argv,
+        let mut probe = remote::RemoteExec::start(&pool, &argv)
+            .await
+            .map_err(probe_error)?;
+        // The helper's start (the cache's checks, the hash, the exec, the session in it) needs
+        // nothing from the probe but the machine: it runs beside the probe, on a channel of its
+        // own, for the machine this process runs on, and again after the probe when the host's
+        // differs or when this start failed (a server allowing only two sessions per
+        // connection refuses its channel while the SFTP channel and the probe hold theirs).
+        let early = EarlyStart::spawn(HelperSetup {
+            pool: Arc::clone(&pool),
+            configured: helper_path.clone(),
+            arch: std::env::consts::ARCH.to_owned(),
+            state_dir: (!state_arg.is_empty()).then(|| state_arg.clone()),
+            root: root.clone(),
+            spec: spec.clone(),
+        });
+        let out = cordon_remote::transport::collect(
+            &mut probe,
             None,
             cordon_remote::transport::StdinEnd::AfterInput,
         )
         .await
         .map_err(probe_error)?;
+        drop(probe);
         let pairs = parse_probe(&out.stdout);
         let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
         if let Some(reason) = get("above") {
@@ -462,15 +478,20 @@ impl SshBackend {
         ));
         drop(live);
         let state_dir = (!state_arg.is_empty()).then_some(state_arg);
-        let started = start_helper(HelperSetup {
-            pool: &pool,
-            configured: helper_path.clone(),
-            arch: &identity.arch,
-            state_dir: state_dir.clone(),
-            root: &root,
-            spec: &spec,
-        })
-        .await;
+        let started = match early.finish(&identity.arch).await {
+            Some(started) => started,
+            None => {
+                start_helper(HelperSetup {
+                    pool: Arc::clone(&pool),
+                    configured: helper_path.clone(),
+                    arch: identity.arch.clone(),
+                    state_dir: state_dir.clone(),
+                    root: root.clone(),
+                    spec: spec.clone(),
+                })
+                .await
+            }
+        };
         let (helper, helper_report, helper_refusal) = match started {
             Ok((backend, report)) => (Some(backend), Some(report), None),
             Err(reason) => {
@@ -529,8 +550,13 @@ impl SshBackend {
             self.inner.identity.arch.clone(),
         )
         .await?;
-        let channel =
-            helper::start(&self.inner.pool, &local, self.inner.state_dir.as_deref()).await?;
+        let channel = helper::start(
+            &self.inner.pool,
+            &local,
+            self.inner.state_dir.as_deref(),
+            None,
+        )
+        .await?;
         Ok(helper::HelperReport {
             arch: self.inner.identity.arch.clone(),
             remote_path: channel.remote_path.clone(),
@@ -622,21 +648,59 @@ impl cordon_ops::Backend for SshBackend {
 }
 
 /// What [`start_helper`] needs.
-struct HelperSetup<'a> {
-    pool: &'a Arc<Pool>,
+struct HelperSetup {
+    pool: Arc<Pool>,
     configured: Option<PathBuf>,
-    arch: &'a str,
+    /// The host's machine (`uname -m`), checked by the start script.
+    arch: String,
     state_dir: Option<String>,
-    root: &'a Path,
-    spec: &'a SandboxSpec,
+    root: PathBuf,
+    spec: SandboxSpec,
+}
+
+/// What [`start_helper`] gives.
+type Started = Result<(cordon_helper::HelperBackend, helper::HelperReport), String>;
+
+/// The helper's start begun before the probe reported the host's machine (`connect`), for the
+/// machine this process runs on. Dropped, it is aborted (and its channel closed).
+struct EarlyStart {
+    machine: String,
+    task: tokio_util::task::AbortOnDropHandle<Started>,
+}
+
+impl EarlyStart {
+    fn spawn(setup: HelperSetup) -> Self {
+        EarlyStart {
+            machine: setup.arch.clone(),
+            task: tokio_util::task::AbortOnDropHandle::new(tokio::spawn(start_helper(setup))),
+        }
+    }
+
+    /// The helper it started when `machine` is the one it started for; `None` when it must be
+    /// started again: another machine, or this start failed (the error is logged).
+    async fn finish(self, machine: &str) -> Option<Started> {
+        if self.machine != machine {
+            tracing::debug!(guessed = %self.machine, %machine, "ssh: the host's machine differs; starting its helper");
+            return None;
+        }
+        match self.task.await {
+            Ok(Ok(started)) => Some(Ok(started)),
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "ssh: the early helper start failed; starting it again");
+                None
+            }
+            Err(error) => {
+                tracing::debug!(%error, "ssh: the early helper start did not finish");
+                None
+            }
+        }
+    }
 }
 
 /// Start the helper on the host and open the session in it: the binary for the host's
 /// architecture, uploaded unless cached, hash-verified, its cache denied to the session (a
 /// command must not replace the helper the next session runs). `Err` says why it cannot run.
-async fn start_helper(
-    setup: HelperSetup<'_>,
-) -> Result<(cordon_helper::HelperBackend, helper::HelperReport), String> {
+async fn start_helper(setup: HelperSetup) -> Started {
     let HelperSetup {
         pool,
         configured,
@@ -645,21 +709,21 @@ async fn start_helper(
         root,
         spec,
     } = setup;
-    let local = helper::choose_blocking(configured, arch.to_owned())
+    let local = helper::choose_blocking(configured, arch.clone())
         .await
         .map_err(|e| e.to_string())?;
-    let channel = helper::start(pool, &local, state_dir.as_deref())
+    let channel = helper::start(&pool, &local, state_dir.as_deref(), Some(&arch))
         .await
         .map_err(|e| e.to_string())?;
     let report = helper::HelperReport {
-        arch: arch.to_owned(),
+        arch,
         local: local.clone(),
         remote_path: channel.remote_path.clone(),
         uploaded: channel.uploaded,
     };
-    let session = cordon_helper::SessionStart::new(root, helper_spec(spec, &channel.cache_dir));
+    let session = cordon_helper::SessionStart::new(root, helper_spec(&spec, &channel.cache_dir));
     let connector = helper::SshConnector {
-        pool: Arc::clone(pool),
+        pool,
         local,
         state_dir,
         cache_dir: channel.cache_dir.clone(),

@@ -301,6 +301,26 @@ async fn a_helper_for_another_architecture_is_refused_before_any_upload() {
     assert!(!state.join("helper").exists(), "something was uploaded");
 }
 
+/// A connect starts the helper beside its probe; a server allowing only two sessions per
+/// connection (the SFTP channel and one more) refuses one of them, and the connect still ends
+/// with the helper running and commands confined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_allowing_two_sessions_still_gets_the_helper() {
+    let Some(server) = super::support::server_with_max_sessions(2) else {
+        return;
+    };
+    let backend = SshBackend::connect(server.helper_config())
+        .await
+        .expect("connect");
+    assert_eq!(backend.helper_refusal(), None);
+    assert!(backend.helper_report().is_some(), "the helper runs");
+    let ws = server.workspace.clone();
+    let (result, output) = bash(&backend, "echo two > two.txt && cat two.txt", &ws).await;
+    assert!(succeeded(&result), "{result:?} {output}");
+    assert_eq!(output, "two\n");
+    backend.shutdown().await.expect("shut down");
+}
+
 /// Run `command` in `cwd`, collecting its output.
 async fn bash(
     backend: &SshBackend,
