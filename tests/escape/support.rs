@@ -160,25 +160,31 @@ async fn commands_run_over_ssh() {
 impl Harness {
     /// A harness whose workspace is a git repository (`git init`, one commit).
     pub async fn new() -> Harness {
-        Harness::build(|_| None, &[], true).await
+        Harness::build(|_| None, &[], true, &[]).await
     }
 
     /// A harness whose workspace is an empty directory.
     pub async fn bare() -> Harness {
-        Harness::build(|_| None, &[], false).await
+        Harness::build(|_| None, &[], false, &[]).await
+    }
+
+    /// A harness whose workspace holds `files` (relative path, content) before the session
+    /// opens: the operator's files, present when the session starts.
+    pub async fn with_files(files: &[(&str, &str)]) -> Harness {
+        Harness::build(|_| None, &[], false, files).await
     }
 
     /// A harness over a git repository whose host directories `canaries` (secrets planted
     /// by the test) are, on Docker, mounted into the container at the same path without any
     /// policy rule, as `outside` is; on the other backends they are where they are anyway.
     pub async fn with_canaries(canaries: &[&Path]) -> Harness {
-        Harness::build(|_| None, canaries, true).await
+        Harness::build(|_| None, canaries, true, &[]).await
     }
 
     /// A harness whose session runs the policy `policy(outside)` returns (TOML text, written
     /// next to the workspace), over a git repository.
     pub async fn with_policy(policy: impl FnOnce(&Path) -> String) -> Harness {
-        Harness::build(|outside| Some(policy(outside)), &[], true).await
+        Harness::build(|outside| Some(policy(outside)), &[], true, &[]).await
     }
 
     /// On Docker, the canaries must be in the container for real, or an attempt on them would
@@ -194,6 +200,7 @@ impl Harness {
         policy: impl FnOnce(&Path) -> Option<String>,
         canaries: &[&Path],
         git: bool,
+        files: &[(&str, &str)],
     ) -> Harness {
         let dir = tempfile::tempdir().expect("create temp dir");
         let base = dir.path().canonicalize().unwrap();
@@ -203,6 +210,11 @@ impl Harness {
         std::fs::create_dir(&outside).unwrap();
         let victim = outside.join("victim.txt");
         std::fs::write(&victim, "untouched victim\n").unwrap();
+        for (rel, content) in files {
+            let path = ws.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, content).unwrap();
+        }
         if git {
             git_init(&ws);
         }

@@ -59,11 +59,14 @@ async fn bash_redirection_cp_mv_and_dotdot_cannot_write_outside() {
 /// The attempts above that change only a file's metadata (mode, times).
 const METADATA_ONLY: [&str; 2] = ["chmod the victim", "touch the victim"];
 
-/// A known defect of the container profile (README, Docker backend): Landlock does not cover
+/// A known limit of the container profile (README, Docker backend): Landlock does not cover
 /// chmod, utimes or extended attributes, and without a mount namespace of its own the helper
 /// cannot make the container's writable mounts read-only around the command as the local
-/// sandbox does, so a command changes the metadata of a file it owns on a writable mount of
-/// the container although it may not write it. The content stays out of reach. The case
+/// sandbox does. The victim here sits on a writable mount outside the workspace that no policy
+/// rule grants (only this suite makes one: in a session the container's other writable mounts
+/// are roots the policy lets commands write), so a command changes its metadata although it may
+/// not write it; the content stays out of reach. The protected files of the workspace are
+/// read-only mounts and refuse both (`files_host_programs_run_later_are_read_only`). The case
 /// asserts exactly that, so that a fix shows here (and must update it).
 async fn metadata_changes_in_a_container(h: &Harness, what: &str, command: &str) {
     let result = h.bash(command).await;
@@ -236,10 +239,10 @@ async fn symlink_swap_races_cannot_redirect_writes() {
 
 /// Files host programs run later (editor tasks, direnv, shell start-up files, agent
 /// configuration) are protected by the default policy: bash cannot change existing ones at
-/// any depth, and the file tools refuse them whether or not they exist.
+/// any depth (content, mode or times), and the file tools refuse them whether or not they
+/// exist.
 #[tokio::test(flavor = "multi_thread")]
 async fn files_host_programs_run_later_are_read_only() {
-    let h = Harness::bare().await;
     let planted = [
         ".vscode/tasks.json",
         "sub/.envrc",
@@ -247,15 +250,25 @@ async fn files_host_programs_run_later_are_read_only() {
         ".claude/settings.json",
         ".mcp.json",
     ];
+    // The operator's files, there when the session starts.
+    let h = Harness::with_files(&planted.map(|rel| (rel, "operator\n"))).await;
+    let metadata = |rel: &str| {
+        let meta = std::fs::metadata(h.at(rel)).unwrap();
+        (
+            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()),
+            meta.modified().unwrap(),
+        )
+    };
     for rel in planted {
-        let path = h.at(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, "operator\n").unwrap();
-    }
-    for rel in planted {
+        let before = metadata(rel);
         h.bash_fails(rel, &format!("echo evil >> {rel}")).await;
         h.bash_fails(rel, &format!("rm -f {rel} && test ! -e {rel}"))
             .await;
+        // Nor their mode or times (a container's command too: they are read-only mounts).
+        h.bash_fails(rel, &format!("chmod 777 {rel}")).await;
+        h.bash_fails(rel, &format!("touch -d 2001-01-01 {rel}"))
+            .await;
+        assert_eq!(metadata(rel), before, "{rel}");
         h.tool_fails(rel, "write", json!({"path": rel, "content": "evil\n"}))
             .await;
         assert_eq!(

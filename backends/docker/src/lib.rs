@@ -491,7 +491,7 @@ impl DockerBackend {
         let masks = launch.denied_masks(&rules, &mut missing)?;
         let git = launch.git_guard(&extra_roots, &rules)?;
         let pinned = launch.pin_project_config()?;
-        let protected_rel = launch.protected_paths(git.as_ref());
+        let protected_rel = launch.protected_paths(git.as_ref(), &rules);
         let (source, protected, copy_state) = launch.workspace(&protected_rel).await?;
         let passed_env = launch.passed_env();
         let body = plan::container_body(&ContainerPlan {

@@ -517,13 +517,37 @@ impl Launch {
     }
 
     /// The protected paths (relative to the root) that exist and can be mounted read-only,
-    /// with the repositories the git guard keeps read-only.
-    pub(crate) fn protected_paths(&self, git: Option<&GitGuard>) -> Vec<PathBuf> {
+    /// with the repositories the git guard keeps read-only; in bind mode also what the
+    /// wildcard globs match now (bounded, [`mask::MAX_PROTECTED_MOUNTS`]).
+    pub(crate) fn protected_paths(
+        &self,
+        git: Option<&GitGuard>,
+        rules: &PathRules,
+    ) -> Vec<PathBuf> {
         let host_root = &self.host_root;
         let mut protected_rel: Vec<PathBuf> = plan::mountable_protected(&self.spec.protected)
             .into_iter()
             .filter(|rel| std::fs::symlink_metadata(host_root.join(rel)).is_ok())
             .collect();
+        if self.mode == WorkspaceMode::Bind && !self.spec.protected.is_empty() {
+            let found = mask::protected_matches(
+                host_root,
+                &self.workspace,
+                rules,
+                mask::MASK_WALK_LIMIT,
+                mask::MAX_PROTECTED_MOUNTS,
+            );
+            if found.incomplete {
+                tracing::warn!(
+                    root = %host_root.display(),
+                    mounted = found.paths.len(),
+                    "docker: more protected paths than get read-only mounts; the rest are kept from writes by the helper's Landlock rules only (their mode and times stay changeable)"
+                );
+            }
+            protected_rel.extend(found.paths);
+            protected_rel.sort();
+            protected_rel.dedup();
+        }
         if let Some(guard) = git {
             protected_rel.extend(
                 guard

@@ -107,6 +107,67 @@ async fn paths_protected_or_denied_after_the_start_are_enforced_for_commands() {
     backend.stop().await.expect("stop");
 }
 
+/// Protected paths a wildcard glob matches when the session starts are mounted read-only:
+/// commands can change neither their content nor their mode, times or extended attributes
+/// (which Landlock does not cover), and the directories holding them keep every right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protected_paths_present_at_the_start_are_read_only_mounts() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::create_dir_all(ws.path().join("sub/.vscode")).expect("mkdir");
+    std::fs::write(ws.path().join("sub/.envrc"), "operator\n").expect("write");
+    std::fs::write(ws.path().join("sub/.vscode/tasks.json"), "{}\n").expect("write");
+    let mode = |rel: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(ws.path().join(rel))
+            .expect("stat")
+            .permissions()
+            .mode()
+    };
+    let mtime = |rel: &str| {
+        std::fs::metadata(ws.path().join(rel))
+            .expect("stat")
+            .modified()
+            .expect("mtime")
+    };
+    let before = (mode("sub/.envrc"), mtime("sub/.envrc"));
+    let backend = helper_session(
+        &host,
+        ws.path(),
+        &[".git/**", "**/.envrc", "**/.vscode/**"],
+        &[],
+    )
+    .await;
+    assert_eq!(backend.commands_path(), &CommandsPath::Helper);
+    for attack in [
+        "chmod 777 sub/.envrc",
+        "touch -d 2001-01-01 sub/.envrc",
+        "python3 -c 'import os; os.setxattr(\"sub/.envrc\", \"user.x\", b\"1\")'",
+        "echo evil >> sub/.envrc",
+        "rm -f sub/.envrc",
+        "chmod 777 sub/.vscode/tasks.json",
+        "echo evil > sub/.vscode/new.json",
+    ] {
+        let ran = run(&backend, attack).await;
+        assert_ne!(
+            ran.outcome.status.map(|s| s.code()),
+            Some(0),
+            "{attack}: {}",
+            ran.output
+        );
+    }
+    assert_eq!((mode("sub/.envrc"), mtime("sub/.envrc")), before);
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("sub/.envrc")).expect("read"),
+        "operator\n"
+    );
+    assert!(!ws.path().join("sub/.vscode/new.json").exists());
+    // The directory beside them is not carved: new files can be made there.
+    let ran = run(&backend, "echo ok > sub/new.txt && cat sub/new.txt").await;
+    assert_eq!(ran.output, "ok\n");
+    backend.stop().await.expect("stop");
+}
+
 /// A timeout kills the command's whole tree in the container (it cannot leave its process
 /// group), and what a command leaves in the background dies when it exits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
