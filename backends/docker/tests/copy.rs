@@ -119,3 +119,74 @@ async fn unlisted_binds_are_refused_in_copy_mode() {
         "{err:?}"
     );
 }
+
+/// A hard link the container makes to a protected or denied file comes back as a hard link
+/// to the HOST's file of that name (the container's own copy is left out, the link is not):
+/// the host would get a second, unprotected name for the policy file, and one for a secret
+/// whose contents the next session would copy in. The copy back refuses such links.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hard_links_to_protected_or_denied_files_do_not_come_back() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::write(ws.path().join("cordon.toml"), "policy\n").expect("write");
+    std::fs::write(ws.path().join(".env"), "SECRET\n").expect("write");
+    let mut config = support::config(&host, ws.path());
+    config.mode = WorkspaceMode::Copy;
+    config.spec.protected.push("cordon.toml".into());
+    config.spec.denied.push("**/.env".into());
+    let backend = DockerBackend::start(config).await.expect("start copy mode");
+    let ran = run(
+        &backend,
+        "echo fake > .env && ln .env zz-secret && ln cordon.toml zz-policy \
+         && echo kept > zz-kept && echo done",
+    )
+    .await;
+    assert_eq!(ran.output, "done\n");
+    let shut = backend.shutdown().await;
+    for name in ["zz-secret", "zz-policy"] {
+        assert!(
+            std::fs::symlink_metadata(ws.path().join(name)).is_err(),
+            "{name} reached the host, reading {:?}",
+            std::fs::read_to_string(ws.path().join(name))
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("zz-kept")).expect("the rest came back"),
+        "kept\n"
+    );
+    let message = shut.expect_err("the links are refused").to_string();
+    assert!(message.contains("zz-secret"), "{message}");
+    assert!(message.contains("zz-policy"), "{message}");
+}
+
+/// A directory the container puts where the host has a symlink (one a previous copy back
+/// left, or one the repository holds) is not unpacked through that symlink: a symlink to the
+/// protected `.git` would otherwise let the container write `.git/hooks` on the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_copy_back_never_writes_through_a_host_symlink() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::create_dir_all(ws.path().join(".git/hooks")).expect("mkdir");
+    std::os::unix::fs::symlink(".git", ws.path().join("g")).expect("symlink");
+    let mut config = support::config(&host, ws.path());
+    config.mode = WorkspaceMode::Copy;
+    let backend = DockerBackend::start(config).await.expect("start copy mode");
+    let ran = run(
+        &backend,
+        "rm g && mkdir -p g/hooks && echo evil > g/hooks/pre-commit \
+         && echo kept > zz-kept && echo done",
+    )
+    .await;
+    assert_eq!(ran.output, "done\n");
+    let shut = backend.shutdown().await;
+    assert!(
+        !ws.path().join(".git/hooks/pre-commit").exists(),
+        "the container wrote the host's .git/hooks"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("zz-kept")).expect("the rest came back"),
+        "kept\n"
+    );
+    let message = shut.expect_err("g is refused").to_string();
+    assert!(message.contains("g is a symlink on the host"), "{message}");
+}
