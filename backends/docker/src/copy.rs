@@ -2,8 +2,9 @@
 //! loader container (created, never started) with the session's volumes mounted writable
 //! receives the tar through the archive API (which works on volumes, not on tmpfs), then is
 //! removed; the session container mounts the protected volumes read-only. Out: the archive of
-//! `/workspace/.` is unpacked over the host root, never following links out of it, never
-//! writing protected paths; deletions are not propagated (nothing on the host is removed).
+//! `/workspace/.` is unpacked over the host root, never through a symlink the host has,
+//! never writing protected or denied paths, hard links only to files it wrote itself;
+//! deletions are not propagated (nothing on the host is removed).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -200,6 +201,31 @@ pub(crate) async fn copy_in(docker: &Docker, plan: &CopyIn<'_>) -> Result<(), Do
     Ok(())
 }
 
+/// Why `rel` may not be written under `root`: a component above it is a symlink on the host
+/// (or `..`); `None` when every existing one is a real directory.
+fn through_symlink(root: &Path, rel: &Path) -> Option<String> {
+    let mut path = root.to_path_buf();
+    let parent = rel.parent()?;
+    for component in parent.components() {
+        match component {
+            std::path::Component::Normal(name) => path.push(name),
+            _ => return Some("not a plain relative path".to_owned()),
+        }
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Some(format!(
+                    "{} is a symlink on the host",
+                    path.strip_prefix(root).unwrap_or(&path).display()
+                ));
+            }
+            Ok(_) => {}
+            // Missing: created as a real directory from here on.
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
 /// Unpack the container's workspace over the host root (see the module docs).
 pub(crate) async fn copy_out(
     docker: &Docker,
@@ -230,6 +256,7 @@ pub(crate) async fn copy_out(
         // A path that cannot be written is reported, and the rest still comes back: every
         // file skipped here is work lost.
         let mut failed = Vec::new();
+        let mut written = std::collections::HashSet::new();
         for entry in archive.entries()? {
             let mut entry = entry?;
             let path = entry.path()?.into_owned();
@@ -248,10 +275,43 @@ pub(crate) async fn copy_out(
             {
                 continue;
             }
+            // Never through a symlink the host has: a directory the container put where the
+            // host has a symlink to a protected directory (`.git`) would otherwise be filled
+            // on the host through it. A hard link is made only to a file this copy back wrote
+            // itself: one to a path it left out (protected or denied) would give the host's
+            // file of that name a second, unprotected name.
+            let refused = match entry.header().entry_type() {
+                kind if kind.is_hard_link() => match entry.link_name()? {
+                    Some(target) => {
+                        let target: PathBuf = target
+                            .components()
+                            .filter(|c| !matches!(c, std::path::Component::CurDir))
+                            .collect();
+                        if written.contains(&target) {
+                            through_symlink(&root, &rel)
+                        } else {
+                            Some(format!(
+                                "a hard link to {}, which the copy back did not write",
+                                target.display()
+                            ))
+                        }
+                    }
+                    None => Some("a hard link without a target".to_owned()),
+                },
+                _ => through_symlink(&root, &rel),
+            };
+            if let Some(reason) = refused {
+                tracing::warn!(path = %rel.display(), %reason, "copy-back: path not written");
+                failed.push(format!("{} ({reason})", rel.display()));
+                continue;
+            }
+            let regular = entry.header().entry_type().is_file();
             // unpack_in refuses `..` and parents that resolve outside `root`.
             if let Err(error) = entry.unpack_in(&root) {
                 tracing::warn!(path = %rel.display(), %error, "copy-back: path not written");
                 failed.push(format!("{} ({error})", rel.display()));
+            } else if regular {
+                written.insert(rel);
             }
         }
         Ok(failed)
