@@ -201,3 +201,36 @@ async fn the_copy_back_never_writes_through_a_host_symlink() {
         "{message}"
     );
 }
+
+/// The copy back writes its files as the user Cordon runs as (often root, or the operator):
+/// a set-user-ID or set-group-ID bit a command set on its own file in the container must not
+/// come back with it, or the host would get a set-user-ID program of that user that the
+/// session wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_id_bits_do_not_come_back() {
+    use std::os::unix::fs::PermissionsExt;
+    let host = host_or_skip!();
+    let ws = workspace();
+    // Not empty: an empty workspace's volume keeps the image's owner on its top directory.
+    std::fs::write(ws.path().join("in.txt"), "x").expect("write");
+    let mut config = support::config(&host, ws.path());
+    config.mode = WorkspaceMode::Copy;
+    let backend = DockerBackend::start(config).await.expect("start copy mode");
+    let ran = run(
+        &backend,
+        "cp /bin/true suid && chmod 4755 suid && mkdir sgid && chmod 2775 sgid \
+         && stat -c %a suid sgid",
+    )
+    .await;
+    assert_eq!(ran.output, "4755\n2775\n", "set in the container");
+    backend.shutdown().await.expect("copied back");
+    let mode = |name: &str| {
+        std::fs::metadata(ws.path().join(name))
+            .expect("came back")
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    assert_eq!(mode("suid"), 0o755);
+    assert_eq!(mode("sgid"), 0o775);
+}
