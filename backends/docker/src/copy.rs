@@ -3,8 +3,9 @@
 //! receives the tar through the archive API (which works on volumes, not on tmpfs), then is
 //! removed; the session container mounts the protected volumes read-only. Out: the archive of
 //! `/workspace/.` is unpacked over the host root, never through a symlink the host has,
-//! never writing protected or denied paths, hard links only to files it wrote itself;
-//! deletions are not propagated (nothing on the host is removed).
+//! never writing protected or denied paths, hard links only to files it wrote itself, modes
+//! without set-user-ID, set-group-ID or sticky bits; deletions are not propagated (nothing on
+//! the host is removed).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -251,7 +252,10 @@ pub(crate) async fn copy_out(
     let workspace = workspace.to_path_buf();
     let failed = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<String>> {
         let mut archive = tar::Archive::new(tar.as_slice());
-        archive.set_preserve_permissions(true);
+        // The permission bits only (`mode & 0o777`): the files are created by the user this
+        // process runs as, so a set-user-ID or set-group-ID bit a command set in the container
+        // would make a program of that user's on the host.
+        archive.set_preserve_permissions(false);
         archive.set_overwrite(true);
         // A path that cannot be written is reported, and the rest still comes back: every
         // file skipped here is work lost.
