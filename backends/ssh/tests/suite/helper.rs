@@ -321,6 +321,29 @@ async fn a_server_allowing_two_sessions_still_gets_the_helper() {
     backend.shutdown().await.expect("shut down");
 }
 
+/// A connect is one SSH connection (one authentication: a hardware key is touched once, a
+/// passphrase asked once), also where the server refuses a third channel beside the SFTP
+/// channel and the probe: the refused early start must not make the connect open another
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_authenticates_once_even_when_a_channel_is_refused() {
+    for max_sessions in [1000, 2] {
+        let Some(server) = super::support::server_with_max_sessions(max_sessions) else {
+            return;
+        };
+        let backend = SshBackend::connect(server.helper_config())
+            .await
+            .expect("connect");
+        assert_eq!(backend.helper_refusal(), None);
+        assert_eq!(
+            server.authenticated_connections(),
+            1,
+            "MaxSessions {max_sessions}: connections authenticated by one connect"
+        );
+        backend.shutdown().await.expect("shut down");
+    }
+}
+
 /// Run `command` in `cwd`, collecting its output.
 async fn bash(
     backend: &SshBackend,

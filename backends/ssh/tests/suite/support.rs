@@ -219,6 +219,16 @@ impl Server {
         self.child = Some(child);
     }
 
+    /// How many connections sshd has authenticated so far (its log's `Accepted` lines; each is
+    /// written before the connection can open a channel).
+    pub fn authenticated_connections(&self) -> usize {
+        std::fs::read_to_string(self.dir.path().join("sshd.log"))
+            .expect("sshd log")
+            .lines()
+            .filter(|line| line.contains("Accepted publickey"))
+            .count()
+    }
+
     /// The listener's pid.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
