@@ -344,6 +344,57 @@ async fn a_connect_authenticates_once_even_when_a_channel_is_refused() {
     }
 }
 
+/// The same with the refusal made certain: the probe waits (bash's `BASH_ENV`, which sshd
+/// passes every command) until sshd has refused a channel for lack of sessions, which only
+/// the helper's start beside the probe can ask for. That refusal must not cost a second
+/// connection: the helper is started again after the probe, on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_early_start_is_redone_on_the_same_connection() {
+    let gate_dir = tempfile::tempdir().expect("temp dir");
+    let gate = gate_dir.path().join("gate.sh");
+    let Some(server) = super::support::server_with_env_and_max_sessions(
+        &format!("SHLVL=1 BASH_ENV={}", gate.display()),
+        2,
+    ) else {
+        return;
+    };
+    // Bounded (60 s): a start that never asks for its channel fails the count below rather
+    // than hanging the test.
+    std::fs::write(
+        &gate,
+        format!(
+            "case $BASH_EXECUTION_STRING in\n\
+             *cordon-probe*)\n\
+             \x20   i=0\n\
+             \x20   until grep -q 'no more sessions' '{log}'; do\n\
+             \x20       i=$((i + 1)); [ $i -ge 1200 ] && break; sleep 0.05\n\
+             \x20   done ;;\n\
+             esac\n",
+            log = server.log_path().display()
+        ),
+    )
+    .expect("gate");
+    let backend = SshBackend::connect(server.helper_config())
+        .await
+        .expect("connect");
+    let log = std::fs::read_to_string(server.log_path()).expect("sshd log");
+    assert!(
+        log.contains("no more sessions"),
+        "the early start was not refused:\n{log}"
+    );
+    assert_eq!(backend.helper_refusal(), None);
+    assert!(backend.helper_report().is_some(), "the helper runs");
+    assert_eq!(
+        server.authenticated_connections(),
+        1,
+        "the refused channel made the connect authenticate again:\n{log}"
+    );
+    let ws = server.workspace.clone();
+    let (result, output) = bash(&backend, "echo two > two.txt && cat two.txt", &ws).await;
+    assert!(succeeded(&result), "{result:?} {output}");
+    backend.shutdown().await.expect("shut down");
+}
+
 /// Run `command` in `cwd`, collecting its output.
 async fn bash(
     backend: &SshBackend,

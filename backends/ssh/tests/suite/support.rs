@@ -94,6 +94,15 @@ pub fn server_with_max_sessions(max_sessions: u32) -> Option<Server> {
     Some(Server::start(Some("SHLVL=1"), max_sessions))
 }
 
+/// [`server`] with sshd's `SetEnv` (what it passes every command) and `MaxSessions`.
+pub fn server_with_env_and_max_sessions(set_env: &str, max_sessions: u32) -> Option<Server> {
+    if std::env::var("CORDON_SKIP_SSH").as_deref() == Ok("1") {
+        eprintln!("CORDON_SKIP_SSH=1: skipping a test that needs sshd");
+        return None;
+    }
+    Some(Server::start(Some(set_env), max_sessions))
+}
+
 impl Server {
     fn start(set_env: Option<&str>, max_sessions: u32) -> Server {
         let Some(sshd) = sshd_binary() else {
@@ -217,6 +226,11 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.child = Some(child);
+    }
+
+    /// sshd's log.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("sshd.log")
     }
 
     /// How many connections sshd has authenticated so far (its log's `Accepted` lines; each is
