@@ -870,9 +870,14 @@ impl Pool {
         }
     }
 
-    /// Open a session channel. A cached connection that turns out dead (nothing was started
-    /// on it yet) is replaced once.
-    pub async fn open_channel(&self) -> Result<(Arc<Live>, Channel<client::Msg>), ChannelFailure> {
+    /// Open a session channel. With `reconnect`, a cached connection that turns out dead
+    /// (nothing was started on it yet) is replaced once; without, a refused channel is only an
+    /// error and the connection is kept (a server limiting the channels per connection refuses
+    /// one while others are open, and a new connection would authenticate again).
+    pub async fn open_channel(
+        &self,
+        reconnect: bool,
+    ) -> Result<(Arc<Live>, Channel<client::Msg>), ChannelFailure> {
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -882,6 +887,12 @@ impl Pool {
                 .map_err(|e| ChannelFailure(e.to_string()))?;
             match live.session.handle.channel_open_session().await {
                 Ok(channel) => return Ok((live, channel)),
+                Err(e) if !reconnect => {
+                    return Err(ChannelFailure(format!(
+                        "failed to open an exec channel on {}: {e}",
+                        self.label()
+                    )));
+                }
                 Err(e) => {
                     tracing::debug!(host = %self.label(), attempts, error = %e, "ssh: channel open failed; dropping the connection");
                     self.invalidate(&live).await;

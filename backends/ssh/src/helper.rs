@@ -463,17 +463,19 @@ pub(crate) fn stderr_text(stderr: &Mutex<Vec<u8>>) -> String {
 }
 
 /// Start the helper `local` on the host of `pool`, uploading it first when the cache lacks it
-/// or holds a different file (once; a second mismatch is an error).
+/// or holds a different file (once; a second mismatch is an error). Without `reconnect` its
+/// channel is opened on the pool's connection or not at all (see [`Pool::open_channel`]).
 pub(crate) async fn start(
     pool: &Pool,
     local: &LocalHelper,
     state_dir: Option<&str>,
     machine: Option<&str>,
+    reconnect: bool,
 ) -> Result<HelperChannel, RemoteHelperError> {
     let host = pool.label();
     let mut uploaded = false;
     loop {
-        let (status, channel) = start_once(pool, local, state_dir, machine).await?;
+        let (status, channel) = start_once(pool, local, state_dir, machine, reconnect).await?;
         let (code, detail) = match status {
             StartStatus::Running { cache } => {
                 let (reader, writer, stderr, pump) = channel;
@@ -549,6 +551,7 @@ async fn start_once(
     local: &LocalHelper,
     state_dir: Option<&str>,
     machine: Option<&str>,
+    reconnect: bool,
 ) -> Result<(StartStatus, Channel), RemoteHelperError> {
     let host = pool.label();
     let start_error = |reason: String| RemoteHelperError::Start {
@@ -564,7 +567,9 @@ async fn start_once(
             machine.unwrap_or("").to_owned(),
         ],
     );
-    let mut exec = RemoteExec::start(pool, &argv).await.map_err(start_error)?;
+    let mut exec = RemoteExec::start_with(pool, &argv, reconnect)
+        .await
+        .map_err(start_error)?;
     let writer = exec.stdin();
     let stderr = Arc::new(Mutex::new(Vec::new()));
     // The pump moves the helper's stdout into a pipe the client reads, keeps the tail of its
@@ -780,12 +785,18 @@ impl cordon_helper::Connector for SshConnector {
         let ready = self.first.lock().unwrap_or_else(|p| p.into_inner()).take();
         let channel = match ready {
             Some(channel) => channel,
-            None => start(&self.pool, &self.local, self.state_dir.as_deref(), None)
-                .await
-                .map_err(|error| cordon_helper::HelperError::Spawn {
-                    program: PathBuf::from(HELPER_NAME),
-                    source: std::io::Error::other(error.to_string()),
-                })?,
+            None => start(
+                &self.pool,
+                &self.local,
+                self.state_dir.as_deref(),
+                None,
+                true,
+            )
+            .await
+            .map_err(|error| cordon_helper::HelperError::Spawn {
+                program: PathBuf::from(HELPER_NAME),
+                source: std::io::Error::other(error.to_string()),
+            })?,
         };
         if channel.cache_dir != self.cache_dir {
             tracing::warn!(

@@ -356,6 +356,7 @@ impl SshBackend {
             state_dir: (!state_arg.is_empty()).then(|| state_arg.clone()),
             root: root.clone(),
             spec: spec.clone(),
+            reconnect: false,
         });
         let out = cordon_remote::transport::collect(
             &mut probe,
@@ -488,6 +489,7 @@ impl SshBackend {
                     state_dir: state_dir.clone(),
                     root: root.clone(),
                     spec: spec.clone(),
+                    reconnect: true,
                 })
                 .await
             }
@@ -555,6 +557,7 @@ impl SshBackend {
             &local,
             self.inner.state_dir.as_deref(),
             None,
+            true,
         )
         .await?;
         Ok(helper::HelperReport {
@@ -656,6 +659,9 @@ struct HelperSetup {
     state_dir: Option<String>,
     root: PathBuf,
     spec: SandboxSpec,
+    /// Whether a refused channel may replace the connection ([`Pool::open_channel`]):
+    /// not for the start beside the probe, whose refusal only means "start again after it".
+    reconnect: bool,
 }
 
 /// What [`start_helper`] gives.
@@ -708,11 +714,12 @@ async fn start_helper(setup: HelperSetup) -> Started {
         state_dir,
         root,
         spec,
+        reconnect,
     } = setup;
     let local = helper::choose_blocking(configured, arch.clone())
         .await
         .map_err(|e| e.to_string())?;
-    let channel = helper::start(&pool, &local, state_dir.as_deref(), Some(&arch))
+    let channel = helper::start(&pool, &local, state_dir.as_deref(), Some(&arch), reconnect)
         .await
         .map_err(|e| e.to_string())?;
     let report = helper::HelperReport {

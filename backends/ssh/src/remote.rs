@@ -113,7 +113,16 @@ pub(crate) struct RemoteExec {
 impl RemoteExec {
     /// Open a channel and start `argv`.
     pub async fn start(pool: &Pool, argv: &[String]) -> Result<RemoteExec, String> {
-        let (live, channel) = pool.open_channel().await.map_err(|e| e.0)?;
+        Self::start_with(pool, argv, true).await
+    }
+
+    /// [`RemoteExec::start`]; `reconnect` as in [`Pool::open_channel`].
+    pub async fn start_with(
+        pool: &Pool,
+        argv: &[String],
+        reconnect: bool,
+    ) -> Result<RemoteExec, String> {
+        let (live, channel) = pool.open_channel(reconnect).await.map_err(|e| e.0)?;
         let marker = new_marker();
         if let Err(e) = channel.exec(false, command_line(&marker, argv)).await {
             pool.invalidate(&live).await;
