@@ -211,8 +211,6 @@ async fn set_id_bits_do_not_come_back() {
     use std::os::unix::fs::PermissionsExt;
     let host = host_or_skip!();
     let ws = workspace();
-    // Not empty: an empty workspace's volume keeps the image's owner on its top directory.
-    std::fs::write(ws.path().join("in.txt"), "x").expect("write");
     let mut config = support::config(&host, ws.path());
     config.mode = WorkspaceMode::Copy;
     let backend = DockerBackend::start(config).await.expect("start copy mode");
@@ -233,4 +231,23 @@ async fn set_id_bits_do_not_come_back() {
     };
     assert_eq!(mode("suid"), 0o755);
     assert_eq!(mode("sgid"), 0o775);
+}
+
+/// An empty host workspace gives an empty volume, which the engine would fill from the image's
+/// `/workspace` when the session container mounts it, top directory's owner included: the
+/// session's user could then not create anything in its own workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_workspace_is_writable_in_copy_mode() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let mut config = support::config(&host, ws.path());
+    config.mode = WorkspaceMode::Copy;
+    let backend = DockerBackend::start(config).await.expect("start copy mode");
+    let ran = run(&backend, "echo made > made.txt && cat made.txt").await;
+    assert_eq!(ran.output, "made\n");
+    backend.shutdown().await.expect("copied back");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("made.txt")).expect("came back"),
+        "made\n"
+    );
 }
