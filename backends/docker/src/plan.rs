@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, ResourcesUlimits};
+use bollard::models::{
+    ContainerCreateBody, HostConfig, Mount, MountType, MountVolumeOptions, ResourcesUlimits,
+};
 use cordon_core::sandbox::{Limits, NetworkMode, RootAccess, SandboxSpec};
 
 use crate::egress::{EgressMounts, HELPER_IN_CONTAINER, SOCKET_DIR};
@@ -156,7 +158,15 @@ pub fn mounts(plan: &ContainerPlan<'_>) -> Vec<Mount> {
     };
     let mut out = vec![match plan.source {
         WorkspaceSource::Bind(host) => bind(host, plan.workspace, read_only_root),
-        WorkspaceSource::Volume(name) => volume(name, plan.workspace, read_only_root),
+        // Never filled from the image: an empty workspace's volume would otherwise get the
+        // image's `/workspace` (its owner included) when the session container mounts it.
+        WorkspaceSource::Volume(name) => Mount {
+            volume_options: Some(MountVolumeOptions {
+                no_copy: Some(true),
+                ..Default::default()
+            }),
+            ..volume(name, plan.workspace, read_only_root)
+        },
     }];
     for (rel, source) in plan.protected {
         let target = plan.workspace.join(rel);
