@@ -334,7 +334,10 @@ impl Harness {
     }
 
     /// Docker: a TCP listener on the container's loopback, outside the helper's sandbox (a
-    /// plain `docker exec` of python3), and its port once it listens. Killed on drop.
+    /// plain `docker exec` of python3), and its port once it listens. Killed on drop. It
+    /// answers every connection with an empty HTTP response before closing it, so each
+    /// attempt a case makes (`curl` too, which fails on a connection closed without an
+    /// answer) succeeds once connected.
     pub fn listen_in_container(&self) -> (HostProcess, u16) {
         let (Some(host), Some(container)) = (&self.docker_host, &self.container) else {
             panic!("no container: not the Docker backend");
@@ -346,7 +349,10 @@ impl Harness {
              s.bind((\"127.0.0.1\", 0))\n\
              s.listen()\n\
              print(s.getsockname()[1], flush=True)\n\
-             while True: s.accept()[0].close()'"
+             while True:\n\
+             \x20   c = s.accept()[0]\n\
+             \x20   c.sendall(b\"HTTP/1.0 200 OK\\r\\nContent-Length: 0\\r\\n\\r\\n\")\n\
+             \x20   c.close()'"
         );
         let mut child = std::process::Command::new("docker")
             .args(["exec", container, "bash", "-c", &script])
