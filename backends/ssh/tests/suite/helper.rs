@@ -759,3 +759,69 @@ async fn without_a_usable_helper_commands_fail_closed_unless_degraded() {
         "{layers:?}"
     );
 }
+
+/// Processes whose working directory is under `dir` (the helper runs in its cache directory).
+fn processes_under(dir: &Path) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir)) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// A connect whose probe fails after the helper started beside it leaves no helper running on
+/// the host: the probe (bash's `BASH_ENV`) waits until the helper runs in its cache, then
+/// fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_connect_leaves_no_helper_running() {
+    let gate_dir = tempfile::tempdir().expect("temp dir");
+    let gate = gate_dir.path().join("gate.sh");
+    let Some(server) = super::support::server_with_env_and_max_sessions(
+        &format!("SHLVL=1 BASH_ENV={}", gate.display()),
+        1000,
+    ) else {
+        return;
+    };
+    let config = server.helper_config();
+    let cache = config.state_dir.clone().expect("state dir").join("helper");
+    let seen = gate_dir.path().join("seen");
+    std::fs::write(
+        &gate,
+        format!(
+            "case $BASH_EXECUTION_STRING in\n\
+             *cordon-probe*)\n\
+             \x20   i=0\n\
+             \x20   until ls -l /proc/[0-9]*/cwd 2>/dev/null | grep -q ' -> {cache}/'; do\n\
+             \x20       i=$((i + 1)); [ $i -ge 1200 ] && break; sleep 0.05\n\
+             \x20   done\n\
+             \x20   [ $i -lt 1200 ] && : > '{seen}'\n\
+             \x20   exit 1 ;;\n\
+             esac\n",
+            cache = cache.display(),
+            seen = seen.display()
+        ),
+    )
+    .expect("gate");
+    let error = match SshBackend::connect(config).await {
+        Ok(_) => panic!("the connect succeeded without its probe"),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.contains("failed to prepare the remote host"),
+        "{error}"
+    );
+    assert!(seen.exists(), "the probe failed before the helper ran");
+    // The helper sees its channel close and exits; wait for that (bounded).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut left = processes_under(&cache);
+    while !left.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        left = processes_under(&cache);
+    }
+    assert_eq!(left, Vec::<u32>::new(), "helper processes left running");
+}
