@@ -123,9 +123,19 @@ async fn unlisted_binds_are_refused_in_copy_mode() {
 /// A hard link the container makes to a protected or denied file comes back as a hard link
 /// to the HOST's file of that name (the container's own copy is left out, the link is not):
 /// the host would get a second, unprotected name for the policy file, and one for a secret
-/// whose contents the next session would copy in. The copy back refuses such links.
+/// whose contents the next session would copy in. The copy back refuses such links, also when
+/// commands run under the helper's sandbox (which leaves a copied workspace unconfined).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hard_links_to_protected_or_denied_files_do_not_come_back() {
+    hard_links_come_back_refused(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hard_links_to_protected_or_denied_files_do_not_come_back_with_the_helper() {
+    hard_links_come_back_refused(true).await;
+}
+
+async fn hard_links_come_back_refused(helper: bool) {
     let host = host_or_skip!();
     let ws = workspace();
     std::fs::write(ws.path().join("cordon.toml"), "policy\n").expect("write");
@@ -134,7 +144,18 @@ async fn hard_links_to_protected_or_denied_files_do_not_come_back() {
     config.mode = WorkspaceMode::Copy;
     config.spec.protected.push("cordon.toml".into());
     config.spec.denied.push("**/.env".into());
+    if helper {
+        config.image = support::DEBIAN.to_owned();
+        config.helper = Some(support::helper());
+        config.files_helper = cordon_backend_docker::FilesHelper::Required;
+    }
     let backend = DockerBackend::start(config).await.expect("start copy mode");
+    assert_eq!(
+        backend.commands_path().to_string().starts_with("helper"),
+        helper,
+        "{}",
+        backend.commands_path()
+    );
     let ran = run(
         &backend,
         "echo fake > .env && ln .env zz-secret && ln cordon.toml zz-policy \
