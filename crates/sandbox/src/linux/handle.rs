@@ -13,6 +13,9 @@ use super::prepare::SessionDir;
 use super::signaller::{TreeSignaller, ignore_gone};
 use super::{PreparedSandbox, child, lock, release_placeholders, sys};
 use crate::config::ExitStatus;
+
+/// Longest wait for the killed processes a command left in its group to exit.
+const GROUP_EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 use crate::error::SandboxError;
 
 /// A running sandboxed command. Dropping it kills the command's whole tree.
@@ -207,9 +210,25 @@ impl SandboxedChild {
 
     /// The command (the group leader) exited and is not reaped yet, so its pid is still the
     /// group's id: kill what is left of the group (what it left in the background).
+    /// Returns once they have exited, so that nothing of the command still holds a file (a
+    /// FIFO, a lock) or is in a system call when its result is reported.
     fn kill_group_of_exited(&self) {
         // ESRCH: the group had no one left. Nothing else can fail for our own child's group.
-        let _ = sys::kill_process_group(self.pid, libc::SIGKILL);
+        if sys::kill_process_group(self.pid, libc::SIGKILL).is_err() {
+            return;
+        }
+        match sys::wait_group_exited(self.pid, GROUP_EXIT_WAIT) {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                pgid = self.pid,
+                "sandbox: processes the command left were killed but had not exited within {GROUP_EXIT_WAIT:?} (uninterruptible sleep?)"
+            ),
+            Err(error) => tracing::warn!(
+                pgid = self.pid,
+                %error,
+                "sandbox: could not wait for the processes the command left to exit (they were killed)"
+            ),
+        }
     }
 
     /// The init reported the command's status after killing and reaping everything else; it

@@ -672,6 +672,101 @@ pub(crate) fn kill_process_group(pgid: i32, signal: c_int) -> io::Result<()> {
     check_io(unsafe { libc::kill(-pgid, signal) } as c_long).map(|_| ())
 }
 
+/// Most processes looked at in `/proc` for one process group.
+const MAX_GROUP_SCAN: usize = 65_536;
+
+/// The processes of group `pgid` that have not exited yet (a zombie has: its files are
+/// closed), as `/proc` lists them; at most [`MAX_GROUP_SCAN`] entries are read.
+pub(crate) fn live_group_members(pgid: i32) -> io::Result<Vec<i32>> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc")?.take(MAX_GROUP_SCAN) {
+        let Ok(entry) = entry else { continue };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // Gone since the listing: nothing to wait for.
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        if let Some((state, group)) = parse_stat_state_and_group(&stat)
+            && group == pgid
+            && state != 'Z'
+            && state != 'X'
+        {
+            members.push(pid);
+        }
+    }
+    Ok(members)
+}
+
+/// The state and the process group of a `/proc/PID/stat` line (`pid (comm) S ppid pgrp …`;
+/// the command name may hold spaces and parentheses, so the fields start after the last `)`).
+pub(crate) fn parse_stat_state_and_group(stat: &str) -> Option<(char, i32)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    let group = fields.next()?.parse().ok()?;
+    Some((state, group))
+}
+
+/// Wait until every process of group `pgid` has exited (after `SIGKILL` to the group), each
+/// watched through a pidfd, for at most `timeout`. `Ok(false)`: some were still there.
+pub(crate) fn wait_group_exited(pgid: i32, timeout: std::time::Duration) -> io::Result<bool> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut pidfds = Vec::new();
+    for pid in live_group_members(pgid)? {
+        // SAFETY: pidfd_open has no memory effects; a new descriptor is owned below.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if raw < 0 {
+            let error = io::Error::last_os_error();
+            if error.raw_os_error() == Some(libc::ESRCH) {
+                continue;
+            }
+            return Err(error);
+        }
+        // SAFETY: the kernel returned a new pidfd that nothing else owns.
+        pidfds.push(unsafe { OwnedFd::from_raw_fd(raw as c_int) });
+    }
+    while !pidfds.is_empty() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        let mut polled: Vec<libc::pollfd> = pidfds
+            .iter()
+            .map(|fd| libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let millis = c_int::try_from(left.as_millis().max(1)).unwrap_or(c_int::MAX);
+        // SAFETY: `polled` is a valid array of `polled.len()` pollfd structures.
+        let ready =
+            unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, millis) };
+        if ready < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(error);
+        }
+        let exited: Vec<bool> = polled.iter().map(|p| p.revents != 0).collect();
+        let mut index = 0;
+        pidfds.retain(|_| {
+            let keep = !exited[index];
+            index += 1;
+            keep
+        });
+    }
+    Ok(true)
+}
+
 /// How a reaped process ended, as `waitid` reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reaped {
@@ -1805,4 +1900,72 @@ pub(crate) fn remove_sysv_ipc() {
 pub(crate) fn exit_now(code: c_int) -> ! {
     // SAFETY: _exit is async-signal-safe and never returns.
     unsafe { libc::_exit(code) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_give_state_and_group_whatever_the_command_name() {
+        assert_eq!(
+            parse_stat_state_and_group("42 (bash) S 1 42 42 0 -1 4194560"),
+            Some(('S', 42))
+        );
+        assert_eq!(
+            parse_stat_state_and_group("7 (a) (b) Z 3) Z 1 99 99 0"),
+            Some(('Z', 99))
+        );
+        assert_eq!(parse_stat_state_and_group("7 (truncated"), None);
+        assert_eq!(parse_stat_state_and_group("7 (x) R 1"), None);
+    }
+
+    #[test]
+    fn a_killed_group_is_waited_for_until_every_member_exited() {
+        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::process::CommandExt;
+        // A group leader with two members in the background, each holding the FIFO open.
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("gate");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let mut leader = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("(read x < \"$1\") & (read y < \"$1\") & echo up; wait")
+            .arg("sh")
+            .arg(&fifo)
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut up = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(leader.stdout.take().unwrap()),
+            &mut up,
+        )
+        .unwrap();
+        let pgid = leader.id() as i32;
+        // The readers are there (they block in open until a writer comes).
+        let members = live_group_members(pgid).unwrap();
+        assert!(members.len() >= 3, "{members:?}");
+        kill_process_group(pgid, libc::SIGKILL).unwrap();
+        assert!(wait_group_exited(pgid, std::time::Duration::from_secs(30)).unwrap());
+        // Nothing of the group holds the FIFO: a writer finds no reader.
+        let writer = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo);
+        assert_eq!(
+            writer.map(|_| ()).unwrap_err().raw_os_error(),
+            Some(libc::ENXIO)
+        );
+        // The leader is our child: a zombie until reaped, not a live member.
+        assert_eq!(live_group_members(pgid).unwrap(), Vec::<i32>::new());
+        leader.wait().unwrap();
+    }
 }
