@@ -488,10 +488,14 @@ impl DockerBackend {
         let unix_sockets = launch.unix_sockets(&extra_roots)?;
         let rules = launch.path_rules(&extra_roots)?;
         let mut missing = Vec::new();
-        let masks = launch.denied_masks(&rules, &mut missing)?;
+        let mask::Scan {
+            masks,
+            protected: globbed,
+            ..
+        } = launch.scan_workspace(&rules, &mut missing)?;
         let git = launch.git_guard(&extra_roots, &rules)?;
         let pinned = launch.pin_project_config()?;
-        let protected_rel = launch.protected_paths(git.as_ref(), &rules);
+        let protected_rel = launch.protected_paths(git.as_ref(), globbed);
         let (source, protected, copy_state) = launch.workspace(&protected_rel).await?;
         let passed_env = launch.passed_env();
         let body = plan::container_body(&ContainerPlan {

@@ -1,8 +1,9 @@
-//! Finding the denied paths (`spec.denied` globs) in a bind-mounted workspace so that they can
-//! be hidden from commands too (file operations refuse them anyway): the host tree is walked
-//! once at session start, without following symlinks and without entering `.git`; a matching
-//! directory is masked as a whole. The walk is bounded; a larger tree is an error unless the
-//! operator accepted a degraded sandbox.
+//! Finding the denied and protected paths (`spec.denied`, `spec.protected` globs) in a
+//! bind-mounted workspace, so that the denied ones are hidden from commands too (file
+//! operations refuse them anyway) and the protected ones are read-only mounts: the host tree is
+//! walked once at session start, without following symlinks and without entering `.git`; a
+//! matching directory is covered as a whole. The walk is bounded; a larger tree is an error
+//! when there are denied paths to hide, unless the operator accepted a degraded sandbox.
 
 use std::path::{Path, PathBuf};
 
@@ -16,76 +17,36 @@ pub const MASK_WALK_LIMIT: usize = 200_000;
 /// Most protected paths a wildcard glob matches that get a read-only mount of their own.
 pub const MAX_PROTECTED_MOUNTS: usize = 256;
 
-/// What [`protected_matches`] found: the paths (relative), and whether the walk stopped
-/// before the end (more than `limit` entries, or more than `max` matches: the rest are then
-/// protected by the helper's Landlock rules alone).
+/// What one walk of a bind-mounted workspace found (see [`scan`]).
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct ProtectedMatches {
-    pub paths: Vec<PathBuf>,
-    pub incomplete: bool,
+pub struct Scan {
+    /// The denied paths, masked whole (a denied directory is not entered).
+    pub masks: Vec<Mask>,
+    /// The existing paths the protected globs match, for read-only mounts (a matching
+    /// directory as a whole; at most `max_protected`).
+    pub protected: Vec<PathBuf>,
+    /// More paths matched the protected globs than `max_protected`: the rest are kept from
+    /// writes by the helper's Landlock rules alone.
+    pub protected_incomplete: bool,
 }
 
-/// The existing paths under `host_root` that the protected globs match (a matching directory
-/// as a whole), for read-only mounts at session start: Landlock keeps commands from writing a
-/// protected file but not from changing its mode, times or extended attributes, which a
-/// read-only mount refuses. Walked like [`denied_masks`] (no symlinks followed, `.git` not
-/// entered: it has mounts of its own); symlinks and denied paths are skipped.
-pub fn protected_matches(
+/// Walk `host_root` once, without following symlinks and without entering `.git` (it has
+/// mounts of its own): the denied paths (to mask them from commands too; file operations
+/// refuse them anyway) and the protected paths that exist now (to mount them read-only:
+/// Landlock keeps commands from writing a protected file but not from changing its mode,
+/// times or extended attributes). `Err(limit)` when the tree is larger than `limit` entries.
+pub fn scan(
     host_root: &Path,
     workspace: &Path,
     rules: &PathRules,
     limit: usize,
-    max: usize,
-) -> ProtectedMatches {
-    let mut found = ProtectedMatches::default();
+    max_protected: usize,
+) -> Result<Scan, usize> {
+    let mut found = Scan::default();
     let mut seen = 0usize;
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(host_root.join(&rel)) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            seen += 1;
-            if seen > limit {
-                found.incomplete = true;
-                return found;
-            }
-            let name = entry.file_name();
-            let child = rel.join(&name);
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let in_container = workspace.join(&child);
-            if kind.is_symlink() || rules.is_denied(&in_container) {
-                continue;
-            }
-            if rules.is_protected(&in_container) && (kind.is_dir() || kind.is_file()) {
-                if found.paths.len() == max {
-                    found.incomplete = true;
-                    return found;
-                }
-                found.paths.push(child);
-            } else if kind.is_dir() && name != ".git" {
-                stack.push(child);
-            }
-        }
-    }
-    found.paths.sort();
-    found
-}
-
-/// The denied paths under `host_root` (relative), or `Err(limit)` when the tree is larger
-/// than `limit` entries.
-pub fn denied_masks(
-    host_root: &Path,
-    workspace: &Path,
-    rules: &PathRules,
-    limit: usize,
-) -> Result<Vec<Mask>, usize> {
-    let mut masks = Vec::new();
-    let mut seen = 0usize;
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
+    // A directory, and whether a protected directory above it is mounted already.
+    let mut stack = vec![(PathBuf::new(), false)];
+    while let Some((rel, under_protected)) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(host_root.join(&rel)) else {
             continue;
         };
@@ -100,22 +61,39 @@ pub fn denied_masks(
                 continue;
             };
             if kind.is_symlink() {
-                // A mask on a symlink would land on its target; file operations still refuse
-                // the path, and the link's target is what the rules judge.
+                // A mount on a symlink would land on its target; file operations still
+                // refuse the path, and the link's target is what the rules judge.
                 continue;
             }
-            if rules.is_denied(&workspace.join(&child)) {
-                masks.push(Mask {
+            let in_container = workspace.join(&child);
+            if rules.is_denied(&in_container) {
+                found.masks.push(Mask {
                     rel: child,
                     is_dir: kind.is_dir(),
                 });
-            } else if kind.is_dir() && name != ".git" {
-                stack.push(child);
+                continue;
+            }
+            let mut mounted = under_protected;
+            if !under_protected
+                && (kind.is_dir() || kind.is_file())
+                && rules.is_protected(&in_container)
+            {
+                if found.protected.len() < max_protected {
+                    found.protected.push(child.clone());
+                    mounted = true;
+                } else {
+                    found.protected_incomplete = true;
+                }
+            }
+            // Denied paths below a protected directory still need their masks.
+            if kind.is_dir() && name != ".git" {
+                stack.push((child, mounted));
             }
         }
     }
-    masks.sort_by(|a, b| a.rel.cmp(&b.rel));
-    Ok(masks)
+    found.masks.sort_by(|a, b| a.rel.cmp(&b.rel));
+    found.protected.sort();
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -146,19 +124,18 @@ mod tests {
             ..SandboxSpec::default()
         };
         let rules = PathRules::new(Path::new("/workspace"), &spec, vec![]).expect("rules");
-        let found = protected_matches(root, Path::new("/workspace"), &rules, 1000, 10);
+        let found = scan(root, Path::new("/workspace"), &rules, 1000, 10).unwrap();
         let paths = |list: &[&str]| list.iter().map(PathBuf::from).collect::<Vec<_>>();
         assert_eq!(
-            found,
-            ProtectedMatches {
-                paths: paths(&[".vscode", "a/b/.envrc", "sub/.envrc"]),
-                incomplete: false,
-            }
+            found.protected,
+            paths(&[".vscode", "a/b/.envrc", "sub/.envrc"])
         );
-        // Bounded by matches and by entries walked: incomplete, never an error.
-        assert!(protected_matches(root, Path::new("/workspace"), &rules, 1000, 1).incomplete);
-        let walked = protected_matches(root, Path::new("/workspace"), &rules, 2, 10);
-        assert!(walked.incomplete);
+        assert!(!found.protected_incomplete);
+        // Bounded by matches (incomplete) and by entries walked (the walk's error).
+        let capped = scan(root, Path::new("/workspace"), &rules, 1000, 1).unwrap();
+        assert!(capped.protected_incomplete);
+        assert_eq!(capped.protected.len(), 1);
+        assert_eq!(scan(root, Path::new("/workspace"), &rules, 2, 10), Err(2));
     }
 
     #[test]
@@ -191,7 +168,7 @@ mod tests {
             is_dir,
         };
         assert_eq!(
-            denied_masks(root, Path::new("/workspace"), &rules, 100),
+            scan(root, Path::new("/workspace"), &rules, 100, 0).map(|s| s.masks),
             Ok(vec![
                 mask(".env", false),
                 mask("app/.env", false),
@@ -200,7 +177,7 @@ mod tests {
             ])
         );
         assert_eq!(
-            denied_masks(root, Path::new("/workspace"), &rules, 3),
+            scan(root, Path::new("/workspace"), &rules, 3, 0).map(|s| s.masks),
             Err(3)
         );
     }

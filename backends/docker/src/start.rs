@@ -15,7 +15,7 @@ use cordon_core::sandbox::{Limits, NestedGit, NetworkMode, RootAccess, SandboxSp
 use cordon_remote::files::{PathRules, Root};
 
 use crate::mask;
-use crate::plan::{self, Mask, SPILL_DIR, WorkspaceSource};
+use crate::plan::{self, SPILL_DIR, WorkspaceSource};
 use crate::{
     CopyState, DockerError, Owner, WorkspaceMode, client, copy, create_workspace_volumes,
     expand_root, spill_volume_name,
@@ -383,38 +383,56 @@ impl Launch {
         Ok(PathRules::new(&self.workspace, &self.spec, extra)?)
     }
 
-    /// Bind mode with denied paths: the masks mounted over them. A workspace too large to
-    /// scan is an error, or with a degraded sandbox allowed a note in `missing`.
-    pub(crate) fn denied_masks(
+    /// Bind mode: one walk of the workspace for the masks mounted over the denied paths and
+    /// the protected paths the wildcard globs match now (read-only mounts, at most
+    /// [`mask::MAX_PROTECTED_MOUNTS`]). A workspace too large to scan is an error when there
+    /// are denied paths to hide, or with a degraded sandbox allowed a note in `missing`.
+    pub(crate) fn scan_workspace(
         &self,
         rules: &PathRules,
         missing: &mut Vec<String>,
-    ) -> Result<Vec<Mask>, DockerError> {
-        Ok(match self.mode {
-            WorkspaceMode::Bind if !self.spec.denied.is_empty() => {
-                match mask::denied_masks(
-                    &self.host_root,
-                    &self.workspace,
-                    rules,
-                    mask::MASK_WALK_LIMIT,
-                ) {
-                    Ok(masks) => masks,
-                    Err(limit) if self.spec.allow_degraded => {
-                        missing.push(format!(
-                            "denied paths are hidden from file operations only: the workspace has more than {limit} entries"
-                        ));
-                        Vec::new()
-                    }
-                    Err(limit) => {
-                        return Err(DockerError::DeniedScan {
-                            path: self.host_root.clone(),
-                            limit,
-                        });
-                    }
+    ) -> Result<mask::Scan, DockerError> {
+        let needed = !self.spec.denied.is_empty() || !self.spec.protected.is_empty();
+        if self.mode != WorkspaceMode::Bind || !needed {
+            return Ok(mask::Scan::default());
+        }
+        let limit = mask::MASK_WALK_LIMIT;
+        match mask::scan(
+            &self.host_root,
+            &self.workspace,
+            rules,
+            limit,
+            mask::MAX_PROTECTED_MOUNTS,
+        ) {
+            Ok(found) => {
+                if found.protected_incomplete {
+                    tracing::warn!(
+                        root = %self.host_root.display(),
+                        mounted = found.protected.len(),
+                        "docker: more protected paths than get read-only mounts; the rest are kept from writes by the helper's Landlock rules only (their mode and times stay changeable)"
+                    );
                 }
+                Ok(found)
             }
-            WorkspaceMode::Bind | WorkspaceMode::Copy => Vec::new(),
-        })
+            Err(limit) if self.spec.denied.is_empty() => {
+                tracing::warn!(
+                    root = %self.host_root.display(),
+                    limit,
+                    "docker: the workspace is too large to find its protected paths; they are kept from writes by the helper's Landlock rules only (their mode and times stay changeable)"
+                );
+                Ok(mask::Scan::default())
+            }
+            Err(limit) if self.spec.allow_degraded => {
+                missing.push(format!(
+                    "denied paths are hidden from file operations only: the workspace has more than {limit} entries"
+                ));
+                Ok(mask::Scan::default())
+            }
+            Err(limit) => Err(DockerError::DeniedScan {
+                path: self.host_root.clone(),
+                limit,
+            }),
+        }
     }
 
     /// In bind mode the workspace is this host's: git metadata present now is the operator's
@@ -516,38 +534,22 @@ impl Launch {
         Ok(created)
     }
 
-    /// The protected paths (relative to the root) that exist and can be mounted read-only,
-    /// with the repositories the git guard keeps read-only; in bind mode also what the
-    /// wildcard globs match now (bounded, [`mask::MAX_PROTECTED_MOUNTS`]).
+    /// The protected paths (relative to the root) that exist and can be mounted read-only:
+    /// the literal ones, `globbed` (what the wildcard globs match now, [`Self::scan_workspace`])
+    /// and the repositories the git guard keeps read-only.
     pub(crate) fn protected_paths(
         &self,
         git: Option<&GitGuard>,
-        rules: &PathRules,
+        globbed: Vec<PathBuf>,
     ) -> Vec<PathBuf> {
         let host_root = &self.host_root;
         let mut protected_rel: Vec<PathBuf> = plan::mountable_protected(&self.spec.protected)
             .into_iter()
             .filter(|rel| std::fs::symlink_metadata(host_root.join(rel)).is_ok())
             .collect();
-        if self.mode == WorkspaceMode::Bind && !self.spec.protected.is_empty() {
-            let found = mask::protected_matches(
-                host_root,
-                &self.workspace,
-                rules,
-                mask::MASK_WALK_LIMIT,
-                mask::MAX_PROTECTED_MOUNTS,
-            );
-            if found.incomplete {
-                tracing::warn!(
-                    root = %host_root.display(),
-                    mounted = found.paths.len(),
-                    "docker: more protected paths than get read-only mounts; the rest are kept from writes by the helper's Landlock rules only (their mode and times stay changeable)"
-                );
-            }
-            protected_rel.extend(found.paths);
-            protected_rel.sort();
-            protected_rel.dedup();
-        }
+        protected_rel.extend(globbed);
+        protected_rel.sort();
+        protected_rel.dedup();
         if let Some(guard) = git {
             protected_rel.extend(
                 guard
