@@ -46,6 +46,36 @@ fn copy_err(direction: &'static str, path: &Path, reason: impl std::fmt::Display
 const IN: &str = "into the container from";
 const OUT: &str = "out of the container to";
 
+/// Largest archive of the container's workspace the copy back takes (a command can make a
+/// sparse file of any size, which the archive holds in full).
+pub(crate) const MAX_COPY_BACK: u64 = 16 << 30;
+
+/// Write the archive `stream` to an unnamed temporary file (not memory), refusing more than
+/// `limit` bytes; the file is rewound for reading.
+async fn spool<E: std::fmt::Display>(
+    mut stream: impl futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    limit: u64,
+) -> Result<std::fs::File, String> {
+    use std::io::{Seek, Write};
+    let mut file = tempfile::tempfile().map_err(|e| format!("a temporary file: {e}"))?;
+    let mut total = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        total += chunk.len() as u64;
+        if total > limit {
+            return Err(format!(
+                "the workspace's archive is larger than {limit} bytes (a huge or sparse file?); \
+                 nothing was copied back"
+            ));
+        }
+        file.write_all(&chunk)
+            .map_err(|e| format!("a temporary file: {e}"))?;
+    }
+    file.rewind()
+        .map_err(|e| format!("a temporary file: {e}"))?;
+    Ok(file)
+}
+
 /// Tar the host root (symlinks kept as links), owned by the session's uid:gid; `skip` says
 /// which host-relative paths stay out (denied paths never enter the container).
 fn tar_root(
@@ -236,22 +266,21 @@ pub(crate) async fn copy_out(
     protected: &[PathBuf],
     rules: &PathRules,
 ) -> Result<(), DockerError> {
-    let mut stream = docker.download_from_container(
+    let stream = docker.download_from_container(
         container,
         Some(DownloadFromContainerOptions {
             path: format!("{}/.", workspace.to_string_lossy()),
         }),
     );
-    let mut tar = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        tar.extend_from_slice(&chunk.map_err(|e| copy_err(OUT, host_root, e))?);
-    }
+    let tar = spool(stream, MAX_COPY_BACK)
+        .await
+        .map_err(|reason| copy_err(OUT, host_root, reason))?;
     let root = host_root.to_path_buf();
     let protected = protected.to_vec();
     let rules = rules.clone();
     let workspace = workspace.to_path_buf();
     let failed = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<String>> {
-        let mut archive = tar::Archive::new(tar.as_slice());
+        let mut archive = tar::Archive::new(std::io::BufReader::new(tar));
         // The permission bits only (`mode & 0o777`): the files are created by the user this
         // process runs as, so a set-user-ID or set-group-ID bit a command set in the container
         // would make a program of that user's on the host.
@@ -337,5 +366,37 @@ pub(crate) async fn copy_out(
                 }
             ),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn chunks(
+        sizes: &[usize],
+    ) -> impl futures::Stream<Item = Result<bytes::Bytes, String>> + Unpin {
+        futures::stream::iter(
+            sizes
+                .iter()
+                .map(|&n| Ok(bytes::Bytes::from(vec![b'x'; n])))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[tokio::test]
+    async fn the_archive_is_spooled_to_a_file_and_bounded() {
+        let mut file = spool(chunks(&[3, 4, 5]), 12)
+            .await
+            .expect("within the limit");
+        let mut back = Vec::new();
+        file.read_to_end(&mut back).unwrap();
+        assert_eq!(back, vec![b'x'; 12]);
+        let error = spool(chunks(&[8, 8]), 12).await.unwrap_err();
+        assert!(error.contains("larger than 12 bytes"), "{error}");
+        assert!(error.contains("nothing was copied back"), "{error}");
+        let failed = futures::stream::iter(vec![Err::<bytes::Bytes, _>("engine gone".to_owned())]);
+        assert_eq!(spool(failed, 12).await.unwrap_err(), "engine gone");
     }
 }
