@@ -10,14 +10,16 @@
 //! start + probe + file helper) and stop, `true` through `BashOperations::exec`, a raw bollard
 //! exec of `true` (create, attached start, drain, inspect), the `docker exec` CLI, and a 2 KB
 //! `read_file` through the file helper and, in a second session without it, through the
-//! session's shell workers. The helper is `CORDON_HELPER`, else `cordon-helper` of the same
+//! session's shell workers. The helper's rows come in pairs: over its Unix socket (the
+//! default where the engine runs on this machine) and, in a third session, over the
+//! engine's attach stream (`HelperTransport::Attach`). The helper is `CORDON_HELPER`, else `cordon-helper` of the same
 //! build (the profile directory above `examples/`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use cordon_backend_docker::{DockerBackend, DockerConfig, FilesHelper};
+use cordon_backend_docker::{DockerBackend, DockerConfig, FilesHelper, HelperTransport};
 use cordon_ops::{Backend, ExecRequest};
 use futures::StreamExt;
 use tokio::sync::mpsc;
@@ -77,6 +79,31 @@ async fn raw_exec_argv(docker: &bollard::Docker, container: &str, cmd: Vec<Strin
     docker.inspect_exec(&created.id).await.expect("inspect");
 }
 
+/// One `true` through `BashOperations::exec`, timed.
+async fn bash_true(bash: &std::sync::Arc<dyn cordon_ops::BashOperations>) -> Duration {
+    let t = Instant::now();
+    let (tx, mut rx) = mpsc::channel(16);
+    let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    let outcome = bash
+        .exec(
+            ExecRequest {
+                call_id: None,
+                command: "true".to_owned(),
+                cwd: PathBuf::from("/workspace"),
+                timeout: Duration::from_secs(30),
+                env: vec![],
+            },
+            CancellationToken::new(),
+            tx,
+        )
+        .await
+        .expect("exec");
+    drain.await.expect("drain");
+    let elapsed = t.elapsed();
+    assert_eq!(outcome.status.map(|s| s.code()), Some(0));
+    elapsed
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let n: usize = std::env::var("BENCH_N")
@@ -90,6 +117,8 @@ async fn main() {
     config.files_helper = FilesHelper::Required;
     let mut shell_config = config.clone();
     shell_config.files_helper = FilesHelper::Shell;
+    let mut attach_config = config.clone();
+    attach_config.helper_transport = HelperTransport::Attach;
 
     let mut starts = Vec::new();
     let mut stops = Vec::new();
@@ -110,6 +139,14 @@ async fn main() {
     let shell_backend = DockerBackend::start(shell_config).await.expect("start");
     assert!(shell_backend.files_helper().is_none());
     let shell_files = shell_backend.files();
+    let attach_backend = DockerBackend::start(attach_config).await.expect("start");
+    println!(
+        "helper transport: {:?}; the third session's: {:?}",
+        backend.helper_transport(),
+        attach_backend.helper_transport()
+    );
+    let (attach_bash, attach_files) = (attach_backend.bash(), attach_backend.files());
+    let (mut attach_ours, mut attach_reads) = (Vec::new(), Vec::new());
     let docker = backend.docker().clone();
     let container = backend.container().to_owned();
     let bash = backend.bash();
@@ -127,26 +164,8 @@ async fn main() {
     let diag = std::env::var("BENCH_DIAG").is_ok();
     for _ in 0..n {
         // Interleaved so that load drifts hit every series alike.
-        let t = Instant::now();
-        let (tx, mut rx) = mpsc::channel(16);
-        let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
-        let outcome = bash
-            .exec(
-                ExecRequest {
-                    call_id: None,
-                    command: "true".to_owned(),
-                    cwd: PathBuf::from("/workspace"),
-                    timeout: Duration::from_secs(30),
-                    env: vec![],
-                },
-                CancellationToken::new(),
-                tx,
-            )
-            .await
-            .expect("exec");
-        drain.await.expect("drain");
-        ours.push(t.elapsed());
-        assert_eq!(outcome.status.map(|s| s.code()), Some(0));
+        ours.push(bash_true(&bash).await);
+        attach_ours.push(bash_true(&attach_bash).await);
 
         let t = Instant::now();
         raw_exec(&docker, &container).await;
@@ -195,6 +214,14 @@ async fn main() {
         assert_eq!(data.len(), 2048);
 
         let t = Instant::now();
+        let data = attach_files
+            .read_file(Path::new("/workspace/small.txt"))
+            .await
+            .expect("read");
+        attach_reads.push(t.elapsed());
+        assert_eq!(data.len(), 2048);
+
+        let t = Instant::now();
         let data = shell_files
             .read_file(Path::new("/workspace/small.txt"))
             .await
@@ -203,6 +230,10 @@ async fn main() {
         assert_eq!(data.len(), 2048);
     }
     backend.shutdown().await.expect("shut the session down");
+    attach_backend
+        .shutdown()
+        .await
+        .expect("shut the session down");
     shell_backend
         .shutdown()
         .await
@@ -211,9 +242,11 @@ async fn main() {
     stats("session start (create+start+probe)", starts);
     stats("session stop (remove)", stops);
     stats("bash `true` via BashOperations", ours);
+    stats("bash `true`, helper over attach", attach_ours);
     stats("raw bollard exec `true`", raw);
     stats("`docker exec` CLI `true`", cli);
     stats("read_file 2 KB (file helper)", reads);
+    stats("read_file 2 KB (helper over attach)", attach_reads);
     stats("read_file 2 KB (shell workers)", shell_reads);
     if diag {
         stats("raw exec `true`, stdin attached", raw_stdin);

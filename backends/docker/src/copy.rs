@@ -172,6 +172,7 @@ pub(crate) async fn copy_in(docker: &Docker, plan: &CopyIn<'_>) -> Result<(), Do
         network: None,
         egress: None,
         files_helper: None,
+        helper_socket_dir: None,
         labels: HashMap::new(),
     })
     .into_iter()

@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bollard::Docker;
@@ -23,7 +24,9 @@ use futures::StreamExt;
 use crate::Inner;
 use crate::client::{self, Exec};
 use crate::egress::HELPER_IN_CONTAINER;
+use crate::helper_socket::{self, HelperSockets};
 use crate::plan::{HOME_DIR, SPILL_DIR};
+use crate::recovery::ENGINE_TIMEOUT;
 
 /// Whether a session runs file operations and search through the helper.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -64,9 +67,11 @@ pub(crate) fn serve_argv() -> Vec<String> {
     vec![HELPER_IN_CONTAINER.to_owned(), "serve".to_owned()]
 }
 
-/// Starts `cordon-helper serve` in the container as the session's user, its stdin and stdout
-/// attached (stderr goes to this process's log). A start the engine refuses is explained by
-/// the session (a dead container is replaced, and the error says so).
+/// Starts `cordon-helper serve` in the container as the session's user: connected to a Unix
+/// socket of this process where it can be (module `helper_socket`), else with its stdin and
+/// stdout attached through the engine; its stderr goes to this process's log either way. A
+/// start the engine refuses is explained by the session (a dead container is replaced, and
+/// the error says so).
 pub(crate) struct DockerConnector {
     pub docker: Docker,
     pub container: String,
@@ -74,24 +79,36 @@ pub(crate) struct DockerConnector {
     /// What starts the helper: [`serve_argv`] for a bind-mounted binary, a hash-checking
     /// start for a copied one (`helper_copy`).
     pub argv: Vec<String>,
+    /// The session's socket directory, when the helper may connect through one.
+    pub sockets: Option<Arc<HelperSockets>>,
     /// The session, once it exists (it owns this connector, hence weak).
     pub session: Arc<OnceLock<Weak<Inner>>>,
 }
 
-#[async_trait]
-impl Connector for DockerConnector {
-    async fn connect(&self) -> Result<Connection, HelperError> {
+/// Why a start through a socket did not give a connection.
+enum SocketStart {
+    /// The helper could not be started at all (the same failure the attached start has).
+    Failed(HelperError),
+    /// Sockets do not work for this session; the attached start is used instead.
+    Unusable(String),
+}
+
+/// Aborts the task when dropped (the drain of a socket-connected helper's output).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl DockerConnector {
+    /// Start `argv` as an attached exec; a refusal is explained by the session.
+    async fn start_exec(&self, argv: Vec<String>) -> Result<Exec, HelperError> {
         let session = self.session.get().and_then(Weak::upgrade);
         let seen = session.as_ref().map(|inner| inner.recovery.generation());
-        let started = client::start_exec(
-            &self.docker,
-            &self.container,
-            self.argv.clone(),
-            Some(&self.user),
-        )
-        .await;
-        let exec = match started {
-            Ok(exec) => exec,
+        match client::start_exec(&self.docker, &self.container, argv, Some(&self.user)).await {
+            Ok(exec) => Ok(exec),
             Err(error) => {
                 let reason = match (session, seen) {
                     (Some(inner), Some(seen)) => {
@@ -99,13 +116,17 @@ impl Connector for DockerConnector {
                     }
                     _ => error.to_string(),
                 };
-                return Err(HelperError::Spawn {
+                Err(HelperError::Spawn {
                     program: PathBuf::from(HELPER_IN_CONTAINER),
                     source: std::io::Error::other(reason),
-                });
+                })
             }
-        };
-        let Exec { id, output, input } = exec;
+        }
+    }
+
+    /// The helper over its attached stdin and stdout.
+    async fn connect_attached(&self) -> Result<Connection, HelperError> {
+        let Exec { id, output, input } = self.start_exec(self.argv.clone()).await?;
         let container = self.container.clone();
         let stdout = output.filter_map(move |item| {
             let container = container.clone();
@@ -113,11 +134,7 @@ impl Connector for DockerConnector {
                 match item {
                     Ok(LogOutput::StdOut { message }) => Some(Ok(message)),
                     Ok(LogOutput::StdErr { message }) => {
-                        tracing::warn!(
-                            %container,
-                            line = %String::from_utf8_lossy(&message).trim_end(),
-                            "docker: file helper"
-                        );
+                        log_stderr(&container, &message);
                         None
                     }
                     Ok(LogOutput::StdIn { .. } | LogOutput::Console { .. }) => None,
@@ -125,12 +142,142 @@ impl Connector for DockerConnector {
                 }
             }
         });
-        tracing::debug!(container = %self.container, exec = %id, "docker: file helper started");
+        tracing::debug!(container = %self.container, exec = %id, "docker: file helper started (attached)");
         Ok(Connection {
             reader: Box::new(tokio_util::io::StreamReader::new(Box::pin(stdout))),
             writer: Box::new(input),
             keep: Box::new(()),
         })
+    }
+
+    /// The helper over a socket of `sockets` (module `helper_socket`).
+    async fn connect_socket(&self, sockets: &HelperSockets) -> Result<Connection, SocketStart> {
+        let pending = sockets.listen().map_err(|error| {
+            SocketStart::Unusable(format!("failed to bind the helper's socket: {error}"))
+        })?;
+        let mut argv = self.argv.clone();
+        argv.extend(["--connect".to_owned(), pending.container_path.clone()]);
+        let Exec { id, output, input } =
+            self.start_exec(argv).await.map_err(SocketStart::Failed)?;
+        let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
+        let container = self.container.clone();
+        let drain = AbortOnDrop(tokio::spawn(async move {
+            // Held open while the helper runs; it does not read it.
+            let _input = input;
+            let mut output = output;
+            while let Some(item) = output.next().await {
+                match item {
+                    Ok(LogOutput::StdErr { message }) => log_stderr(&container, &message),
+                    Ok(LogOutput::StdOut { message }) => tracing::debug!(
+                        %container,
+                        bytes = message.len(),
+                        "docker: output of the socket-connected helper on stdout (ignored)"
+                    ),
+                    Ok(LogOutput::StdIn { .. } | LogOutput::Console { .. }) => {}
+                    Err(error) => {
+                        tracing::debug!(%container, %error, "docker: the helper's attach stream ended");
+                        break;
+                    }
+                }
+            }
+            let _ = ended_tx.send(());
+        }));
+        let docker = self.docker.clone();
+        let exec = id.clone();
+        // The engine records the exec's pid once the runtime reports the start, which can be
+        // after the helper already connected: a pid not known yet is asked again (the wait
+        // is bounded by the connect timeout around it).
+        let expected_pid = move || {
+            let (docker, exec) = (docker.clone(), exec.clone());
+            async move {
+                let mut pause = Duration::from_millis(1);
+                loop {
+                    match tokio::time::timeout(ENGINE_TIMEOUT, docker.inspect_exec(&exec)).await {
+                        Ok(Ok(inspect)) => match inspect.pid {
+                            Some(pid) if pid > 0 => return Ok(pid),
+                            _ if inspect.running == Some(false) && inspect.exit_code.is_some() => {
+                                return Err("the helper ended before the engine reported its pid"
+                                    .to_owned());
+                            }
+                            _ => {}
+                        },
+                        Ok(Err(error)) => {
+                            return Err(format!("failed to inspect the helper's exec: {error}"));
+                        }
+                        Err(_) => {
+                            return Err(
+                                "the engine did not report the helper's pid in time".to_owned()
+                            );
+                        }
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+            }
+        };
+        let accepted = tokio::select! {
+            accepted = helper_socket::accept_helper(pending, expected_pid) => {
+                accepted.map_err(SocketStart::Unusable)
+            }
+            _ = ended_rx => Err(self.ended_before_connecting(&id).await),
+            () = tokio::time::sleep(helper_socket::CONNECT_TIMEOUT) => Err(SocketStart::Unusable(format!(
+                "the helper did not connect to its socket within {:?}",
+                helper_socket::CONNECT_TIMEOUT
+            ))),
+        };
+        let stream = accepted?;
+        tracing::debug!(container = %self.container, exec = %id, "docker: file helper started (socket)");
+        let (reader, writer) = stream.into_split();
+        Ok(Connection {
+            reader: Box::new(reader),
+            writer: Box::new(writer),
+            keep: Box::new(drain),
+        })
+    }
+
+    /// Why a helper started with `--connect` ended without connecting: its status 3 says the
+    /// socket cannot be reached from the container; anything else is a failed start.
+    async fn ended_before_connecting(&self, exec: &str) -> SocketStart {
+        let status =
+            match tokio::time::timeout(ENGINE_TIMEOUT, self.docker.inspect_exec(exec)).await {
+                Ok(Ok(inspect)) => inspect.exit_code,
+                _ => None,
+            };
+        match status {
+            Some(3) => SocketStart::Unusable(
+                "the helper cannot reach its socket from the container (its message is logged)"
+                    .to_owned(),
+            ),
+            status => SocketStart::Failed(HelperError::Spawn {
+                program: PathBuf::from(HELPER_IN_CONTAINER),
+                source: std::io::Error::other(format!(
+                    "the helper ended before it connected to its socket (exit status {status:?}; its message is logged)"
+                )),
+            }),
+        }
+    }
+}
+
+/// One stderr frame of a helper, to this process's log.
+fn log_stderr(container: &str, message: &[u8]) {
+    tracing::warn!(
+        %container,
+        line = %String::from_utf8_lossy(message).trim_end(),
+        "docker: file helper"
+    );
+}
+
+#[async_trait]
+impl Connector for DockerConnector {
+    async fn connect(&self) -> Result<Connection, HelperError> {
+        if let Some(sockets) = self.sockets.as_ref().filter(|s| s.in_use()) {
+            match self.connect_socket(sockets).await {
+                Ok(connection) => return Ok(connection),
+                Err(SocketStart::Failed(error)) => return Err(error),
+                Err(SocketStart::Unusable(reason)) => sockets.give_up(&reason),
+            }
+        }
+        self.connect_attached().await
     }
 }
 

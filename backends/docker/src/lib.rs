@@ -27,6 +27,7 @@ mod error;
 mod files;
 mod files_helper;
 mod helper_copy;
+mod helper_socket;
 mod mask;
 pub mod plan;
 mod recovery;
@@ -106,6 +107,8 @@ pub struct DockerConfig {
     pub egress_asker: Option<EgressAsker>,
     /// Whether file operations and search run through `cordon-helper serve` in the container.
     pub files_helper: FilesHelper,
+    /// How this process talks to that helper.
+    pub helper_transport: HelperTransport,
     /// How an `ssh://` engine is reached (identity, known_hosts, ssh config, agent; the
     /// default reads them like `ssh` does). Its `host` is ignored: the engine URI names it.
     pub ssh: TunnelConfig,
@@ -133,10 +136,23 @@ impl DockerConfig {
             egress_resolver: None,
             egress_asker: None,
             files_helper: FilesHelper::Auto,
+            helper_transport: HelperTransport::Auto,
             ssh: TunnelConfig::default(),
             unlisted_binds: Vec::new(),
         }
     }
+}
+
+/// How this process talks to the helper in the container.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HelperTransport {
+    /// A Unix socket the container reaches through a read-only mount, where the helper binary
+    /// is bind-mounted (bind mode, an engine on this machine) and the socket works; else the
+    /// engine's attach stream. The faster path: the engine is out of every call.
+    #[default]
+    Auto,
+    /// Always the engine's attach stream (`docker exec`'s stdin and stdout).
+    Attach,
 }
 
 /// Copy-mode bookkeeping (and what refilling the volumes after a fault needs).
@@ -194,6 +210,8 @@ pub(crate) struct Inner {
     /// Filtered network mode: the session's egress proxy and forwarder.
     egress: Option<egress::Egress>,
     /// The file helper serving file operations and search, when it runs.
+    /// The helper's socket directory, when it may connect through one (`helper_socket`).
+    helper_sockets: Option<Arc<helper_socket::HelperSockets>>,
     files_helper: Option<cordon_helper::HelperBackend>,
     /// Which path file operations and search take, and why.
     files_path: FilesPath,
@@ -393,6 +411,7 @@ impl DockerBackend {
             egress_resolver,
             egress_asker,
             files_helper,
+            helper_transport,
             ssh,
             unlisted_binds,
         } = config;
@@ -484,6 +503,19 @@ impl DockerBackend {
             }
             (Err(reason), _) => Err(reason),
         };
+        // The helper's socket directory: only beside a bind-mounted binary (an engine here).
+        let helper_sockets = match (&helper_mount, helper_transport) {
+            (Ok((HelperMount::Bind(_), _)), HelperTransport::Auto) => {
+                match helper_socket::HelperSockets::create() {
+                    Ok(sockets) => Some(Arc::new(sockets)),
+                    Err(error) => {
+                        tracing::warn!(%error, "docker: failed to make the helper's socket directory; the helper uses the engine's attach stream");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         let extra_roots = launch.extra_roots()?;
         let unix_sockets = launch.unix_sockets(&extra_roots)?;
         let rules = launch.path_rules(&extra_roots)?;
@@ -514,6 +546,9 @@ impl DockerBackend {
             network: launch.network.as_deref(),
             egress: egress.as_ref().map(egress::Egress::mounts),
             files_helper: helper_mount.as_ref().ok().map(|(mount, _)| mount),
+            helper_socket_dir: helper_sockets
+                .as_deref()
+                .map(helper_socket::HelperSockets::dir),
             labels: launch.labels.clone(),
         });
 
@@ -589,6 +624,7 @@ impl DockerBackend {
             recovery: recovery::Recovery::default(),
             egress,
             files_helper: None,
+            helper_sockets: helper_sockets.clone(),
             files_path: FilesPath::Helper,
             commands_path: CommandsPath::Helper,
         };
@@ -630,6 +666,7 @@ impl DockerBackend {
                     container: container.clone(),
                     user,
                     argv,
+                    sockets: helper_sockets.clone(),
                     session: Arc::clone(&session),
                 };
                 let session = files_helper::session_start(
@@ -719,6 +756,28 @@ impl DockerBackend {
     /// Which path file operations and search take in this session.
     pub fn files_path(&self) -> &FilesPath {
         &self.inner.files_path
+    }
+
+    /// How this process talks to the file helper: `socket`, or `attach` and why not through
+    /// a socket; `None` when the session does not use the helper.
+    pub fn helper_transport(&self) -> Option<String> {
+        self.inner.files_helper.as_ref()?;
+        Some(match &self.inner.helper_sockets {
+            Some(sockets) => match sockets.given_up() {
+                None => "socket".to_owned(),
+                Some(reason) => format!("attach ({reason})"),
+            },
+            None => "attach".to_owned(),
+        })
+    }
+
+    /// The host directory the helper's sockets are made in (mounted read-only in the
+    /// container), when the session may use one (tests, diagnostics).
+    pub fn helper_socket_dir(&self) -> Option<&Path> {
+        self.inner
+            .helper_sockets
+            .as_deref()
+            .map(helper_socket::HelperSockets::dir)
     }
 
     /// Which path commands take in this session.

@@ -77,6 +77,10 @@ pub struct ContainerPlan<'a> {
     /// The host `cordon-helper` file operations and search run in (mounted read-only at
     /// `HELPER_IN_CONTAINER`, where filtered network mode mounts it too).
     pub files_helper: Option<&'a HelperMount>,
+    /// The host directory the helper's Unix socket is made in (mounted read-only at
+    /// `helper_socket::SOCKET_DIR`), when the helper talks over a socket instead of the
+    /// engine's attach stream.
+    pub helper_socket_dir: Option<&'a Path>,
     /// Labels.
     pub labels: HashMap<String, String>,
 }
@@ -194,6 +198,10 @@ pub fn mounts(plan: &ContainerPlan<'_>) -> Vec<Mount> {
         out.push(bind(socket, socket, true));
     }
     out.push(volume(plan.spill_volume, Path::new(SPILL_DIR), false));
+    // Read-only like the egress socket's: the container can connect, not create or remove.
+    if let Some(dir) = plan.helper_socket_dir {
+        out.push(bind(dir, Path::new(crate::helper_socket::SOCKET_DIR), true));
+    }
     if let Some(egress) = plan.egress {
         out.push(bind(&egress.socket_dir, Path::new(SOCKET_DIR), true));
         out.push(bind(&egress.helper, Path::new(HELPER_IN_CONTAINER), true));
@@ -448,6 +456,7 @@ mod tests {
             network: None,
             egress: None,
             files_helper: None,
+            helper_socket_dir: None,
             labels: HashMap::new(),
         };
         let body = container_body(&plan);
@@ -493,6 +502,7 @@ mod tests {
                 network: None,
                 egress: None,
                 files_helper: helper,
+                helper_socket_dir: None,
                 labels: HashMap::new(),
             };
             let host = container_body(&plan).host_config.expect("host config");
@@ -558,6 +568,7 @@ mod tests {
             network: None,
             egress: None,
             files_helper: None,
+            helper_socket_dir: None,
             labels: labels.clone(),
         };
         let expected = ContainerCreateBody {
@@ -720,6 +731,7 @@ mod egress_tests {
             network: Some("bridge"),
             egress: Some(&egress),
             files_helper: None,
+            helper_socket_dir: None,
             labels: HashMap::new(),
         };
         let all = mounts(&plan);
@@ -777,6 +789,7 @@ mod egress_tests {
             network: None,
             egress: None,
             files_helper: None,
+            helper_socket_dir: None,
             labels: HashMap::new(),
         };
         assert_eq!(
@@ -816,6 +829,7 @@ mod egress_tests {
             network: None,
             egress: None,
             files_helper: Some(&bound),
+            helper_socket_dir: None,
             labels: HashMap::new(),
         };
         let helper = bind(

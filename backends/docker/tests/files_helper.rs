@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use cordon_backend_docker::{DockerBackend, DockerError, FilesHelper, FilesPath};
+use cordon_backend_docker::{DockerBackend, DockerError, FilesHelper, FilesPath, HelperTransport};
 use cordon_ops::{Backend, FindRequest, FsError};
 use tokio_util::sync::CancellationToken;
 
@@ -178,6 +178,10 @@ async fn a_helper_killed_mid_call_fails_the_call_and_the_next_call_starts_a_new_
     let backend = helper_session(&host, ws.path(), support::DEBIAN, FilesHelper::Auto).await;
     let first = serving(&backend).await;
     assert_eq!(first.len(), 1, "{first:?}");
+    // Connected through its socket, which is gone once the helper was accepted.
+    assert_eq!(backend.helper_transport().as_deref(), Some("socket"));
+    let sockets = backend.helper_socket_dir().expect("a socket directory");
+    assert_eq!(listing(sockets), Vec::<String>::new());
     let client = backend
         .files_helper()
         .expect("the helper runs")
@@ -226,5 +230,125 @@ async fn a_helper_killed_mid_call_fails_the_call_and_the_next_call_starts_a_new_
     let second = serving(&backend).await;
     assert_eq!(second.len(), 1, "{second:?}");
     assert_ne!(second, first);
+    // The new helper came in through a new socket of its own.
+    assert_eq!(backend.helper_transport().as_deref(), Some("socket"));
+    assert_eq!(listing(sockets), Vec::<String>::new());
+    let line = outside(
+        &host,
+        backend.container(),
+        "pgrep -af 'cordon-helper [s]erve'",
+    );
+    assert!(
+        line.contains("--connect /cordon-helper-socket/helper-2.sock"),
+        "{line}"
+    );
+    backend.shutdown().await.expect("shutdown");
+}
+
+/// The names in `dir`.
+fn listing(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read the socket directory")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// With `HelperTransport::Attach` the helper is served over the engine's attach stream, and
+/// no socket directory is made or mounted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_can_keep_the_engine_s_attach_stream() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::write(ws.path().join("a.txt"), "attached\n").expect("write");
+    let mut config = support::config(&host, ws.path());
+    config.helper = Some(helper());
+    config.files_helper = FilesHelper::Required;
+    config.helper_transport = HelperTransport::Attach;
+    let backend = DockerBackend::start(config)
+        .await
+        .expect("a session starts");
+    assert_eq!(backend.helper_transport().as_deref(), Some("attach"));
+    assert!(backend.helper_socket_dir().is_none());
+    assert_eq!(
+        backend
+            .files()
+            .read_file(Path::new("/workspace/a.txt"))
+            .await
+            .expect("read"),
+        b"attached\n"
+    );
+    let ran = run(
+        &backend,
+        "test -e /cordon-helper-socket || echo no socket directory",
+    )
+    .await;
+    assert_eq!(ran.output, "no socket directory\n");
+    let line = outside(
+        &host,
+        backend.container(),
+        "pgrep -af 'cordon-helper [s]erve'",
+    );
+    assert!(
+        line.contains("serve") && !line.contains("--connect"),
+        "{line}"
+    );
+    backend.shutdown().await.expect("shutdown");
+}
+
+/// A helper that cannot reach its socket from the container (here: the host directory was
+/// replaced after the container mounted the old one, as when an engine's file sharing does
+/// not carry sockets) exits, and the session goes on over the attach stream, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_the_container_cannot_reach_falls_back_to_the_attach_stream() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    std::fs::write(ws.path().join("a.txt"), "hello\n").expect("write");
+    let backend = helper_session(&host, ws.path(), support::DEBIAN, FilesHelper::Required).await;
+    assert_eq!(backend.helper_transport().as_deref(), Some("socket"));
+    let sockets = backend
+        .helper_socket_dir()
+        .expect("a socket directory")
+        .to_path_buf();
+    std::fs::rename(&sockets, sockets.with_extension("moved")).expect("move the directory");
+    std::fs::create_dir(&sockets).expect("a directory the container does not see");
+    let killed = outside(
+        &host,
+        backend.container(),
+        "pkill -KILL -f 'cordon-helper [s]erve' && echo killed",
+    );
+    assert_eq!(killed, "killed\n");
+    // The first call may still find the killed helper (and fail, saying so); the one after
+    // it starts a helper, which cannot connect, and then one over the attach stream.
+    let mut read = backend
+        .files()
+        .read_file(Path::new("/workspace/a.txt"))
+        .await;
+    if read.is_err() {
+        read = backend
+            .files()
+            .read_file(Path::new("/workspace/a.txt"))
+            .await;
+    }
+    assert_eq!(read.expect("read over the attach stream"), b"hello\n");
+    let transport = backend.helper_transport().expect("the helper");
+    assert!(
+        transport.starts_with("attach (the helper cannot reach its socket from the container"),
+        "{transport}"
+    );
+    let ran = run(
+        &backend,
+        "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status",
+    )
+    .await;
+    assert_eq!(
+        ran.output, "NoNewPrivs:\t1\nSeccomp:\t2\n",
+        "still sandboxed"
+    );
+    let line = outside(
+        &host,
+        backend.container(),
+        "pgrep -af 'cordon-helper [s]erve'",
+    );
+    assert!(!line.contains("--connect"), "{line}");
     backend.shutdown().await.expect("shutdown");
 }

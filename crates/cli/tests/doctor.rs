@@ -338,7 +338,10 @@ fn doctor_probes_the_selected_docker_backend() {
         .find(|l| l.starts_with("docker: file operations: info ("))
         .unwrap_or_else(|| panic!("no file operations line: {text}"));
     if helper_built {
-        assert_eq!(files, "docker: file operations: info (helper)", "{text}");
+        assert_eq!(
+            files, "docker: file operations: info (helper over socket)",
+            "{text}"
+        );
     } else {
         assert!(
             files.starts_with("docker: file operations: info (shell ("),

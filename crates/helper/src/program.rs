@@ -1,18 +1,21 @@
 //! The `cordon-helper` program (`main` only calls [`run`]; a test suite can build the same
-//! program under another name): `serve`, `probe`, `forward`, `--version`. Logs go to stderr, filtered by
+//! program under another name): `serve` (on stdin/stdout, or `--connect SOCKET`: on a Unix
+//! socket its starter listens on), `probe`, `forward`, `--version`. Logs go to stderr, filtered by
 //! `CORDON_LOG` (default `warn`).
 
 use std::process::ExitCode;
 
 use tracing_subscriber::EnvFilter;
 
-const USAGE: &str = "usage: cordon-helper serve | probe | forward PORT SOCKET | --version";
+const USAGE: &str =
+    "usage: cordon-helper serve [--connect SOCKET] | probe | forward PORT SOCKET | --version";
 
 /// Run the program with `args` (without the program name).
 pub fn run(args: Vec<String>) -> ExitCode {
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     match words.as_slice() {
-        ["serve"] => serve(),
+        ["serve"] => serve(None),
+        ["serve", "--connect", socket] => serve(Some(socket)),
         ["probe"] => probe(),
         ["forward", port, socket] => forward(port, socket),
         ["--version" | "-V"] => {
@@ -43,7 +46,11 @@ fn init_logging() {
         .try_init();
 }
 
-fn serve() -> ExitCode {
+/// `serve`: on stdin/stdout, or on a connection to the Unix socket `connect` (then stdin and
+/// stdout are not used; the session ends with that connection). A socket that cannot be
+/// reached exits with status 3 before anything is served, so the starter can tell it from a
+/// session that failed.
+fn serve(connect: Option<&str>) -> ExitCode {
     init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -56,9 +63,27 @@ fn serve() -> ExitCode {
         }
     };
     let ended = runtime.block_on(async {
-        let (reader, writer) = crate::stdio::streams();
-        crate::serve(reader, writer).await
+        match connect {
+            None => {
+                let (reader, writer) = crate::stdio::streams();
+                Ok(crate::serve(reader, writer).await)
+            }
+            Some(socket) => match tokio::net::UnixStream::connect(socket).await {
+                Ok(stream) => {
+                    let (reader, writer) = stream.into_split();
+                    Ok(crate::serve(reader, writer).await)
+                }
+                Err(error) => Err(format!("failed to connect to {socket}: {error}")),
+            },
+        }
     });
+    let ended = match ended {
+        Ok(ended) => ended,
+        Err(reason) => {
+            eprintln!("cordon-helper: {reason}");
+            return ExitCode::from(3);
+        }
+    };
     // A write that outlived its call finishes before the writeback is started.
     drop(runtime);
     cordon_backend_local::wait_for_writeback();

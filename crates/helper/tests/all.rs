@@ -3,3 +3,4 @@
 mod forward;
 mod hostile;
 mod pipe;
+mod socket;

@@ -244,7 +244,8 @@ pub struct Session {
     audit: Option<Arc<AuditLog>>,
     /// The audit head recorded at shutdown.
     audit_head: OnceLock<Result<AuditHead, String>>,
-    /// Docker: which path file operations and search take (`helper`, `shell (reason)`).
+    /// Docker: which path file operations and search take (`helper over socket`, `helper over
+    /// attach (reason)`, `shell (reason)`).
     files_path: Option<String>,
     /// Docker: which path commands take (`helper (…)`, `shell (reason)`).
     commands_path: Option<String>,
@@ -374,7 +375,10 @@ impl Session {
                 let docker = DockerBackend::start(config)
                     .await
                     .map_err(RuntimeError::Docker)?;
-                files_path = Some(docker.files_path().to_string());
+                files_path = Some(match docker.helper_transport() {
+                    Some(transport) => format!("{} over {transport}", docker.files_path()),
+                    None => docker.files_path().to_string(),
+                });
                 commands_path = Some(docker.commands_path().to_string());
                 Arc::new(docker)
             }
@@ -452,7 +456,8 @@ impl Session {
         })
     }
 
-    /// Docker: which path file operations and search take, `helper` or `shell (reason)`;
+    /// Docker: which path file operations and search take, `helper over socket`, `helper over
+    /// attach (reason)` or `shell (reason)`;
     /// `None` on other backends.
     pub fn files_path(&self) -> Option<&str> {
         self.files_path.as_deref()

@@ -1,0 +1,252 @@
+//! The helper's stream over a Unix socket instead of the engine's attach stream (bind mode,
+//! an engine on this machine). Every frame through `docker exec`'s attach stream crosses the
+//! engine's HTTP connection, its stream copier and the exec's pipes, each way: most of a short
+//! call's time. A socket the container reaches directly leaves the engine out of every call.
+//!
+//! How one helper connects:
+//! - this process binds a new socket, named for this one start, in a private directory that
+//!   the container mounts read-only at [`SOCKET_DIR`] (the container can connect to it, never
+//!   create, replace or remove anything there);
+//! - it starts `cordon-helper serve --connect SOCKET` through the engine, attached as before
+//!   (its stderr is the helper's log);
+//! - it accepts only the helper it started: the connecting process's pid (`SO_PEERCRED`, as
+//!   this machine sees it) must be the exec's pid the engine reports. Anything else in the
+//!   container (a process a command left behind) that connects first is dropped, and so is
+//!   any connection from this machine;
+//! - the socket is removed once the helper is accepted, so nothing else can connect later.
+//!
+//! When that cannot work (an engine in a virtual machine whose file sharing does not carry
+//! sockets, an engine in another pid namespace so the pids never match), the helper exits or
+//! is not accepted: the session logs why and keeps the attach stream for the rest of its
+//! life. Both paths run the same helper with the same sandbox; only the transport differs.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::PoisonError;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::net::{UnixListener, UnixStream};
+
+/// The container directory holding the helper's socket (a read-only bind mount).
+pub(crate) const SOCKET_DIR: &str = "/cordon-helper-socket";
+
+/// How long a started helper has to connect.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Connections dropped while waiting for one helper (not it) before the socket is given up.
+pub(crate) const MAX_STRANGERS: usize = 16;
+
+/// The private host directory of one session's helper sockets.
+#[derive(Debug)]
+pub(crate) struct HelperSockets {
+    /// Mode 0700: only this user reaches anything below it on this machine.
+    _private: tempfile::TempDir,
+    /// The mounted directory (mode 0755 so the container's user can reach the socket).
+    dir: PathBuf,
+    next: AtomicU64,
+    /// Why the session stopped using sockets, once it did.
+    given_up: Mutex<Option<String>>,
+}
+
+/// A socket waiting for one helper.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub listener: UnixListener,
+    /// Its path on this machine (removed when this is dropped).
+    pub host_path: PathBuf,
+    /// Its path in the container.
+    pub container_path: String,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Err(error) = std::fs::remove_file(&self.host_path)
+            && error.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %self.host_path.display(), %error, "docker: failed to remove the helper's socket");
+        }
+    }
+}
+
+impl HelperSockets {
+    /// A new private directory for this session's helper sockets.
+    pub(crate) fn create() -> std::io::Result<HelperSockets> {
+        let private = tempfile::Builder::new()
+            .prefix("cordon-helper-")
+            // Created with this mode (no window where other users could enter it).
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()?;
+        let dir = private.path().join("socket");
+        std::fs::create_dir(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+        Ok(HelperSockets {
+            _private: private,
+            dir,
+            next: AtomicU64::new(1),
+            given_up: Mutex::new(None),
+        })
+    }
+
+    /// The host directory to mount at [`SOCKET_DIR`].
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether the next helper should connect through a socket.
+    pub(crate) fn in_use(&self) -> bool {
+        self.given_up
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none()
+    }
+
+    /// Stop using sockets for this session (the first reason is kept).
+    pub(crate) fn give_up(&self, reason: &str) {
+        let mut given_up = self.given_up.lock().unwrap_or_else(PoisonError::into_inner);
+        if given_up.is_none() {
+            tracing::warn!(%reason, "docker: the helper cannot use a socket; it keeps the engine's attach stream");
+            *given_up = Some(reason.to_owned());
+        }
+    }
+
+    /// Why the session does not use sockets, if it stopped.
+    pub(crate) fn given_up(&self) -> Option<String> {
+        self.given_up
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// A new socket for one helper. Its mode lets the container's user (any uid) connect;
+    /// who may stay connected is decided by [`accept_helper`].
+    pub(crate) fn listen(&self) -> std::io::Result<Pending> {
+        let name = format!("helper-{}.sock", self.next.fetch_add(1, Ordering::Relaxed));
+        let host_path = self.dir.join(&name);
+        let listener = UnixListener::bind(&host_path)?;
+        let pending = Pending {
+            listener,
+            host_path,
+            container_path: format!("{SOCKET_DIR}/{name}"),
+        };
+        std::fs::set_permissions(&pending.host_path, std::fs::Permissions::from_mode(0o666))?;
+        Ok(pending)
+    }
+}
+
+/// Accept connections on `pending` until one comes from the process `expected_pid` returns
+/// (asked once something connected: the exec's pid on this machine), dropping the others.
+/// Gives up after [`MAX_STRANGERS`] others. The socket is removed before this returns.
+pub(crate) async fn accept_helper<F, Fut>(
+    pending: Pending,
+    expected_pid: F,
+) -> Result<UnixStream, String>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<i64, String>>,
+{
+    let mut strangers = 0;
+    let accepted = loop {
+        let (stream, _) = pending
+            .listener
+            .accept()
+            .await
+            .map_err(|error| format!("failed to accept on the helper's socket: {error}"))?;
+        let peer = stream
+            .peer_cred()
+            .map_err(|error| format!("failed to read the helper socket's peer: {error}"))?
+            .pid();
+        let expected = expected_pid().await?;
+        match peer {
+            Some(pid) if i64::from(pid) == expected => break stream,
+            peer => {
+                strangers += 1;
+                tracing::warn!(
+                    ?peer,
+                    expected,
+                    "docker: dropped a connection to the helper's socket from a process that is not the helper"
+                );
+                if strangers >= MAX_STRANGERS {
+                    return Err(format!(
+                        "{strangers} connections to the helper's socket came from other processes than the helper (pid {expected} as the engine reports it; the last was {peer:?}): the engine may run in another pid namespace"
+                    ));
+                }
+            }
+        }
+    };
+    drop(pending);
+    Ok(accepted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn the_directory_is_private_and_the_mounted_one_reachable() {
+        let sockets = HelperSockets::create().expect("create");
+        let parent = sockets.dir().parent().expect("parent");
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").mode() & 0o7777;
+        assert_eq!(mode(parent), 0o700);
+        assert_eq!(mode(sockets.dir()), 0o755);
+    }
+
+    #[tokio::test]
+    async fn only_the_expected_process_is_accepted_and_the_socket_is_removed() {
+        let sockets = HelperSockets::create().expect("create");
+        let pending = sockets.listen().expect("listen");
+        let path = pending.host_path.clone();
+        assert!(pending.container_path.starts_with(SOCKET_DIR));
+        assert_eq!(
+            std::fs::metadata(&path).expect("socket").mode() & 0o777,
+            0o666
+        );
+        // A stranger connects first: this process, while the expected pid is another one
+        // for the first connection and this one for the second.
+        let calls = std::sync::Arc::new(AtomicU64::new(0));
+        let me = i64::from(std::process::id());
+        let stranger = UnixStream::connect(&path).await.expect("stranger");
+        let helper = UnixStream::connect(&path).await.expect("helper");
+        let counted = std::sync::Arc::clone(&calls);
+        let accepted = accept_helper(pending, move || {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            async move { Ok(if n == 0 { me + 1 } else { me }) }
+        })
+        .await
+        .expect("accepted");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert!(
+            !path.exists(),
+            "the socket is removed once the helper is in"
+        );
+        // The stranger was dropped: it reads the end; the accepted one is the helper's.
+        let mut buf = [0u8; 1];
+        stranger.readable().await.expect("readable");
+        assert_eq!(stranger.try_read(&mut buf).expect("read"), 0);
+        accepted.try_write(b"x").expect("write");
+        helper.readable().await.expect("readable");
+        assert_eq!(helper.try_read(&mut buf).expect("read"), 1);
+    }
+
+    #[tokio::test]
+    async fn too_many_strangers_give_the_socket_up() {
+        let sockets = HelperSockets::create().expect("create");
+        let pending = sockets.listen().expect("listen");
+        let path = pending.host_path.clone();
+        let mut held = Vec::new();
+        for _ in 0..MAX_STRANGERS {
+            held.push(UnixStream::connect(&path).await.expect("connect"));
+        }
+        let error = accept_helper(pending, || async { Ok(-1) })
+            .await
+            .expect_err("nobody is the helper");
+        assert!(error.contains("other processes than the helper"), "{error}");
+        assert!(!path.exists());
+        sockets.give_up(&error);
+        sockets.give_up("a later reason");
+        assert!(!sockets.in_use());
+        assert_eq!(sockets.given_up().as_deref(), Some(error.as_str()));
+    }
+}
