@@ -235,26 +235,39 @@ impl DockerConnector {
         })
     }
 
-    /// Why a helper started with `--connect` ended without connecting: its status 3 says the
-    /// socket cannot be reached from the container; anything else is a failed start.
+    /// Why a helper started with `--connect` ended without being accepted: status 3, it could
+    /// not reach the socket from the container; status 0, it connected but was dropped (its
+    /// pid is not the one the engine reports); anything else is a failed start.
     async fn ended_before_connecting(&self, exec: &str) -> SocketStart {
         let status =
             match tokio::time::timeout(ENGINE_TIMEOUT, self.docker.inspect_exec(exec)).await {
                 Ok(Ok(inspect)) => inspect.exit_code,
                 _ => None,
             };
-        match status {
-            Some(3) => SocketStart::Unusable(
-                "the helper cannot reach its socket from the container (its message is logged)"
-                    .to_owned(),
-            ),
-            status => SocketStart::Failed(HelperError::Spawn {
-                program: PathBuf::from(HELPER_IN_CONTAINER),
-                source: std::io::Error::other(format!(
-                    "the helper ended before it connected to its socket (exit status {status:?}; its message is logged)"
-                )),
-            }),
-        }
+        ended_before_connecting(status)
+    }
+}
+
+/// What a `--connect` helper's exit `status` says about the socket (see
+/// [`DockerConnector::ended_before_connecting`]).
+fn ended_before_connecting(status: Option<i64>) -> SocketStart {
+    match status {
+        Some(3) => SocketStart::Unusable(
+            "the helper cannot reach its socket from the container (its message is logged)"
+                .to_owned(),
+        ),
+        // It connected, was dropped as not the exec's process, and ended with its input.
+        Some(0) => SocketStart::Unusable(
+            "the helper's connection did not come from the pid the engine reports for it \
+             (an engine in another pid namespace?)"
+                .to_owned(),
+        ),
+        status => SocketStart::Failed(HelperError::Spawn {
+            program: PathBuf::from(HELPER_IN_CONTAINER),
+            source: std::io::Error::other(format!(
+                "the helper ended before it connected to its socket (exit status {status:?}; its message is logged)"
+            )),
+        }),
     }
 }
 
@@ -403,6 +416,27 @@ impl FileOperations for HelperFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_helper_that_ended_unaccepted_falls_back_only_for_socket_reasons() {
+        let unusable = |status| match ended_before_connecting(status) {
+            SocketStart::Unusable(reason) => reason,
+            SocketStart::Failed(error) => panic!("{status:?} failed the start: {error}"),
+        };
+        assert!(unusable(Some(3)).contains("cannot reach its socket"));
+        assert!(unusable(Some(0)).contains("pid"));
+        for status in [Some(1), Some(137), None] {
+            match ended_before_connecting(status) {
+                SocketStart::Failed(error) => {
+                    assert!(
+                        error.to_string().contains("ended before it connected"),
+                        "{error}"
+                    );
+                }
+                SocketStart::Unusable(reason) => panic!("{status:?} gave up the socket: {reason}"),
+            }
+        }
+    }
 
     #[test]
     fn the_helper_serves_from_the_mounted_binary() {

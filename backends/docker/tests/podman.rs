@@ -75,6 +75,8 @@ async fn a_session_on_podman_runs_files_through_the_helper_and_commands() {
     assert_eq!(backend.engine_transport(), EngineTransport::Unix);
     assert_eq!(backend.workspace_mode(), WorkspaceMode::Bind);
     assert_eq!(backend.files_path(), &FilesPath::Helper);
+    // Podman reports the exec's pid as this machine sees it: the helper's socket is used.
+    assert_eq!(backend.helper_transport().as_deref(), Some("socket"));
 
     let files = backend.files();
     files
