@@ -688,6 +688,12 @@ pub(crate) fn live_group_members(pgid: i32) -> io::Result<Vec<i32>> {
         else {
             continue;
         };
+        // One system call tells most processes apart (another group, or gone: -1); only the
+        // group's own are read in full, for their state.
+        // SAFETY: getpgid has no memory effects.
+        if unsafe { libc::getpgid(pid) } != pgid {
+            continue;
+        }
         // Gone since the listing: nothing to wait for.
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
