@@ -6,6 +6,7 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
+use cordon_runtime::{Approval, ApprovalRequest, Approver};
 use cordon_tests::{Called, Harness, Workspace, WorkspaceOptions};
 use serde_json::{Value, json};
 
@@ -426,4 +427,63 @@ pub async fn git_clones_over_http_from_an_allowed_name_only(h: Arc<dyn Harness>)
         "{}",
         run.text
     );
+}
+
+/// Approves every question once, recording the call each names.
+#[derive(Default)]
+struct ApproveOnce {
+    asked: std::sync::Mutex<Vec<(String, String)>>,
+}
+
+#[async_trait::async_trait]
+impl Approver for ApproveOnce {
+    async fn approve(&self, request: ApprovalRequest) -> Approval {
+        self.asked
+            .lock()
+            .expect("asked")
+            .push((request.call_id, request.args["destination"].to_string()));
+        Approval::Yes
+    }
+}
+
+/// A `[network] ask` destination is a question that names the tool call whose command
+/// connected (so a front end serving several clients, MCP, asks that call's client); approved
+/// once, the command reaches it.
+pub async fn an_ask_question_names_the_call_that_connected(h: Arc<dyn Harness>) {
+    let origin = Origin::serve(Ipv4Addr::LOCALHOST).await;
+    let p = origin.port;
+    let approver = Arc::new(ApproveOnce::default());
+    // The IP entry lets the test name's loopback address pass the address check.
+    let text = format!(
+        "{}ask = [\"{PKG}:{p}\"]\n",
+        policy(&[format!("127.0.0.1/32:{p}")], &[])
+    );
+    let ws = Workspace::open_with(
+        &h,
+        WorkspaceOptions {
+            approver: Some(approver.clone() as Arc<dyn Approver>),
+            ..WorkspaceOptions::policy(&text)
+        },
+    )
+    .await;
+    let run = bash(&ws, &format!("curl -sS http://{PKG}:{p}/hello.txt")).await;
+    run.assert_ok(HELLO);
+    let call = run
+        .events
+        .iter()
+        .find_map(|event| match event {
+            cordon_core::event::AgentEvent::ToolExecutionStart { tool_call_id, .. } => {
+                Some(tool_call_id.clone())
+            }
+            _ => None,
+        })
+        .expect("the call started");
+    assert_eq!(
+        *approver.asked.lock().expect("asked"),
+        vec![(call, format!("\"{PKG}:{p}\""))]
+    );
+    let attempts = egress(&run);
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0]["outcome"], "allowed", "{attempts:?}");
+    assert_eq!(attempts[0]["asked"], "once", "{attempts:?}");
 }

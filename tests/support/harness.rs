@@ -24,7 +24,7 @@ use cordon_core::event::AgentEvent;
 use cordon_core::executor::RunControl;
 use cordon_core::protocol::{AssistantMessage, Message, ToolCall, ToolResult};
 use cordon_core::tool::ExecutionMode;
-use cordon_runtime::{Session, SessionOptions};
+use cordon_runtime::{Approver, Session, SessionOptions};
 use serde_json::{Value, json};
 
 /// One backend's factory: how to open a session over a host directory.
@@ -62,12 +62,24 @@ pub struct SessionRequest {
 }
 
 /// How to set up a [`Workspace`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct WorkspaceOptions {
     /// Policy file text (TOML); `None` = the built-in default policy.
     pub policy: Option<String>,
     /// Write an audit log (see [`Workspace::audit_path`]).
     pub audit: bool,
+    /// Who the session asks (`ask` rules, `[network] ask` destinations); `None`: nobody.
+    pub approver: Option<Arc<dyn Approver>>,
+}
+
+impl std::fmt::Debug for WorkspaceOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkspaceOptions")
+            .field("policy", &self.policy)
+            .field("audit", &self.audit)
+            .field("approver", &self.approver.as_ref().map(|_| ".."))
+            .finish()
+    }
 }
 
 impl WorkspaceOptions {
@@ -76,6 +88,7 @@ impl WorkspaceOptions {
         WorkspaceOptions {
             policy: Some(text.to_owned()),
             audit: false,
+            approver: None,
         }
     }
 }
@@ -190,6 +203,7 @@ pub struct Workspace {
     audit: Option<PathBuf>,
     missing_layers: Vec<String>,
     next_call: AtomicU64,
+    approver: Option<Arc<dyn Approver>>,
     // Last: removed after the session is shut down.
     _dir: tempfile::TempDir,
 }
@@ -202,7 +216,11 @@ impl Workspace {
 
     /// A workspace with the given options.
     pub async fn open_with(harness: &Arc<dyn Harness>, options: WorkspaceOptions) -> Workspace {
-        let WorkspaceOptions { policy, audit } = options;
+        let WorkspaceOptions {
+            policy,
+            audit,
+            approver,
+        } = options;
         let dir = tempfile::Builder::new()
             .prefix("cordon-conformance-")
             .tempdir()
@@ -227,6 +245,7 @@ impl Workspace {
             audit,
             missing_layers: Vec::new(),
             next_call: AtomicU64::new(1),
+            approver,
             _dir: dir,
         };
         workspace.restart().await;
@@ -245,11 +264,14 @@ impl Workspace {
             audit: self.audit.clone(),
         };
         let name = self.harness.name();
-        let options = self
+        let mut options = self
             .harness
             .session_options(request)
             .await
             .unwrap_or_else(|reason| panic!("the {name} backend is unavailable: {reason}"));
+        if let Some(approver) = &self.approver {
+            options.approver = Some(Arc::clone(approver));
+        }
         let session = Session::open(options).await.unwrap_or_else(|error| {
             panic!(
                 "failed to open a {name} session on {}: {error}",

@@ -229,6 +229,24 @@ async fn main() {
         shell_reads.push(t.elapsed());
         assert_eq!(data.len(), 2048);
     }
+    // What `bash` itself costs in this container now: 200 bare `bash -c true` in a loop,
+    // timed inside it (no engine, no Cordon), the floor under the `bash: true` rows.
+    let out = tokio::process::Command::new("docker")
+        .args([
+            "exec",
+            &container,
+            "bash",
+            "-c",
+            "s=$(date +%s%N); for i in $(seq 200); do bash -c true; done; e=$(date +%s%N); echo $(( (e - s) / 200 ))",
+        ])
+        .env("DOCKER_HOST", &host)
+        .output()
+        .await
+        .expect("docker exec");
+    let bare_ns: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the loop's time");
     backend.shutdown().await.expect("shut the session down");
     attach_backend
         .shutdown()
@@ -243,6 +261,11 @@ async fn main() {
     stats("session stop (remove)", stops);
     stats("bash `true` via BashOperations", ours);
     stats("bash `true`, helper over attach", attach_ours);
+    println!(
+        "{:<40} mean {:>7.2} ms   (n=200, a loop in the container)",
+        "bare `bash -c true` in the container",
+        bare_ns as f64 / 1e6
+    );
     stats("raw bollard exec `true`", raw);
     stats("`docker exec` CLI `true`", cli);
     stats("read_file 2 KB (file helper)", reads);

@@ -249,6 +249,7 @@ pub async fn audit_log_records_decisions(h: Arc<dyn Harness>) {
         WorkspaceOptions {
             policy: None,
             audit: true,
+            approver: None,
         },
     )
     .await;
