@@ -14,6 +14,29 @@
 //!   rounds, median and best wall time and least CPU time (the whole process) of each;
 //! - latency: an origin writes one byte and closes; the client opens a connection and reads to
 //!   the end, directly and through `CONNECT` (and SOCKS5), CONNECTIONS times each, one at a time.
+//!
+//! With real clients: `bench CLIENT [GIB] [ROUNDS] [CORDON]`, CLIENT `curl` or `python`
+//! (defaults: 1 GiB, 5 rounds, CORDON the `cordon` binary next to this example's directory,
+//! i.e. `target/release/cordon`). An HTTP origin on 127.0.0.2 answers every request with a
+//! `Content-Length` of GIB GiB and that body; the client, an unmodified `curl` (or a
+//! `python3` urllib script reading 64 KiB at a time, as `shutil.copyfileobj` does), fetches it
+//! to nothing, each time a new process, by these routes:
+//!
+//! - `direct`: no proxy;
+//! - `CONNECT` (curl only): through the splicing proxy in a process of its own
+//!   (`--proxytunnel -x`);
+//! - `forward`: the same proxy as plain-HTTP forward proxy, by `http_proxy` in the client's
+//!   environment (what a sandboxed command gets for an `http://` URL);
+//! - `sandbox`: `cordon exec bash` on the local backend in filtered network mode, with a
+//!   policy allowing only the origin's address and port: the command gets `HTTP_PROXY` from
+//!   Cordon and reaches the origin through Cordon's own egress proxy, in the `cordon` process.
+//!
+//! Throughput is the client's own timing (curl's `time_total`; the script's clock around
+//! opening and reading), so the sandbox's start-up is not in it; the wall time of the whole
+//! client process (`cordon exec` included) is reported beside it. Rounds interleave the
+//! routes, each round starting at the next route. CPU time adds this process (the origin),
+//! the proxy's process, and every process waited for (the clients, `cordon exec` and what it
+//! waited for).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -41,20 +64,25 @@ async fn origin(bytes: u64) -> u16 {
             };
             let _ = stream.set_nodelay(true);
             tokio::spawn(async move {
-                let chunk = vec![0x5a_u8; CHUNK];
-                let mut left = bytes;
-                while left > 0 {
-                    let n = left.min(CHUNK as u64) as usize;
-                    if stream.write_all(&chunk[..n]).await.is_err() {
-                        return;
-                    }
-                    left -= n as u64;
+                if write_body(&mut stream, bytes).await.is_ok() {
+                    let _ = stream.shutdown().await;
                 }
-                let _ = stream.shutdown().await;
             });
         }
     });
     port
+}
+
+/// Writes `bytes` bytes to `stream`, `CHUNK` at a time.
+async fn write_body(stream: &mut TcpStream, bytes: u64) -> std::io::Result<()> {
+    let chunk = vec![0x5a_u8; CHUNK];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(CHUNK as u64) as usize;
+        stream.write_all(&chunk[..n]).await?;
+        left -= n as u64;
+    }
+    Ok(())
 }
 
 /// A client stream the proxy cannot splice (not a socket type it knows): the copying relay.
@@ -92,7 +120,7 @@ impl AsyncWrite for Copying {
 async fn proxy(ports: &[u16], copying: bool) -> SocketAddr {
     let allow: Vec<_> = ports
         .iter()
-        .flat_map(|port| [format!("bulk.test:{port}"), format!("127.0.0.1/32:{port}")])
+        .flat_map(|port| [format!("bulk.test:{port}"), format!("127.0.0.0/8:{port}")])
         .map(|text| EntrySpec::new(text, "bench:1"))
         .collect();
     let (events, mut rx) = EventSink::channel(1024);
@@ -249,11 +277,24 @@ fn cpu_time() -> Duration {
 
 /// CPU time (user + system) from a `stat` file in /proc (clock ticks, 100 Hz).
 fn cpu_time_of(path: &str) -> Duration {
+    stat_ticks(path, 11) + stat_ticks(path, 12)
+}
+
+/// CPU time (user + system) of this process's children it has waited for.
+fn waited_children_cpu() -> Duration {
+    stat_ticks("/proc/self/stat", 13) + stat_ticks("/proc/self/stat", 14)
+}
+
+/// A field of a `stat` file in /proc counting clock ticks (100 Hz), by its index after the
+/// process's name (11 `utime`, 12 `stime`, 13 `cutime`, 14 `cstime`).
+fn stat_ticks(path: &str, field: usize) -> Duration {
     let stat = std::fs::read_to_string(path).expect("read a stat file in /proc");
     let after_name = &stat[stat.rfind(')').expect("stat has a name") + 2..];
-    let fields: Vec<&str> = after_name.split(' ').collect();
-    let ticks: u64 =
-        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    let ticks: u64 = after_name
+        .split(' ')
+        .nth(field)
+        .and_then(|text| text.parse().ok())
+        .expect("a tick count");
     Duration::from_millis(ticks * 10)
 }
 
@@ -336,6 +377,15 @@ async fn main() {
         let ports: Vec<u16> = args.skip(1).map(|a| a.parse().expect("a port")).collect();
         serve_proxies(&ports).await;
         return;
+    }
+    let client = match args.peek().map(String::as_str) {
+        Some("curl") => Some(Client::Curl),
+        Some("python") => Some(Client::Python),
+        _ => None,
+    };
+    if let Some(client) = client {
+        let rest: Vec<String> = args.skip(1).collect();
+        return real_clients(client, &rest).await;
     }
     let gib: u64 = args
         .next()
@@ -428,4 +478,310 @@ async fn main() {
             micros(percentile(&proxied, 0.5)) - micros(percentile(&direct, 0.5)),
         );
     }
+}
+
+/// Where the HTTP origin for real clients listens: not 127.0.0.1, which a sandboxed command's
+/// `NO_PROXY` names (the client would look for the origin in the sandbox's own network).
+const HTTP_ORIGIN: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+/// Largest request head the HTTP origin reads before it gives up on a connection.
+const MAX_HEAD: usize = 64 * 1024;
+/// The proxy variables a client could inherit from the environment this runs in.
+const PROXY_VARIABLES: [&str; 8] = [
+    "http_proxy",
+    "HTTP_PROXY",
+    "https_proxy",
+    "HTTPS_PROXY",
+    "all_proxy",
+    "ALL_PROXY",
+    "no_proxy",
+    "NO_PROXY",
+];
+
+#[derive(Clone, Copy, PartialEq)]
+enum Client {
+    Curl,
+    Python,
+}
+
+#[derive(Clone, Copy)]
+enum HttpRoute {
+    Direct,
+    /// A `CONNECT` tunnel through the proxy at this address.
+    Connect(SocketAddr),
+    /// Plain-HTTP forward proxying by the proxy at this address, named in `http_proxy`.
+    Forward(SocketAddr),
+    /// `cordon exec bash` in filtered network mode.
+    Sandbox,
+}
+
+/// An HTTP origin on [`HTTP_ORIGIN`]: whatever a connection asks, it gets `200` with a
+/// `Content-Length` of `bytes`, that many bytes, and the end of the connection.
+async fn http_origin(bytes: u64) -> u16 {
+    let listener = TcpListener::bind((HTTP_ORIGIN, 0))
+        .await
+        .expect("bind the HTTP origin on 127.0.0.2");
+    let port = listener.local_addr().expect("origin address").port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                // The request head, to its blank line; what it asks for does not matter.
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                    if head.len() > MAX_HEAD {
+                        return;
+                    }
+                }
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\
+                     Content-Length: {bytes}\r\nConnection: close\r\n\r\n"
+                );
+                if stream.write_all(reply.as_bytes()).await.is_ok()
+                    && write_body(&mut stream, bytes).await.is_ok()
+                {
+                    let _ = stream.shutdown().await;
+                }
+            });
+        }
+    });
+    port
+}
+
+/// The shell command fetching `url` to nothing and printing the bytes read and the seconds the
+/// client took (its own clock, from before connecting to the end of the body).
+fn fetch_command(client: Client, url: &str, route: HttpRoute) -> String {
+    match client {
+        Client::Curl => {
+            let tunnel = match route {
+                HttpRoute::Connect(proxy) => format!(" --proxytunnel -x http://{proxy}"),
+                _ => String::new(),
+            };
+            format!(
+                "curl -sS -o /dev/null -w '%{{size_download}} %{{time_total}}\\n'{tunnel} {url}"
+            )
+        }
+        // What `shutil.copyfileobj` does (64 KiB reads), counting instead of writing.
+        Client::Python => format!(
+            "python3 -c 'import time, urllib.request\n\
+             started = time.perf_counter()\n\
+             total = 0\n\
+             with urllib.request.urlopen(\"{url}\") as response:\n\
+             \x20   while chunk := response.read(1 << 16):\n\
+             \x20       total += len(chunk)\n\
+             print(total, time.perf_counter() - started)'"
+        ),
+    }
+}
+
+/// `text` as a JSON string.
+fn json_string(text: &str) -> String {
+    let mut json = String::from('"');
+    for c in text.chars() {
+        match c {
+            '"' => json.push_str("\\\""),
+            '\\' => json.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => json.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => json.push(c),
+        }
+    }
+    json.push('"');
+    json
+}
+
+/// What one fetch took: the client's own time, the wall time of the process it ran in
+/// (`cordon exec` included for the sandbox) and the CPU time of every process involved.
+struct Fetch {
+    client: Duration,
+    wall: Duration,
+    cpu: Duration,
+}
+
+/// The place of the sandbox route: the `cordon` binary, a workspace and a policy allowing only
+/// the origin.
+struct Sandbox {
+    cordon: std::path::PathBuf,
+    workspace: std::path::PathBuf,
+    policy: std::path::PathBuf,
+}
+
+async fn fetch(
+    client: Client,
+    url: &str,
+    route: HttpRoute,
+    sandbox: &Sandbox,
+    bytes: u64,
+) -> Fetch {
+    let script = fetch_command(client, url, route);
+    let mut command = match route {
+        HttpRoute::Sandbox => {
+            let mut command = tokio::process::Command::new(&sandbox.cordon);
+            command
+                .arg("exec")
+                .arg("bash")
+                .arg(format!("{{\"command\": {}}}", json_string(&script)))
+                .arg("--policy")
+                .arg(&sandbox.policy)
+                .arg("--root")
+                .arg(&sandbox.workspace);
+            command
+        }
+        _ => {
+            let mut command = tokio::process::Command::new("sh");
+            command.arg("-c").arg(&script);
+            command
+        }
+    };
+    for name in PROXY_VARIABLES {
+        command.env_remove(name);
+    }
+    if let HttpRoute::Forward(proxy) = route {
+        let proxy = format!("http://{proxy}");
+        command.env("http_proxy", &proxy).env("HTTP_PROXY", &proxy);
+    }
+    command.stdin(std::process::Stdio::null());
+    let cpu = cpu_time() + waited_children_cpu();
+    let started = Instant::now();
+    let output = command.output().await.expect("run the client");
+    let wall = started.elapsed();
+    let cpu = cpu_time() + waited_children_cpu() - cpu;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // The line with the bytes read and the client's seconds (the sandbox's result may add
+    // lines of its own).
+    let seconds = stdout.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let (Some(got), Some(seconds), None) = (fields.next(), fields.next(), fields.next()) else {
+            return None;
+        };
+        (got.parse::<u64>().ok()? == bytes)
+            .then(|| seconds.parse::<f64>().ok())
+            .flatten()
+    });
+    let Some(seconds) = seconds.filter(|_| output.status.success()) else {
+        panic!(
+            "the fetch failed ({}): {script}\nstdout: {stdout}\nstderr: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    Fetch {
+        client: Duration::from_secs_f64(seconds),
+        wall,
+        cpu,
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|error| format!("unknown ({error})"))
+}
+
+/// `bench CLIENT [GIB] [ROUNDS] [CORDON]`: the routes of the module's documentation.
+async fn real_clients(client: Client, args: &[String]) {
+    let gib: u64 = args
+        .first()
+        .map_or(1, |a| a.parse().expect("GIB is a number"));
+    let rounds: usize = args
+        .get(1)
+        .map_or(5, |a| a.parse().expect("ROUNDS is a number"))
+        .max(1);
+    let cordon = args.get(2).map_or_else(
+        || {
+            let exe = std::env::current_exe().expect("own path");
+            let release = exe
+                .parent()
+                .and_then(std::path::Path::parent)
+                .expect("this example lives in TARGET/PROFILE/examples");
+            release.join("cordon")
+        },
+        std::path::PathBuf::from,
+    );
+    assert!(
+        cordon.is_file(),
+        "{} is missing: build it with `cargo build --release -p cordon`, or name it as CORDON",
+        cordon.display()
+    );
+    let bytes = gib << 30;
+    let port = http_origin(bytes).await;
+    let url = format!("http://{HTTP_ORIGIN}:{port}/");
+    let (_child, proxy, _, _) = proxies_apart(&[port]).await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let sandbox = Sandbox {
+        cordon,
+        workspace: dir.path().join("workspace"),
+        policy: dir.path().join("policy.toml"),
+    };
+    std::fs::create_dir(&sandbox.workspace).expect("create the workspace");
+    std::fs::write(
+        &sandbox.policy,
+        format!("version = 1\n[network]\nallow = [\"{HTTP_ORIGIN}/32:{port}\"]\n"),
+    )
+    .expect("write the policy");
+
+    let mut routes = vec![("direct", HttpRoute::Direct)];
+    if client == Client::Curl {
+        routes.push(("CONNECT", HttpRoute::Connect(proxy)));
+    }
+    routes.push(("forward", HttpRoute::Forward(proxy)));
+    routes.push(("sandbox", HttpRoute::Sandbox));
+    println!(
+        "{url}, proxy {proxy} in a process of its own, sandbox: {} exec; load average {}",
+        sandbox.cordon.display(),
+        load_average()
+    );
+    let mut fetches: Vec<Vec<Fetch>> = routes.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for i in 0..routes.len() {
+            let at = (round + i) % routes.len();
+            let done = fetch(client, &url, routes[at].1, &sandbox, bytes).await;
+            fetches[at].push(done);
+        }
+    }
+    let mib = |time: Duration| bytes as f64 / time.as_secs_f64() / (1 << 20) as f64;
+    let summary = |fetches: &[Fetch]| {
+        let mut client: Vec<Duration> = fetches.iter().map(|f| f.client).collect();
+        let mut wall: Vec<Duration> = fetches.iter().map(|f| f.wall).collect();
+        client.sort();
+        wall.sort();
+        let cpu = fetches.iter().map(|f| f.cpu).min().expect("a round");
+        (
+            percentile(&client, 0.5),
+            client[0],
+            percentile(&wall, 0.5),
+            cpu,
+        )
+    };
+    let (direct_median, direct_best, _, _) = summary(&fetches[0]);
+    let client_name = match client {
+        Client::Curl => "curl",
+        Client::Python => "python",
+    };
+    for ((name, _), fetches) in routes.iter().zip(&fetches) {
+        let (median, best, wall, cpu) = summary(fetches);
+        println!(
+            "{client_name}, {gib} GiB, {name}, {rounds} rounds: median {:.0} MiB/s ({:.2}x \
+             direct's median), best {:.0} MiB/s ({:.2}x direct's best), median wall of the \
+             process {:.2} s, least CPU {:.2} s per GiB (all processes)",
+            mib(median),
+            mib(median) / mib(direct_median),
+            mib(best),
+            mib(best) / mib(direct_best),
+            wall.as_secs_f64(),
+            cpu.as_secs_f64() / gib.max(1) as f64,
+        );
+    }
+    println!("load average at the end {}", load_average());
 }
