@@ -29,7 +29,9 @@
 //!   environment (what a sandboxed command gets for an `http://` URL);
 //! - `sandbox`: `cordon exec bash` on the local backend in filtered network mode, with a
 //!   policy allowing only the origin's address and port: the command gets `HTTP_PROXY` from
-//!   Cordon and reaches the origin through Cordon's own egress proxy, in the `cordon` process.
+//!   Cordon and reaches the origin through Cordon's own egress proxy, in the `cordon` process;
+//! - `reference relay`: the client asks the reference relay (above, in the proxy's process)
+//!   as if it were the origin: what a relay costs at least, no proxy protocol at all.
 //!
 //! Throughput is the client's own timing (curl's `time_total`; the script's clock around
 //! opening and reading), so the sandbox's start-up is not in it; the wall time of the whole
@@ -149,10 +151,10 @@ async fn proxy(ports: &[u16], copying: bool) -> SocketAddr {
     address
 }
 
-/// The reference relay: every connection to the returned address is relayed to the origin on
-/// `port` by two blocking threads, each splicing one direction through a 1 MiB pipe (read a
+/// The reference relay: every connection to the returned address is relayed to the origin at
+/// `origin` by two blocking threads, each splicing one direction through a 1 MiB pipe (read a
 /// pipe's worth, write it all, again). Nothing else: no requests, rules, events or runtime.
-fn reference_relay(port: u16) -> SocketAddr {
+fn reference_relay(origin: SocketAddr) -> SocketAddr {
     use nix::fcntl::{SpliceFFlags, splice};
     use std::os::fd::AsFd;
     fn pump(from: std::net::TcpStream, to: std::net::TcpStream) {
@@ -180,7 +182,7 @@ fn reference_relay(port: u16) -> SocketAddr {
     let address = listener.local_addr().expect("reference relay address");
     std::thread::spawn(move || {
         while let Ok((client, _)) = listener.accept() {
-            let Ok(upstream) = std::net::TcpStream::connect((LOOPBACK, port)) else {
+            let Ok(upstream) = std::net::TcpStream::connect(origin) else {
                 continue;
             };
             let _ = client.set_nodelay(true);
@@ -326,26 +328,29 @@ fn micros(d: Duration) -> f64 {
 }
 
 /// The child's side of `apart`: the two proxies allowing `ports` and the reference relay to
-/// the first, their addresses on stdout, served until stdin closes (the parent exits or drops
-/// it).
-async fn serve_proxies(ports: &[u16]) {
+/// the first on `origin`, their addresses on stdout, served until stdin closes (the parent
+/// exits or drops it).
+async fn serve_proxies(origin: IpAddr, ports: &[u16]) {
     let spliced = proxy(ports, false).await;
     let copying = proxy(ports, true).await;
-    let reference = reference_relay(ports[0]);
+    let reference = reference_relay(SocketAddr::new(origin, ports[0]));
     println!("{spliced} {copying} {reference}");
     let mut stdin = tokio::io::stdin();
     let mut sink = [0u8; 64];
     while !matches!(stdin.read(&mut sink).await, Ok(0) | Err(_)) {}
 }
 
-/// Starts the proxies in a child process; returns it (stdin held open) and the addresses of
-/// the splicing and copying proxies and the reference relay.
+/// Starts the proxies in a child process (the reference relay to the first of `ports` on
+/// `origin`); returns it (stdin held open) and the addresses of the splicing and copying
+/// proxies and the reference relay.
 async fn proxies_apart(
+    origin: IpAddr,
     ports: &[u16],
 ) -> (tokio::process::Child, SocketAddr, SocketAddr, SocketAddr) {
     use tokio::io::AsyncBufReadExt;
     let mut child = tokio::process::Command::new(std::env::current_exe().expect("own path"))
         .arg("serve-proxies")
+        .arg(origin.to_string())
         .args(ports.iter().map(u16::to_string))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -374,8 +379,13 @@ async fn proxies_apart(
 async fn main() {
     let mut args = std::env::args().skip(1).peekable();
     if args.peek().map(String::as_str) == Some("serve-proxies") {
-        let ports: Vec<u16> = args.skip(1).map(|a| a.parse().expect("a port")).collect();
-        serve_proxies(&ports).await;
+        let mut args = args.skip(1);
+        let origin = args
+            .next()
+            .and_then(|a| a.parse().ok())
+            .expect("the origin's address");
+        let ports: Vec<u16> = args.map(|a| a.parse().expect("a port")).collect();
+        serve_proxies(origin, &ports).await;
         return;
     }
     let client = match args.peek().map(String::as_str) {
@@ -406,12 +416,17 @@ async fn main() {
     let bulk = origin(bytes).await;
     let tiny = origin(1).await;
     let (_child, proxy_addr, copying, reference) = if apart {
-        let (child, spliced, copying, reference) = proxies_apart(&[bulk, tiny]).await;
+        let (child, spliced, copying, reference) = proxies_apart(LOOPBACK, &[bulk, tiny]).await;
         (Some(child), spliced, copying, reference)
     } else {
         let spliced = proxy(&[bulk, tiny], false).await;
         let copying = proxy(&[bulk, tiny], true).await;
-        (None, spliced, copying, reference_relay(bulk))
+        (
+            None,
+            spliced,
+            copying,
+            reference_relay(SocketAddr::new(LOOPBACK, bulk)),
+        )
     };
     println!(
         "proxies {}",
@@ -512,6 +527,8 @@ enum HttpRoute {
     Forward(SocketAddr),
     /// `cordon exec bash` in filtered network mode.
     Sandbox,
+    /// The reference relay at this address, asked as if it were the origin.
+    Relay(SocketAddr),
 }
 
 /// An HTTP origin on [`HTTP_ORIGIN`]: whatever a connection asks, it gets `200` with a
@@ -619,7 +636,10 @@ async fn fetch(
     sandbox: &Sandbox,
     bytes: u64,
 ) -> Fetch {
-    let script = fetch_command(client, url, route);
+    let script = match route {
+        HttpRoute::Relay(relay) => fetch_command(client, &format!("http://{relay}/"), route),
+        _ => fetch_command(client, url, route),
+    };
     let mut command = match route {
         HttpRoute::Sandbox => {
             let mut command = tokio::process::Command::new(&sandbox.cordon);
@@ -717,7 +737,7 @@ async fn real_clients(client: Client, args: &[String]) {
     let bytes = gib << 30;
     let port = http_origin(bytes).await;
     let url = format!("http://{HTTP_ORIGIN}:{port}/");
-    let (_child, proxy, _, _) = proxies_apart(&[port]).await;
+    let (_child, proxy, _, reference) = proxies_apart(HTTP_ORIGIN, &[port]).await;
     let dir = tempfile::tempdir().expect("a temporary directory");
     let sandbox = Sandbox {
         cordon,
@@ -737,6 +757,7 @@ async fn real_clients(client: Client, args: &[String]) {
     }
     routes.push(("forward", HttpRoute::Forward(proxy)));
     routes.push(("sandbox", HttpRoute::Sandbox));
+    routes.push(("reference relay", HttpRoute::Relay(reference)));
     println!(
         "{url}, proxy {proxy} in a process of its own, sandbox: {} exec; load average {}",
         sandbox.cordon.display(),
