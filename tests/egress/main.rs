@@ -59,13 +59,18 @@ macro_rules! egress_tests {
 egress_tests!(local, cordon_tests::Local);
 egress_tests!(docker_helper, cordon_tests::DockerHelper);
 
-/// Questions about `[network] ask` destinations reach the call's asker on the backends whose
-/// proxy runs in this process (over SSH the proxy runs on the build host, which has nobody to
-/// ask: such destinations are refused there, see `ssh_helper`'s cases).
+/// Questions about `[network] ask` destinations reach the asker of the call whose command
+/// connected: from the proxy in this process (local, Docker) or in the helper on the far side
+/// of its stream (a local pipe, SSH), which sends them back over it.
 mod asking {
     egress_tests!(@cases cordon_tests::Local; an_ask_question_names_the_call_that_connected);
     mod docker_helper {
         egress_tests!(@cases cordon_tests::DockerHelper; an_ask_question_names_the_call_that_connected);
     }
+    mod helper_pipe {
+        egress_tests!(@cases cordon_tests::HelperPipe; an_ask_question_names_the_call_that_connected);
+    }
+    mod ssh_helper {
+        egress_tests!(@cases cordon_tests::SshHelper; an_ask_question_names_the_call_that_connected);
+    }
 }
-egress_tests!(ssh_helper, cordon_tests::SshHelper);

@@ -245,6 +245,18 @@ impl LocalBackend {
         LocalBackend::build(config, Some(support), None, None)
     }
 
+    /// The general form of the constructors above: the command sandbox as if the host
+    /// supported `support` (`None`: what it supports), and filtered network mode's `resolver`
+    /// and `approver` (`None`: the system resolver, nobody to ask).
+    pub fn with_parts(
+        config: LocalConfig,
+        support: Option<cordon_sandbox::HostSupport>,
+        resolver: Option<Arc<dyn cordon_egress::proxy::Resolver>>,
+        approver: Option<Arc<dyn cordon_egress::ask::EgressApprover>>,
+    ) -> Result<Self, LocalError> {
+        LocalBackend::build(config, support, resolver, approver)
+    }
+
     fn build(
         config: LocalConfig,
         support: Option<cordon_sandbox::HostSupport>,

@@ -102,6 +102,10 @@ pub struct SshConfig {
     /// first, then `cordon-helper`. It must be a 64-bit ELF executable for the host's
     /// architecture (`uname -m`).
     pub helper: Option<PathBuf>,
+    /// Filtered network mode: who the helper's egress proxy asks, through this connection,
+    /// about destinations an ask entry (`[network] ask`) matches; `None`: nobody, they are
+    /// refused.
+    pub egress_asker: Option<Arc<dyn cordon_helper::EgressApprover>>,
 }
 
 impl std::fmt::Debug for SshConfig {
@@ -116,6 +120,10 @@ impl std::fmt::Debug for SshConfig {
             .field("state_dir", &self.state_dir)
             .field("helper", &self.helper)
             .field("passphrase", &self.passphrase.as_ref().map(|_| "<hook>"))
+            .field(
+                "egress_asker",
+                &self.egress_asker.as_ref().map(|_| "<approver>"),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -139,6 +147,7 @@ impl SshConfig {
             force_search_fallback: false,
             state_dir: None,
             helper: None,
+            egress_asker: None,
         }
     }
 }
@@ -282,6 +291,7 @@ impl SshBackend {
             force_search_fallback,
             state_dir,
             helper: helper_path,
+            egress_asker,
         } = config;
         let target = Target::parse(&host)?;
         let options = ResolveOptions::new(ssh_config, identity, known_hosts);
@@ -356,6 +366,7 @@ impl SshBackend {
             state_dir: (!state_arg.is_empty()).then(|| state_arg.clone()),
             root: root.clone(),
             spec: spec.clone(),
+            asker: egress_asker.clone(),
             reconnect: false,
         });
         let out = cordon_remote::transport::collect(
@@ -489,6 +500,7 @@ impl SshBackend {
                     state_dir: state_dir.clone(),
                     root: root.clone(),
                     spec: spec.clone(),
+                    asker: egress_asker.clone(),
                     reconnect: true,
                 })
                 .await
@@ -659,6 +671,8 @@ struct HelperSetup {
     state_dir: Option<String>,
     root: PathBuf,
     spec: SandboxSpec,
+    /// Who the helper's egress proxy asks (`SshConfig::egress_asker`).
+    asker: Option<Arc<dyn cordon_helper::EgressApprover>>,
     /// Whether a refused channel may replace the connection ([`Pool::open_channel`]):
     /// not for the start beside the probe, whose refusal only means "start again after it".
     reconnect: bool,
@@ -714,6 +728,7 @@ async fn start_helper(setup: HelperSetup) -> Started {
         state_dir,
         root,
         spec,
+        asker,
         reconnect,
     } = setup;
     let local = helper::choose_blocking(configured, arch.clone())
@@ -736,7 +751,7 @@ async fn start_helper(setup: HelperSetup) -> Started {
         cache_dir: channel.cache_dir.clone(),
         first: std::sync::Mutex::new(Some(channel)),
     };
-    let backend = cordon_helper::HelperBackend::start(Box::new(connector), session)
+    let backend = cordon_helper::HelperBackend::start_asking(Box::new(connector), session, asker)
         .await
         .map_err(|e| e.to_string())?;
     Ok((backend, report))

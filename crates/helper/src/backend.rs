@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{HelperClient, RemoteLayout};
+use crate::client::{HelperClient, HelperConnection, RemoteLayout};
 use crate::error::HelperError;
 use crate::protocol::SessionStart;
 
@@ -133,6 +133,7 @@ struct Live {
 pub struct HelperOps {
     connector: Box<dyn Connector>,
     start: SessionStart,
+    approver: Option<Arc<dyn cordon_egress::ask::EgressApprover>>,
     id: BackendId,
     root: PathBuf,
     home: Option<PathBuf>,
@@ -163,6 +164,7 @@ impl HelperOps {
             self.connector.as_ref(),
             self.start.clone(),
             Some(Arc::clone(&self.layout)),
+            self.approver.clone(),
         )
         .await?;
         if fresh.client.root() != self.root {
@@ -210,13 +212,17 @@ async fn start_live(
     connector: &dyn Connector,
     start: SessionStart,
     layout: Option<Arc<RemoteLayout>>,
+    approver: Option<Arc<dyn cordon_egress::ask::EgressApprover>>,
 ) -> Result<Live, HelperError> {
     let Connection {
         reader,
         writer,
         keep,
     } = connector.connect().await?;
-    let mut client = HelperClient::start(reader, writer, start).await?;
+    let mut client = HelperConnection::open(reader, writer)
+        .await?
+        .start_asking(start, approver)
+        .await?;
     if let Some(layout) = layout {
         client.share_layout(layout);
     }
@@ -246,7 +252,18 @@ impl HelperBackend {
         connector: Box<dyn Connector>,
         start: SessionStart,
     ) -> Result<HelperBackend, HelperError> {
-        let live = start_live(connector.as_ref(), start.clone(), None).await?;
+        HelperBackend::start_asking(connector, start, None).await
+    }
+
+    /// As [`HelperBackend::start`], with the helper's egress proxy asking `approver` about
+    /// destinations an ask entry (`[network] ask`) matches (through the client; see
+    /// [`HelperConnection::start_asking`]).
+    pub async fn start_asking(
+        connector: Box<dyn Connector>,
+        start: SessionStart,
+        approver: Option<Arc<dyn cordon_egress::ask::EgressApprover>>,
+    ) -> Result<HelperBackend, HelperError> {
+        let live = start_live(connector.as_ref(), start.clone(), None, approver.clone()).await?;
         let client = &live.client;
         let files: &dyn FileOperations = client.as_ref();
         let ops = HelperOps {
@@ -258,6 +275,7 @@ impl HelperBackend {
             layout: Arc::clone(client.layout()),
             connector,
             start,
+            approver,
             live: tokio::sync::Mutex::new(Some(live)),
             shut_down: std::sync::atomic::AtomicBool::new(false),
         };

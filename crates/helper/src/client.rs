@@ -34,9 +34,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::HelperError;
 use crate::frame::{Frame, FrameError, MAX_PAYLOAD_BYTES, read_frame, write_frame};
+use cordon_egress::ask::{AskRequest, EgressApprover};
+
 use crate::protocol::{
-    Classification, Envelope, MAX_IN_FLIGHT, OUTPUT_WINDOW, PROTOCOL_VERSION, ProbeReport, Request,
-    Response, SessionInfo, SessionStart, WireError, WirePath,
+    AskSetup, Classification, Envelope, MAX_IN_FLIGHT, MAX_OPEN_QUESTIONS, MAX_QUESTION_TEXT,
+    OUTPUT_WINDOW, PROTOCOL_VERSION, ProbeReport, Request, Response, SessionInfo, SessionStart,
+    WireAskAnswer, WireError, WirePath,
 };
 use crate::server::IO_BUFFER;
 
@@ -62,6 +65,54 @@ struct Link {
     in_flight: Arc<Semaphore>,
     dead: CancellationToken,
     death: Mutex<Option<String>>,
+    /// Who answers the helper's `[network] ask` questions, once the session asked for them.
+    questions: std::sync::OnceLock<Questions>,
+}
+
+/// The client's side of `[network] ask` questions (`ask` frames from the helper).
+struct Questions {
+    approver: Arc<dyn EgressApprover>,
+    /// The session label questions carry.
+    session: Arc<str>,
+    /// The tool calls of the commands running on this connection, and how many each has:
+    /// a question must name one of them (the helper may be on a host that is not trusted,
+    /// and its questions reach a person).
+    running: Mutex<HashMap<String, usize>>,
+    /// Questions being answered at once ([`MAX_OPEN_QUESTIONS`]).
+    open: Arc<Semaphore>,
+}
+
+/// One question as the helper sent it.
+struct Question {
+    question: u64,
+    call: Option<String>,
+    host: String,
+    port: u16,
+    entry: String,
+    source: String,
+}
+
+/// A running command's call, registered while it runs (see [`Questions::running`]).
+struct RunningCall {
+    link: Arc<Link>,
+    call: String,
+}
+
+impl Drop for RunningCall {
+    fn drop(&mut self) {
+        if let Some(questions) = self.link.questions.get() {
+            let mut running = questions
+                .running
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(count) = running.get_mut(&self.call) {
+                *count -= 1;
+                if *count == 0 {
+                    running.remove(&self.call);
+                }
+            }
+        }
+    }
 }
 
 /// One call waiting for answers, and what the helper may still send it.
@@ -107,6 +158,108 @@ impl Pending {
 }
 
 impl Link {
+    /// Register `call` as running a command until the guard is dropped (only when questions
+    /// are answered on this connection).
+    fn running(self: &Arc<Self>, call: Option<&str>) -> Option<RunningCall> {
+        let questions = self.questions.get()?;
+        let call = call?.to_owned();
+        *questions
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(call.clone())
+            .or_insert(0) += 1;
+        Some(RunningCall {
+            link: Arc::clone(self),
+            call,
+        })
+    }
+
+    /// Answer the helper's question in a task of its own (the reader never waits for a
+    /// person), then send the answer.
+    fn take_question(self: &Arc<Self>, question: Question) {
+        let link = Arc::clone(self);
+        tokio::spawn(async move {
+            let number = question.question;
+            let answer = link.answer(question).await;
+            let id = link.next_id.fetch_add(1, Ordering::SeqCst);
+            let request = Request::Answer {
+                question: number,
+                answer,
+            };
+            let header = match serde_json::to_vec(&Envelope { id, body: request }) {
+                Ok(header) => header,
+                Err(error) => {
+                    tracing::warn!(%error, "helper: an answer could not be encoded");
+                    return;
+                }
+            };
+            let frame = Frame {
+                header,
+                payload: Vec::new(),
+            };
+            tokio::select! {
+                _ = link.out.send(frame) => {}
+                () = link.dead.cancelled() => {}
+            }
+        });
+    }
+
+    /// The approver's answer to `question`, or a refusal when it cannot be asked: no approver
+    /// on this connection, too many questions at once, a question that is malformed or names
+    /// no command running here.
+    async fn answer(&self, question: Question) -> WireAskAnswer {
+        let Some(questions) = self.questions.get() else {
+            tracing::warn!("helper asked a question although the session does not answer any");
+            return WireAskAnswer::Unavailable;
+        };
+        let Ok(_open) = Arc::clone(&questions.open).try_acquire_owned() else {
+            tracing::warn!(
+                max = MAX_OPEN_QUESTIONS,
+                "helper: too many questions at once; refused without asking"
+            );
+            return WireAskAnswer::Unavailable;
+        };
+        let Question {
+            call,
+            host,
+            port,
+            entry,
+            source,
+            ..
+        } = question;
+        let long = [&host, &entry, &source]
+            .into_iter()
+            .chain(call.as_ref())
+            .any(|text| text.len() > MAX_QUESTION_TEXT);
+        let parsed = cordon_egress::rules::Host::parse(&host);
+        let call = call.filter(|call| {
+            questions
+                .running
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains_key(call)
+        });
+        let (Ok(host), Some(call), false) = (parsed, call, long) else {
+            tracing::warn!(
+                host = %host.chars().take(256).collect::<String>(),
+                "helper: a question that is malformed or names no command running here; refused without asking"
+            );
+            return WireAskAnswer::Unavailable;
+        };
+        let request = AskRequest {
+            session: Arc::clone(&questions.session),
+            call: Some(Arc::from(call)),
+            host,
+            port,
+            entry: cordon_egress::rules::Matched {
+                entry: Arc::from(entry),
+                source: Arc::from(source),
+            },
+        };
+        questions.approver.ask(request).await.into()
+    }
+
     fn die(&self, reason: String) {
         {
             let mut death = self.death.lock().unwrap_or_else(PoisonError::into_inner);
@@ -202,8 +355,26 @@ async fn read_answers<R: AsyncRead + Unpin>(reader: R, link: Weak<Link>) {
             Err(error) => return link.die(format!("unreadable answer from the helper: {error}")),
         };
         if envelope.id == 0 {
-            if let Response::Error { error } = &envelope.body {
-                tracing::warn!(error = %error.describe(), "helper reported a protocol error");
+            match envelope.body {
+                Response::Error { error } => {
+                    tracing::warn!(error = %error.describe(), "helper reported a protocol error");
+                }
+                Response::Ask {
+                    question,
+                    call,
+                    host,
+                    port,
+                    entry,
+                    source,
+                } => link.take_question(Question {
+                    question,
+                    call,
+                    host,
+                    port,
+                    entry,
+                    source,
+                }),
+                other => tracing::debug!(answer = ?other, "helper: a notice without a request"),
             }
             continue;
         }
@@ -382,6 +553,7 @@ impl HelperConnection {
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             dead: CancellationToken::new(),
             death: Mutex::new(None),
+            questions: std::sync::OnceLock::new(),
         });
         tokio::spawn(read_answers(reader, Arc::downgrade(&link)));
         tokio::spawn(write_requests(
@@ -444,6 +616,32 @@ impl HelperConnection {
 
     /// Open the session: the helper builds the local backend for `start` on its host.
     pub async fn start(self, start: SessionStart) -> Result<HelperClient, HelperError> {
+        self.start_asking(start, None).await
+    }
+
+    /// As [`HelperConnection::start`], with the helper's egress proxy asking `approver` about
+    /// destinations an ask entry (`[network] ask`) matches: each question comes as an `ask`
+    /// frame, is put to `approver` if it names the call of a command running on this
+    /// connection (else it is refused without asking), and is answered. Without an approver
+    /// the helper asks nobody.
+    pub async fn start_asking(
+        self,
+        mut start: SessionStart,
+        approver: Option<Arc<dyn EgressApprover>>,
+    ) -> Result<HelperClient, HelperError> {
+        if let Some(approver) = approver {
+            start.ask = Some(AskSetup {
+                answer_within_ms: approver
+                    .answer_within()
+                    .map(|within| u64::try_from(within.as_millis()).unwrap_or(u64::MAX)),
+            });
+            let _ = self.link.questions.set(Questions {
+                approver,
+                session: Arc::from(format!("helper:{}", start.root.0.display())),
+                running: Mutex::new(HashMap::new()),
+                open: Arc::new(Semaphore::new(MAX_OPEN_QUESTIONS)),
+            });
+        }
         let spec = start.spec.clone();
         let info = match self
             .request(
@@ -1005,6 +1203,7 @@ impl BashOperations for HelperClient {
             reason: error.to_string(),
         };
         let cwd = request.cwd.clone();
+        let _running = self.connection.link.running(request.call_id.as_deref());
         let mut tail: Vec<u8> = Vec::new();
         let mut call = self
             .connection
@@ -1165,5 +1364,135 @@ mod tests {
                 Err("it answered one request twice".to_owned())
             );
         }
+    }
+
+    /// Answers every question `Once`, counting them.
+    struct Counting(AtomicU64);
+
+    #[async_trait]
+    impl EgressApprover for Counting {
+        async fn ask(&self, request: AskRequest) -> cordon_egress::ask::AskAnswer {
+            assert_eq!(request.call.as_deref(), Some("call-7"));
+            self.0.fetch_add(1, Ordering::SeqCst);
+            cordon_egress::ask::AskAnswer::Once
+        }
+    }
+
+    fn asking_link(approver: Arc<Counting>) -> Arc<Link> {
+        let (out, _queue) = mpsc::channel(1);
+        let link = Arc::new(Link {
+            out,
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            dead: CancellationToken::new(),
+            death: Mutex::new(None),
+            questions: std::sync::OnceLock::new(),
+        });
+        let _ = link.questions.set(Questions {
+            approver,
+            session: Arc::from("test"),
+            running: Mutex::new(HashMap::new()),
+            open: Arc::new(Semaphore::new(MAX_OPEN_QUESTIONS)),
+        });
+        link
+    }
+
+    fn question(call: Option<&str>, host: &str, entry: &str) -> Question {
+        Question {
+            question: 1,
+            call: call.map(str::to_owned),
+            host: host.to_owned(),
+            port: 443,
+            entry: entry.to_owned(),
+            source: "policy.toml:7".to_owned(),
+        }
+    }
+
+    /// The helper may be on a host that is not trusted: its questions reach a person only
+    /// when they name a command running on this connection and are well formed.
+    #[tokio::test]
+    async fn a_question_reaches_the_approver_only_for_a_command_running_here() {
+        let approver = Arc::new(Counting(AtomicU64::new(0)));
+        let link = asking_link(Arc::clone(&approver));
+        let asked = |link: &Arc<Link>, q| {
+            let link = Arc::clone(link);
+            async move { link.answer(q).await }
+        };
+        // No command of that call runs: refused without asking.
+        assert_eq!(
+            asked(
+                &link,
+                question(Some("call-7"), "pkg.example", "pkg.example")
+            )
+            .await,
+            WireAskAnswer::Unavailable
+        );
+        let running = link.running(Some("call-7")).expect("registered");
+        assert_eq!(
+            asked(
+                &link,
+                question(Some("call-7"), "pkg.example", "pkg.example")
+            )
+            .await,
+            WireAskAnswer::Once
+        );
+        // No call named, a host that is no host, an entry beyond the bound: refused.
+        assert_eq!(
+            asked(&link, question(None, "pkg.example", "pkg.example")).await,
+            WireAskAnswer::Unavailable
+        );
+        assert_eq!(
+            asked(
+                &link,
+                question(Some("call-7"), "not a host!", "pkg.example")
+            )
+            .await,
+            WireAskAnswer::Unavailable
+        );
+        let long = "x".repeat(MAX_QUESTION_TEXT + 1);
+        assert_eq!(
+            asked(&link, question(Some("call-7"), "pkg.example", &long)).await,
+            WireAskAnswer::Unavailable
+        );
+        assert_eq!(approver.0.load(Ordering::SeqCst), 1);
+        // Once the command ended, its call is no longer asked about.
+        drop(running);
+        assert_eq!(
+            asked(
+                &link,
+                question(Some("call-7"), "pkg.example", "pkg.example")
+            )
+            .await,
+            WireAskAnswer::Unavailable
+        );
+        assert_eq!(approver.0.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn questions_beyond_the_bound_are_refused_without_asking() {
+        let approver = Arc::new(Counting(AtomicU64::new(0)));
+        let link = asking_link(Arc::clone(&approver));
+        let _running = link.running(Some("call-7"));
+        let questions = link.questions.get().expect("questions");
+        let held: Vec<_> = (0..MAX_OPEN_QUESTIONS)
+            .map(|_| {
+                Arc::clone(&questions.open)
+                    .try_acquire_owned()
+                    .expect("a slot")
+            })
+            .collect();
+        assert_eq!(
+            link.answer(question(Some("call-7"), "pkg.example", "pkg.example"))
+                .await,
+            WireAskAnswer::Unavailable
+        );
+        drop(held);
+        assert_eq!(
+            link.answer(question(Some("call-7"), "pkg.example", "pkg.example"))
+                .await,
+            WireAskAnswer::Once
+        );
+        assert_eq!(approver.0.load(Ordering::SeqCst), 1);
     }
 }

@@ -39,6 +39,7 @@ pub use backend::{
     locate_helper,
 };
 pub use client::{HelperClient, HelperConnection};
+pub use cordon_egress::ask::EgressApprover;
 pub use error::HelperError;
 pub use protocol::{PROTOCOL_VERSION, ProbeReport, SessionInfo, SessionStart};
 pub use server::serve;

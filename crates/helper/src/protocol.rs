@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 /// The protocol version both sides must speak; a helper of another version refuses the
 /// session in `hello`.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Most requests one helper serves at a time; one more is refused with an error (the client
 /// holds the same bound, so it never sends more).
@@ -38,6 +38,13 @@ pub const OUTPUT_WINDOW: u64 = 1024 * 1024;
 
 /// Most spill files one helper keeps open at a time.
 pub const MAX_OPEN_SPILLS: usize = 64;
+
+/// Most `[network] ask` questions one helper has waiting for the client's answer; its proxy
+/// gets "nobody to ask" for more. The client holds the same bound on the questions it takes.
+pub const MAX_OPEN_QUESTIONS: usize = 16;
+
+/// Longest text of a question's host, entry, source or call the client takes.
+pub const MAX_QUESTION_TEXT: usize = 1024;
 
 /// One frame's header.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -128,6 +135,62 @@ pub struct SessionStart {
     /// paths (`LocalConfig::workspace_is_copy`).
     #[serde(default)]
     pub workspace_is_copy: bool,
+    /// The client answers questions about `[network] ask` destinations (`ask` frames); `None`:
+    /// nobody is asked and such destinations are refused.
+    #[serde(default)]
+    pub ask: Option<AskSetup>,
+}
+
+/// How the client answers `[network] ask` questions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AskSetup {
+    /// How long the client's approver waits for a person before it gives up by itself, in
+    /// milliseconds (`EgressApprover::answer_within`): the helper's proxy waits that long plus
+    /// a margin for the answer.
+    pub answer_within_ms: Option<u64>,
+}
+
+/// An answer to an `ask` question, on the wire (`cordon_egress::ask::AskAnswer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireAskAnswer {
+    /// This connection.
+    Once,
+    /// The destination, for the rest of the session.
+    Session,
+    /// Refused.
+    Deny,
+    /// Asked, no usable answer.
+    NoAnswer,
+    /// Nobody to ask.
+    Unavailable,
+}
+
+impl From<cordon_egress::ask::AskAnswer> for WireAskAnswer {
+    fn from(answer: cordon_egress::ask::AskAnswer) -> Self {
+        use cordon_egress::ask::AskAnswer;
+        match answer {
+            AskAnswer::Once => WireAskAnswer::Once,
+            AskAnswer::Session => WireAskAnswer::Session,
+            AskAnswer::Deny => WireAskAnswer::Deny,
+            AskAnswer::NoAnswer => WireAskAnswer::NoAnswer,
+            AskAnswer::Unavailable => WireAskAnswer::Unavailable,
+        }
+    }
+}
+
+impl From<WireAskAnswer> for cordon_egress::ask::AskAnswer {
+    fn from(answer: WireAskAnswer) -> Self {
+        use cordon_egress::ask::AskAnswer;
+        match answer {
+            WireAskAnswer::Once => AskAnswer::Once,
+            WireAskAnswer::Session => AskAnswer::Session,
+            WireAskAnswer::Deny => AskAnswer::Deny,
+            WireAskAnswer::NoAnswer => AskAnswer::NoAnswer,
+            WireAskAnswer::Unavailable => AskAnswer::Unavailable,
+        }
+    }
 }
 
 /// Where a helper runs: which of the local sandbox's layers it applies to commands itself
@@ -163,6 +226,7 @@ impl SessionStart {
             simulate_support: None,
             profile: SandboxProfile::Host,
             workspace_is_copy: false,
+            ask: None,
         }
     }
 }
@@ -288,20 +352,23 @@ pub struct WireExec {
     pub timeout_ms: u64,
     /// Extra environment.
     pub env: Vec<(String, String)>,
+    /// The tool call (the helper's proxy names it in its questions about the command's
+    /// connections, so the client can tell whose they are).
+    #[serde(default)]
+    pub call_id: Option<String>,
 }
 
 impl From<ExecRequest> for WireExec {
     fn from(request: ExecRequest) -> Self {
         let ExecRequest {
-            // The helper's proxy has nobody to ask (ask entries are refused there), so the
-            // call is not sent.
-            call_id: _,
+            call_id,
             command,
             cwd,
             timeout,
             env,
         } = request;
         WireExec {
+            call_id,
             command,
             cwd: WirePath(cwd),
             timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
@@ -317,9 +384,10 @@ impl From<WireExec> for ExecRequest {
             cwd,
             timeout_ms,
             env,
+            call_id,
         } = request;
         ExecRequest {
-            call_id: None,
+            call_id,
             command,
             cwd: cwd.0,
             timeout: Duration::from_millis(timeout_ms),
@@ -618,6 +686,13 @@ pub enum Request {
         /// Bytes taken.
         bytes: u64,
     },
+    /// The answer to the helper's question `question` (an `ask` frame). Not answered.
+    Answer {
+        /// The question's number.
+        question: u64,
+        /// The answer.
+        answer: WireAskAnswer,
+    },
     /// Cancel the request `target` (a command's tree is killed). Not answered.
     Cancel {
         /// The request id to cancel.
@@ -699,6 +774,23 @@ pub enum Response {
     Exec {
         /// How.
         outcome: ExecOutcome,
+    },
+    /// A question of the helper's egress proxy (request id 0, sent only when the session's
+    /// start set `ask`): may a command of the call `call` connect to `host:port`, which the
+    /// ask entry `entry` (written at `source`) matches? The client answers with `answer`.
+    Ask {
+        /// The question's number (for `answer`).
+        question: u64,
+        /// The tool call whose command connects, when the helper knows it.
+        call: Option<String>,
+        /// The destination host: a name, or an address without brackets.
+        host: String,
+        /// The destination port.
+        port: u16,
+        /// The ask entry that matched.
+        entry: String,
+        /// Where it was written (`FILE:LINE`).
+        source: String,
     },
     /// The request failed.
     Error {

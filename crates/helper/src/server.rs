@@ -27,9 +27,13 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::frame::{Frame, FrameError, MAX_PAYLOAD_BYTES, read_frame, write_frame};
+use cordon_egress::ask::{AskAnswer, AskRequest, EgressApprover};
+use cordon_egress::rules::Host;
+
 use crate::protocol::{
-    Classification, Envelope, MAX_IN_FLIGHT, MAX_OPEN_SPILLS, OUTPUT_WINDOW, PROTOCOL_VERSION,
-    ProbeReport, Request, Response, SessionInfo, SessionStart, WireEntry, WireError, WirePath,
+    Classification, Envelope, MAX_IN_FLIGHT, MAX_OPEN_QUESTIONS, MAX_OPEN_SPILLS, OUTPUT_WINDOW,
+    PROTOCOL_VERSION, ProbeReport, Request, Response, SessionInfo, SessionStart, WireEntry,
+    WireError, WirePath,
 };
 
 /// Buffer of each direction of the stream.
@@ -48,17 +52,7 @@ where
     let mut reader = tokio::io::BufReader::with_capacity(IO_BUFFER, reader);
     let (out, queue) = mpsc::channel(OUT_QUEUE);
     let writer_task = tokio::spawn(write_frames(writer, queue));
-    let server = Arc::new(Server {
-        out,
-        hello: AtomicBool::new(false),
-        backend: OnceLock::new(),
-        starting: AtomicBool::new(false),
-        cancels: Mutex::new(HashMap::new()),
-        windows: Mutex::new(HashMap::new()),
-        spills: Mutex::new(HashMap::new()),
-        next_spill: AtomicU64::new(1),
-        in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
-    });
+    let server = Server::new(out);
     let mut tasks = JoinSet::new();
     let ended = loop {
         while tasks.try_join_next().is_some() {}
@@ -173,6 +167,8 @@ impl Window {
 type OpenSpill = Arc<tokio::sync::Mutex<SpillWriter>>;
 
 struct Server {
+    /// This server (for the approver the session's proxy asks through).
+    me: std::sync::Weak<Server>,
     out: mpsc::Sender<Frame>,
     hello: AtomicBool,
     backend: OnceLock<Arc<LocalBackend>>,
@@ -182,9 +178,30 @@ struct Server {
     spills: Mutex<HashMap<u64, OpenSpill>>,
     next_spill: AtomicU64,
     in_flight: Arc<Semaphore>,
+    /// Questions sent to the client (`ask` frames) waiting for its `answer`.
+    questions: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<AskAnswer>>>,
+    next_question: AtomicU64,
 }
 
 impl Server {
+    /// A server whose answers go to `out`.
+    fn new(out: mpsc::Sender<Frame>) -> Arc<Server> {
+        Arc::new_cyclic(|me| Server {
+            me: me.clone(),
+            out,
+            hello: AtomicBool::new(false),
+            backend: OnceLock::new(),
+            starting: AtomicBool::new(false),
+            cancels: Mutex::new(HashMap::new()),
+            windows: Mutex::new(HashMap::new()),
+            spills: Mutex::new(HashMap::new()),
+            next_spill: AtomicU64::new(1),
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            questions: Mutex::new(HashMap::new()),
+            next_question: AtomicU64::new(1),
+        })
+    }
+
     /// Queue one answer. A response that cannot be encoded or is over the header bound
     /// becomes an error answer naming why.
     async fn send(&self, id: u64, response: &Response, payload: Vec<u8>) {
@@ -264,6 +281,19 @@ impl Server {
         if let Request::Ack { target, bytes } = request {
             if let Some(window) = self.lock_windows().get(&target) {
                 window.acknowledge(bytes);
+            }
+            return;
+        }
+        if let Request::Answer { question, answer } = request {
+            let waiting = self
+                .questions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&question);
+            match waiting {
+                // The proxy may have stopped waiting (its bound, the command ended).
+                Some(sender) => drop(sender.send(answer.into())),
+                None => tracing::debug!(question, "helper: an answer to no open question"),
             }
             return;
         }
@@ -358,7 +388,7 @@ impl Server {
             Request::Exec { request } => {
                 return self.exec(id, request.into(), cancel).await;
             }
-            Request::Cancel { .. } | Request::Ack { .. } => return,
+            Request::Cancel { .. } | Request::Ack { .. } | Request::Answer { .. } => return,
             #[cfg(test)]
             Request::Panic => panic!("a handler that panics, for the test"),
             other => self.operation(other, payload, cancel).await,
@@ -405,7 +435,14 @@ impl Server {
             simulate_support,
             profile,
             workspace_is_copy,
+            ask,
         } = session;
+        let approver = ask.map(|setup| {
+            Arc::new(ClientApprover {
+                server: self.me.clone(),
+                within: setup.answer_within_ms.map(std::time::Duration::from_millis),
+            }) as Arc<dyn EgressApprover>
+        });
         let config = LocalConfig {
             root: root.0,
             spec,
@@ -414,12 +451,12 @@ impl Server {
             profile: profile.into(),
             workspace_is_copy,
         };
-        let built = tokio::task::spawn_blocking(move || match simulate_support {
-            None => LocalBackend::new(config),
-            Some(wish) => {
+        let built = tokio::task::spawn_blocking(move || {
+            let support = simulate_support.map(|wish| {
                 let real = ProbeReport::from(cordon_backend_local::probe_host());
-                LocalBackend::with_host_support(config, wish.intersect(real).into())
-            }
+                wish.intersect(real).into()
+            });
+            LocalBackend::with_parts(config, support, None, approver)
         })
         .await;
         let backend = match built {
@@ -558,6 +595,7 @@ impl Server {
             | Request::Start { .. }
             | Request::Exec { .. }
             | Request::Ack { .. }
+            | Request::Answer { .. }
             | Request::Cancel { .. } => Err(WireError::Protocol {
                 message: "request routed to the wrong handler".to_owned(),
             }),
@@ -775,6 +813,95 @@ fn encode<T: Serialize>(id: u64, body: &T) -> Result<Vec<u8>, String> {
     Ok(header)
 }
 
+/// The session proxy's approver when the client answers questions: each question goes to
+/// the client as an `ask` frame (request id 0) and waits for its `answer`. At most
+/// [`MAX_OPEN_QUESTIONS`] wait at once (more get "nobody to ask"); a question the proxy
+/// stops waiting for is forgotten, and one open when the session ends is unanswered.
+struct ClientApprover {
+    server: std::sync::Weak<Server>,
+    within: Option<std::time::Duration>,
+}
+
+/// Removes a question when its asker stops waiting.
+struct OpenQuestion {
+    server: std::sync::Weak<Server>,
+    question: u64,
+}
+
+impl Drop for OpenQuestion {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.upgrade() {
+            server
+                .questions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&self.question);
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl EgressApprover for ClientApprover {
+    async fn ask(&self, request: AskRequest) -> AskAnswer {
+        let Some(server) = self.server.upgrade() else {
+            return AskAnswer::Unavailable;
+        };
+        let (sender, answer) = tokio::sync::oneshot::channel();
+        let question = {
+            let mut questions = server
+                .questions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if questions.len() >= MAX_OPEN_QUESTIONS {
+                tracing::warn!(
+                    max = MAX_OPEN_QUESTIONS,
+                    "helper: too many questions waiting for the client; this one has nobody to ask"
+                );
+                return AskAnswer::Unavailable;
+            }
+            let question = server.next_question.fetch_add(1, Ordering::Relaxed);
+            questions.insert(question, sender);
+            question
+        };
+        let _open = OpenQuestion {
+            server: self.server.clone(),
+            question,
+        };
+        let AskRequest {
+            call,
+            host,
+            port,
+            entry,
+            ..
+        } = request;
+        let host = match host {
+            Host::Name(name) => name.to_string(),
+            Host::Ip(ip) => ip.to_string(),
+        };
+        server
+            .send(
+                0,
+                &Response::Ask {
+                    question,
+                    call: call.map(|call| call.to_string()),
+                    host,
+                    port,
+                    entry: entry.entry.to_string(),
+                    source: entry.source.to_string(),
+                },
+                Vec::new(),
+            )
+            .await;
+        // Not held while waiting: the session's end must not wait for the person.
+        drop(server);
+        answer.await.unwrap_or(AskAnswer::Unavailable)
+    }
+
+    fn answer_within(&self) -> Option<std::time::Duration> {
+        self.within
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -856,5 +983,97 @@ mod tests {
         assert_eq!(window.credit.available_permits(), full);
         window.acknowledge(5);
         assert_eq!(window.credit.available_permits(), full);
+    }
+
+    fn ask_request() -> AskRequest {
+        AskRequest {
+            session: Arc::from("test"),
+            call: Some(Arc::from("call-1")),
+            host: Host::parse("pkg.example").expect("host"),
+            port: 443,
+            entry: cordon_egress::rules::Matched {
+                entry: Arc::from("pkg.example"),
+                source: Arc::from("policy.toml:3"),
+            },
+        }
+    }
+
+    /// Questions go to the client as `ask` frames; at most `MAX_OPEN_QUESTIONS` wait at once,
+    /// one the proxy stops waiting for is forgotten, and an answer reaches its question.
+    #[tokio::test]
+    async fn questions_to_the_client_are_bounded_forgotten_and_answered() {
+        let (out, mut frames) = mpsc::channel(OUT_QUEUE);
+        let server = Server::new(out);
+        let approver = Arc::new(ClientApprover {
+            server: Arc::downgrade(&server),
+            within: None,
+        });
+        let mut waiting = Vec::new();
+        for _ in 0..MAX_OPEN_QUESTIONS {
+            let approver = Arc::clone(&approver);
+            waiting.push(tokio::spawn(
+                async move { approver.ask(ask_request()).await },
+            ));
+        }
+        let mut numbers = Vec::new();
+        for _ in 0..MAX_OPEN_QUESTIONS {
+            let frame = frames.recv().await.expect("an ask frame");
+            let envelope: Envelope<Response> = serde_json::from_slice(&frame.header).expect("json");
+            assert_eq!(envelope.id, 0);
+            match envelope.body {
+                Response::Ask {
+                    question,
+                    call,
+                    host,
+                    port,
+                    entry,
+                    source,
+                } => {
+                    assert_eq!(
+                        (
+                            call.as_deref(),
+                            host.as_str(),
+                            port,
+                            entry.as_str(),
+                            source.as_str()
+                        ),
+                        (
+                            Some("call-1"),
+                            "pkg.example",
+                            443,
+                            "pkg.example",
+                            "policy.toml:3"
+                        )
+                    );
+                    numbers.push(question);
+                }
+                other => panic!("not a question: {other:?}"),
+            }
+        }
+        // One more: nobody to ask.
+        assert_eq!(approver.ask(ask_request()).await, AskAnswer::Unavailable);
+        // The proxy stops waiting for one: it is forgotten, and there is room again.
+        let stopped = waiting.pop().expect("a question");
+        stopped.abort();
+        let _ = stopped.await;
+        assert_eq!(
+            server.questions.lock().expect("questions").len(),
+            MAX_OPEN_QUESTIONS - 1
+        );
+        // The client's answer reaches its question.
+        let first = numbers[0];
+        let sender = server
+            .questions
+            .lock()
+            .expect("questions")
+            .remove(&first)
+            .expect("open");
+        sender.send(AskAnswer::Session).expect("waiting");
+        assert_eq!(waiting.remove(0).await.expect("join"), AskAnswer::Session);
+        // The session ends: the rest have nobody to answer them.
+        drop(server);
+        for question in waiting {
+            assert_eq!(question.await.expect("join"), AskAnswer::Unavailable);
+        }
     }
 }

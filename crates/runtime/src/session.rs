@@ -116,6 +116,16 @@ pub struct SshOptions {
 impl SshOptions {
     /// The backend's configuration for these options and `spec`.
     pub fn config(self, spec: SandboxSpec) -> SshConfig {
+        self.config_asking(spec, None)
+    }
+
+    /// [`SshOptions::config`], with the helper's egress proxy asking `asker` about `[network]
+    /// ask` destinations.
+    pub fn config_asking(
+        self,
+        spec: SandboxSpec,
+        asker: Option<Arc<dyn cordon_egress::ask::EgressApprover>>,
+    ) -> SshConfig {
         let SshOptions {
             host,
             remote_root,
@@ -132,6 +142,7 @@ impl SshOptions {
             ssh_config,
             helper,
             state_dir,
+            egress_asker: asker,
             ..SshConfig::new(host, remote_root)
         }
     }
@@ -401,7 +412,7 @@ impl Session {
                     helper,
                     state_dir,
                 }
-                .config(spec.clone());
+                .config_asking(spec.clone(), egress_approver);
                 Arc::new(
                     SshBackend::connect(config)
                         .await
@@ -414,9 +425,10 @@ impl Session {
                     .map_err(RuntimeError::Helper)?;
                 let start = cordon_helper::SessionStart::new(root, spec.clone());
                 Arc::new(
-                    cordon_helper::HelperBackend::start(
+                    cordon_helper::HelperBackend::start_asking(
                         Box::new(cordon_helper::PipeConnector::new(program)),
                         start,
+                        egress_approver,
                     )
                     .await
                     .map_err(RuntimeError::Helper)?,
