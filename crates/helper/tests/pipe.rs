@@ -625,8 +625,14 @@ async fn malformed_requests_get_errors_and_the_session_goes_on() {
             .await
             .starts_with("malformed request: unknown variant `launch_missiles`")
     );
-    raw.send_header(br#"{"id":3,"type":"hello","version":1}"#)
-        .await;
+    raw.send_header(
+        format!(
+            r#"{{"id":3,"type":"hello","version":{}}}"#,
+            cordon_helper::PROTOCOL_VERSION
+        )
+        .as_bytes(),
+    )
+    .await;
     assert!(matches!(raw.answer().await.body, Response::Hello { .. }));
     raw.send_header(br#"{"id":4,"type":"read_file","path":"/etc/passwd"}"#)
         .await;
