@@ -9,8 +9,9 @@
 //!   create, replace or remove anything there);
 //! - it starts `cordon-helper serve --connect SOCKET` through the engine, attached as before
 //!   (its stderr is the helper's log);
-//! - it accepts only the helper it started: the connecting process's pid (`SO_PEERCRED`, as
-//!   this machine sees it) must be the exec's pid the engine reports. Anything else in the
+//! - it accepts only the helper it started: the connecting process must still run and its
+//!   pid (as this machine sees it, through a pidfd of the peer) be the exec's pid the engine
+//!   reports ([`live_peer`]: a kernel before Linux 6.5 cannot tell). Anything else in the
 //!   container (a process a command left behind) that connects first is dropped, and so is
 //!   any connection from this machine;
 //! - the socket is removed once the helper is accepted, so nothing else can connect later.
@@ -153,13 +154,12 @@ where
             .accept()
             .await
             .map_err(|error| format!("failed to accept on the helper's socket: {error}"))?;
-        let peer = stream
-            .peer_cred()
-            .map_err(|error| format!("failed to read the helper socket's peer: {error}"))?
-            .pid();
         let expected = expected_pid().await?;
+        // Asked after the engine named the helper's pid: a peer still running with that pid
+        // is the helper (a live process's pid is its own).
+        let peer = live_peer(&stream)?;
         match peer {
-            Some(pid) if i64::from(pid) == expected => break stream,
+            Some(pid) if pid == expected => break stream,
             peer => {
                 strangers += 1;
                 tracing::warn!(
@@ -177,6 +177,41 @@ where
     };
     drop(pending);
     Ok(accepted)
+}
+
+/// The pid (as this machine sees it) of the process at the other end of `stream` while that
+/// process still runs; `None` once it ended. The pid `SO_PEERCRED` reports is the one the
+/// process had when it connected: a process can connect, hand its end to a child and exit,
+/// and once the kernel gives its pid to a later process (a pid space of 32768 wraps in
+/// seconds) that number would pass for the later one's. A pidfd of the peer tells whether
+/// that same process still runs. A kernel without `SO_PEERPIDFD` (before Linux 6.5) cannot
+/// tell, and the socket is given up.
+fn live_peer(stream: &UnixStream) -> Result<Option<i64>, String> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerPidfd};
+    use std::os::fd::AsRawFd;
+    let pidfd = match getsockopt(stream, PeerPidfd) {
+        Ok(pidfd) => pidfd,
+        Err(nix::errno::Errno::ESRCH) => return Ok(None),
+        Err(nix::errno::Errno::ENOPROTOOPT) => {
+            return Err(
+                "this kernel cannot tell whether the process that connected to the \
+                 helper's socket still runs (SO_PEERPIDFD, Linux 6.5): a pid reused by another \
+                 process could pass for the helper's"
+                    .to_owned(),
+            );
+        }
+        Err(error) => return Err(format!("failed to read the helper socket's peer: {error}")),
+    };
+    let path = format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd());
+    let info = std::fs::read_to_string(&path)
+        .map_err(|error| format!("failed to read {path}: {error}"))?;
+    let pid = info
+        .lines()
+        .find_map(|line| line.strip_prefix("Pid:"))
+        .and_then(|value| value.trim().parse::<i64>().ok())
+        .ok_or_else(|| format!("{path} names no pid"))?;
+    // -1: the process ended (0: it runs in a pid namespace this machine's /proc cannot name).
+    Ok((pid > 0).then_some(pid))
 }
 
 #[cfg(test)]
@@ -228,6 +263,75 @@ mod tests {
         accepted.try_write(b"x").expect("write");
         helper.readable().await.expect("readable");
         assert_eq!(helper.try_read(&mut buf).expect("read"), 1);
+    }
+
+    /// A connection made by a process that has ended, `child`: its end is held by this
+    /// process (the way a model's process hands it to one that outlives it).
+    #[allow(unsafe_code)]
+    fn connect_from_an_ended_process(path: &Path) -> (std::os::fd::OwnedFd, i64) {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
+        use nix::sys::wait::{WaitStatus, waitpid};
+        use nix::unistd::{ForkResult, fork};
+        use std::os::fd::AsRawFd;
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .expect("socket");
+        let address = UnixAddr::new(path).expect("address");
+        // SAFETY: the child only calls connect(2) and _exit(2), both async-signal-safe, on
+        // values made before the fork.
+        match unsafe { fork() }.expect("fork") {
+            ForkResult::Child => {
+                let status = i32::from(connect(fd.as_raw_fd(), &address).is_err());
+                // SAFETY: ends the child at once, running nothing of the parent's.
+                unsafe { libc::_exit(status) }
+            }
+            ForkResult::Parent { child } => {
+                assert_eq!(
+                    waitpid(child, None).expect("wait"),
+                    WaitStatus::Exited(child, 0),
+                    "the child connects"
+                );
+                (fd, i64::from(child.as_raw()))
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_process_that_ended_is_not_the_helper_even_when_its_pid_is_the_helpers_now() {
+        let sockets = HelperSockets::create().expect("create");
+        let pending = sockets.listen().expect("listen");
+        let path = pending.host_path.clone();
+        // The kernel may hand the ended child's pid to the next process, the helper: the
+        // engine then reports that number for the helper.
+        let (_held, ended) = connect_from_an_ended_process(&path);
+        let mut live = Vec::new();
+        for _ in 1..MAX_STRANGERS {
+            live.push(UnixStream::connect(&path).await.expect("connect"));
+        }
+        let error = accept_helper(pending, move || async move { Ok(ended) })
+            .await
+            .expect_err("the ended process's connection is not the helper's");
+        assert!(error.contains("other processes than the helper"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn the_peer_is_named_only_while_it_runs() {
+        let sockets = HelperSockets::create().expect("create");
+        let pending = sockets.listen().expect("listen");
+        let (held, _) = connect_from_an_ended_process(&pending.host_path);
+        let mine = UnixStream::connect(&pending.host_path).await.expect("mine");
+        let (first, _) = pending.listener.accept().await.expect("accept");
+        let (second, _) = pending.listener.accept().await.expect("accept");
+        assert_eq!(live_peer(&first).expect("peer"), None);
+        assert_eq!(
+            live_peer(&second).expect("peer"),
+            Some(i64::from(std::process::id()))
+        );
+        drop((held, mine));
     }
 
     #[tokio::test]
