@@ -463,3 +463,100 @@ async fn ask_once_for_the_session(files_helper: FilesHelper) {
     );
     backend.stop().await.expect("stop");
 }
+
+/// A command whose helper dies under it (killed here from outside, as the OOM killer or a
+/// command on a kernel without Landlock's signal scope could) leaves its processes running:
+/// nothing kills their group any more. A later connection of theirs, made while another
+/// call's command is the only one running, must not name that call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_left_by_a_dead_helper_does_not_get_its_connection_named_for_a_later_call() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(http_server(listener));
+    let mut config = support::config(&host, ws.path());
+    config.image = support::DEBIAN.to_owned();
+    config.spec.network = NetworkMode::Filtered;
+    config.spec.egress.allow = vec![format!("127.0.0.1:{port}")];
+    config.spec.egress.ask = vec![format!("*.ask.test:{port}")];
+    config.spec.sources.file = "policy.toml".to_owned();
+    config.spec.sources.egress_allow = vec![4];
+    config.spec.sources.egress_ask = vec![7];
+    config.helper = Some(helper());
+    config.files_helper = FilesHelper::Required;
+    config.egress_resolver = Some(EgressResolver(Arc::new(StaticResolver::new([(
+        "pkg.ask.test",
+        vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+    )]))));
+    let approver = Arc::new(ApproveForSession::default());
+    config.egress_asker = Some(cordon_backend_docker::EgressAsker(approver.clone()));
+    let backend = DockerBackend::start(config)
+        .await
+        .expect("a filtered session starts");
+
+    // Call 1 leaves a process waiting for `go`, then waits for its helper to be killed.
+    let late = format!(
+        "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://pkg.ask.test:{port}/late').read().decode())\""
+    );
+    let first = format!(
+        "( while [ ! -e go ]; do sleep 0.05; done; {late} > late.out 2>&1; touch done ) \
+         >/dev/null 2>&1 </dev/null & touch started; exec sleep 600"
+    );
+    let request = cordon_ops::ExecRequest {
+        call_id: Some("call-1".to_owned()),
+        command: first,
+        cwd: std::path::PathBuf::from("/workspace"),
+        timeout: std::time::Duration::from_secs(600),
+        env: vec![],
+    };
+    let bash = cordon_ops::Backend::bash(&backend);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    let killer = async {
+        while !ws.path().join("started").exists() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        // Every `cordon-helper serve` (not the forwarder), as root from outside.
+        let status = std::process::Command::new("docker")
+            .args([
+                "exec",
+                "-u",
+                "0",
+                backend.container(),
+                "sh",
+                "-c",
+                "for p in /proc/[0-9]*; do \
+                 if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'helper serv[e]'; then \
+                 kill -9 ${p#/proc/}; fi; done",
+            ])
+            .env("DOCKER_HOST", &host)
+            .status()
+            .expect("docker exec kill");
+        assert!(status.success());
+    };
+    let (ran, ()) = tokio::join!(
+        bash.exec(request, tokio_util::sync::CancellationToken::new(), tx),
+        killer
+    );
+    assert!(ran.is_err(), "the call whose helper died fails: {ran:?}");
+
+    // Call 2 (a new helper) lets the left process connect and waits for it.
+    let ran = run_in_call(
+        &backend,
+        "touch go; while [ ! -e done ]; do sleep 0.05; done; cat late.out",
+        "call-2",
+    )
+    .await;
+    assert!(
+        ran.output.contains("host server saw: GET /late"),
+        "{}",
+        ran.output
+    );
+    assert_eq!(
+        *approver.asked.lock().expect("asked"),
+        vec![format!("pkg.ask.test:{port} (policy.toml:7) call None")],
+        "the question names no call"
+    );
+    backend.stop().await.expect("stop");
+}
