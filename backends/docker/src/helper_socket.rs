@@ -131,9 +131,24 @@ impl HelperSockets {
             host_path,
             container_path: format!("{SOCKET_DIR}/{name}"),
         };
-        std::fs::set_permissions(&pending.host_path, std::fs::Permissions::from_mode(0o666))?;
+        let_anyone_connect(&pending.host_path)?;
         Ok(pending)
     }
+}
+
+/// Mode 0666 on the socket at `path`, never on what a symbolic link there names: where this
+/// machine's temporary directory is itself in a directory the container may write (a
+/// workspace holding it), a process in the container could put a link to one of this user's
+/// files in the socket's place between the bind and this call.
+fn let_anyone_connect(path: &Path) -> std::io::Result<()> {
+    use nix::sys::stat::{FchmodatFlags, Mode, fchmodat};
+    fchmodat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        Mode::from_bits_truncate(0o666),
+        FchmodatFlags::NoFollowSymlink,
+    )
+    .map_err(std::io::Error::from)
 }
 
 /// Accept connections on `pending` until one comes from the process `expected_pid` returns
@@ -332,6 +347,19 @@ mod tests {
             Some(i64::from(std::process::id()))
         );
         drop((held, mine));
+    }
+
+    #[test]
+    fn the_socket_mode_is_never_set_through_a_link() {
+        let dir = tempfile::tempdir().expect("dir");
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "key").expect("write");
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("mode");
+        let link = dir.path().join("helper-1.sock");
+        std::os::unix::fs::symlink(&secret, &link).expect("link");
+        let_anyone_connect(&link).expect_err("a link is not a socket to open up");
+        let mode = std::fs::metadata(&secret).expect("stat").mode() & 0o777;
+        assert_eq!(mode, 0o600);
     }
 
     #[tokio::test]
