@@ -352,3 +352,30 @@ async fn a_socket_the_container_cannot_reach_falls_back_to_the_attach_stream() {
     assert!(!line.contains("--connect"), "{line}");
     backend.shutdown().await.expect("shutdown");
 }
+
+/// The socket directory is read-only in the container, for commands and for root alike:
+/// nothing there can be created, replaced by a link, renamed or removed, so the only socket a
+/// process in the container finds there is one this process made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_socket_directory_cannot_be_changed_from_the_container() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let backend = helper_session(&host, ws.path(), support::DEBIAN, FilesHelper::Auto).await;
+    assert_eq!(backend.helper_transport().as_deref(), Some("socket"));
+    let attempts = "cd /cordon-helper-socket || exit 9; \
+        for try in 'touch helper-2.sock' 'ln -s /tmp helper-2.sock' 'mkfifo helper-2.sock' \
+                   'mkdir d' 'chmod 777 .'; do \
+          sh -c \"$try\" 2>/dev/null && echo \"$try: done\"; \
+        done; echo end";
+    let ran = run(&backend, attempts).await;
+    assert_eq!(ran.output, "end\n", "as a command");
+    let as_root = std::process::Command::new("docker")
+        .args(["exec", "-u", "0", backend.container(), "sh", "-c", attempts])
+        .env("DOCKER_HOST", &host)
+        .output()
+        .expect("docker exec");
+    assert_eq!(String::from_utf8_lossy(&as_root.stdout), "end\n", "as root");
+    let sockets = backend.helper_socket_dir().expect("a socket directory");
+    assert_eq!(listing(sockets), Vec::<String>::new());
+    backend.shutdown().await.expect("shutdown");
+}
