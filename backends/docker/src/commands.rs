@@ -140,10 +140,6 @@ impl BashOperations for HelperBash {
             None => None,
         };
         let ran = self.helper.exec(request, cancel, output).await;
-        if let (Some(egress), Err(ExecError::Backend { reason })) = (&inner.egress, &ran) {
-            // The helper's stream broke: what this command started may outlive it.
-            egress.stop_naming_calls(&format!("a command's helper failed: {reason}"));
-        }
         let attempts = match (&inner.egress, ticket) {
             (Some(egress), Some(ticket)) => egress.finish(ticket).await,
             _ => Vec::new(),

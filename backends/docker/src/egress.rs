@@ -155,9 +155,6 @@ struct Ledger {
     /// The tool calls of running commands whose connections can be told apart (see
     /// [`Egress::begin`]).
     calls: BTreeMap<u64, Arc<str>>,
-    /// Why no connection names a call any more, once one cannot be told apart (see
-    /// [`Egress::stop_naming_calls`]).
-    calls_off: Option<String>,
     /// Attempts no running command could take: the next command reports them.
     unclaimed: EgressLog,
     /// Open connections: the commands they are attributed to, and what cuts them.
@@ -171,7 +168,6 @@ impl Default for Ledger {
             next_command: 0,
             running: BTreeMap::new(),
             calls: BTreeMap::new(),
-            calls_off: None,
             unclaimed: EgressLog::new(MAX_RECORDS),
             open: BTreeMap::new(),
             next_connection: 0,
@@ -371,27 +367,12 @@ impl Egress {
         let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
         let id = ledger.next_command;
         ledger.next_command += 1;
-        if let Some(call) = call
-            && ledger.calls_off.is_none()
-        {
+        if let Some(call) = call {
             ledger.calls.insert(id, call);
         }
         let unclaimed = std::mem::replace(&mut ledger.unclaimed, EgressLog::new(MAX_RECORDS));
         ledger.running.insert(id, unclaimed);
         Ticket(id)
-    }
-
-    /// From now on no connection names a call: a helper died under a command, and the
-    /// processes of a command it ran are not killed with it; one of them may connect while
-    /// another call's command is the only one running. Called before the command that saw
-    /// the helper die ends, so its processes never connect while a later call runs alone.
-    pub(crate) fn stop_naming_calls(&self, reason: &str) {
-        let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
-        ledger.calls.clear();
-        if ledger.calls_off.is_none() {
-            tracing::warn!(%reason, "docker: egress questions name no call for the rest of the session");
-            ledger.calls_off = Some(reason.to_owned());
-        }
     }
 
     /// The command ended: wait (at most [`CONNECTION_GRACE`]) until its connections closed,
