@@ -135,7 +135,7 @@ impl BashOperations for HelperBash {
                     .map_err(|e| ExecError::Backend {
                         reason: e.to_string(),
                     })?;
-                Some(egress.begin(request.call_id.as_deref().map(Arc::from)))
+                Some(egress.begin())
             }
             None => None,
         };

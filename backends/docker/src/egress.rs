@@ -152,9 +152,6 @@ struct Ledger {
     next_command: u64,
     /// Running commands and the attempts attributed to them so far.
     running: BTreeMap<u64, EgressLog>,
-    /// The tool calls of running commands whose connections can be told apart (see
-    /// [`Egress::begin`]).
-    calls: BTreeMap<u64, Arc<str>>,
     /// Attempts no running command could take: the next command reports them.
     unclaimed: EgressLog,
     /// Open connections: the commands they are attributed to, and what cuts them.
@@ -167,7 +164,6 @@ impl Default for Ledger {
         Ledger {
             next_command: 0,
             running: BTreeMap::new(),
-            calls: BTreeMap::new(),
             unclaimed: EgressLog::new(MAX_RECORDS),
             open: BTreeMap::new(),
             next_connection: 0,
@@ -192,7 +188,6 @@ impl Ledger {
 
     /// Command `id` ended: its attempts.
     fn take(&mut self, id: u64) -> Vec<EgressRecord> {
-        self.calls.remove(&id);
         let Some(log) = self.running.remove(&id) else {
             return Vec::new();
         };
@@ -357,19 +352,11 @@ impl Egress {
         Ok(())
     }
 
-    /// Register a command that starts now; it takes the attempts no command took yet. `call`:
-    /// its tool call, given only where nothing of a command outlives it (commands through the
-    /// helper, whose process group cannot be left and is gone when the result is): a
-    /// connection opened while that command is the only one running is then its own, and a
-    /// question about it goes to that call. With the shell workers a background process of an
-    /// earlier call could open it, so no call is named.
-    pub(crate) fn begin(&self, call: Option<Arc<str>>) -> Ticket {
+    /// Register a command that starts now; it takes the attempts no command took yet.
+    pub(crate) fn begin(&self) -> Ticket {
         let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
         let id = ledger.next_command;
         ledger.next_command += 1;
-        if let Some(call) = call {
-            ledger.calls.insert(id, call);
-        }
         let unclaimed = std::mem::replace(&mut ledger.unclaimed, EgressLog::new(MAX_RECORDS));
         ledger.running.insert(id, unclaimed);
         Ticket(id)
@@ -500,13 +487,6 @@ async fn serve(
             let id = ledger.next_connection;
             ledger.next_connection += 1;
             let owners: BTreeSet<u64> = ledger.running.keys().copied().collect();
-            // Every command of the container shares this socket: a connection is a call's
-            // only when that call's command is the one running (and named its call, see
-            // `Egress::begin`). Otherwise a question about it reaches nobody who made it.
-            let call = match owners.iter().collect::<Vec<_>>().as_slice() {
-                [only] => ledger.calls.get(only).cloned(),
-                _ => None,
-            };
             ledger.open.insert(
                 id,
                 Open {
@@ -514,11 +494,13 @@ async fn serve(
                     cut: cut.clone(),
                 },
             );
-            (id, call)
+            id
         };
-        let (connection, call) = connection;
         let (events, mut received) = EventSink::channel(1);
-        let owner = ConnectionOwner { events, call };
+        // Every command of the container shares this socket (and a background process of an
+        // earlier call may open a connection while a later one runs): no call owns a
+        // connection here, so a question about one reaches nobody who made it.
+        let owner = ConnectionOwner { events, call: None };
         let proxy = proxy.clone();
         let ledger = Arc::clone(&ledger);
         let closed = Arc::clone(&closed);

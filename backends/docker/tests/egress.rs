@@ -9,16 +9,14 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use cordon_backend_docker::{
-    DockerBackend, DockerError, EgressResolver, FilesHelper, WorkspaceMode,
-};
+use cordon_backend_docker::{DockerBackend, DockerError, EgressResolver, WorkspaceMode};
 use cordon_core::sandbox::NetworkMode;
 use cordon_egress::proxy::StaticResolver;
 use cordon_ops::{EgressOutcome, EgressProtocol, EgressRecord};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::support::{self, BUSYBOX, helper, host_or_skip, run, run_in_call, workspace};
+use crate::support::{self, BUSYBOX, helper, host_or_skip, run, workspace};
 
 /// A host server answering every HTTP request with a body naming the request line.
 async fn http_server(listener: TcpListener) {
@@ -376,11 +374,8 @@ struct ApproveForSession {
 impl cordon_egress::ask::EgressApprover for ApproveForSession {
     async fn ask(&self, request: cordon_egress::ask::AskRequest) -> cordon_egress::ask::AskAnswer {
         self.asked.lock().expect("asked").push(format!(
-            "{}:{} ({}) call {:?}",
-            request.host,
-            request.port,
-            request.entry.source,
-            request.call.as_deref()
+            "{}:{} ({})",
+            request.host, request.port, request.entry.source
         ));
         cordon_egress::ask::AskAnswer::Session
     }
@@ -388,19 +383,6 @@ impl cordon_egress::ask::EgressApprover for ApproveForSession {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ask_destination_approved_for_the_session_is_reached_and_not_asked_again() {
-    ask_once_for_the_session(FilesHelper::Auto).await;
-}
-
-/// With the shell workers, a background process of an earlier call could open a connection
-/// while a later call runs: no call is named in the question (an MCP client gets none).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_the_shell_workers_a_question_names_no_call() {
-    ask_once_for_the_session(FilesHelper::Shell).await;
-}
-
-/// Commands through the helper: the question names the call whose command is the only one
-/// running (nothing of a command outlives it there); with the shell workers, none.
-async fn ask_once_for_the_session(files_helper: FilesHelper) {
     let host = host_or_skip!();
     let ws = workspace();
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -416,7 +398,6 @@ async fn ask_once_for_the_session(files_helper: FilesHelper) {
     config.spec.sources.egress_allow = vec![4];
     config.spec.sources.egress_ask = vec![7];
     config.helper = Some(helper());
-    config.files_helper = files_helper;
     config.egress_resolver = Some(EgressResolver(Arc::new(StaticResolver::new([(
         "pkg.ask.test",
         vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
@@ -429,7 +410,7 @@ async fn ask_once_for_the_session(files_helper: FilesHelper) {
     let fetch = format!(
         "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://pkg.ask.test:{port}/asked').read().decode())\""
     );
-    let ran = run_in_call(&backend, &fetch, "call-1").await;
+    let ran = run(&backend, &fetch).await;
     assert!(
         ran.output.contains("host server saw: GET /asked"),
         "{}",
@@ -456,10 +437,7 @@ async fn ask_once_for_the_session(files_helper: FilesHelper) {
     );
     assert_eq!(
         *approver.asked.lock().expect("asked"),
-        vec![format!(
-            "pkg.ask.test:{port} (policy.toml:7) call {:?}",
-            (files_helper != FilesHelper::Shell).then_some("call-1")
-        )]
+        vec![format!("pkg.ask.test:{port} (policy.toml:7)")]
     );
     backend.stop().await.expect("stop");
 }

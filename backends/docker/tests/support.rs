@@ -105,31 +105,9 @@ pub async fn run_with(
     timeout: Duration,
     cancel: CancellationToken,
 ) -> Ran {
-    run_request(backend, command, timeout, cancel, None).await
-}
-
-/// [`run`] as tool call `call_id`.
-pub async fn run_in_call(backend: &DockerBackend, command: &str, call_id: &str) -> Ran {
-    run_request(
-        backend,
-        command,
-        Duration::from_secs(60),
-        CancellationToken::new(),
-        Some(call_id.to_owned()),
-    )
-    .await
-}
-
-async fn run_request(
-    backend: &DockerBackend,
-    command: &str,
-    timeout: Duration,
-    cancel: CancellationToken,
-    call_id: Option<String>,
-) -> Ran {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
     let request = ExecRequest {
-        call_id,
+        call_id: None,
         command: command.to_owned(),
         cwd: PathBuf::from("/workspace"),
         timeout,
