@@ -176,48 +176,45 @@ impl Link {
     }
 
     /// Answer the helper's question in a task of its own (the reader never waits for a
-    /// person), then send the answer.
+    /// person), then send the answer. At most [`MAX_OPEN_QUESTIONS`] such tasks exist: beyond
+    /// that (or without an approver) the question is refused at once, and when even that
+    /// answer does not fit the queue it is dropped (the helper's proxy stops waiting at its
+    /// own bound). The helper may be on a host that is not trusted: its questions must not
+    /// fill this process's memory.
     fn take_question(self: &Arc<Self>, question: Question) {
+        let number = question.question;
+        let permit = self
+            .questions
+            .get()
+            .and_then(|questions| Arc::clone(&questions.open).try_acquire_owned().ok());
+        let Some(permit) = permit else {
+            tracing::warn!(
+                max = MAX_OPEN_QUESTIONS,
+                "helper: a question refused without asking (no approver, or too many at once)"
+            );
+            if let Some(frame) = answer_frame(&self.next_id, number, WireAskAnswer::Unavailable) {
+                let _ = self.out.try_send(frame);
+            }
+            return;
+        };
         let link = Arc::clone(self);
         tokio::spawn(async move {
-            let number = question.question;
             let answer = link.answer(question).await;
-            let id = link.next_id.fetch_add(1, Ordering::SeqCst);
-            let request = Request::Answer {
-                question: number,
-                answer,
-            };
-            let header = match serde_json::to_vec(&Envelope { id, body: request }) {
-                Ok(header) => header,
-                Err(error) => {
-                    tracing::warn!(%error, "helper: an answer could not be encoded");
-                    return;
+            if let Some(frame) = answer_frame(&link.next_id, number, answer) {
+                tokio::select! {
+                    _ = link.out.send(frame) => {}
+                    () = link.dead.cancelled() => {}
                 }
-            };
-            let frame = Frame {
-                header,
-                payload: Vec::new(),
-            };
-            tokio::select! {
-                _ = link.out.send(frame) => {}
-                () = link.dead.cancelled() => {}
             }
+            drop(permit);
         });
     }
 
     /// The approver's answer to `question`, or a refusal when it cannot be asked: no approver
-    /// on this connection, too many questions at once, a question that is malformed or names
-    /// no command running here.
+    /// on this connection, a question that is malformed or names no command running here.
     async fn answer(&self, question: Question) -> WireAskAnswer {
         let Some(questions) = self.questions.get() else {
             tracing::warn!("helper asked a question although the session does not answer any");
-            return WireAskAnswer::Unavailable;
-        };
-        let Ok(_open) = Arc::clone(&questions.open).try_acquire_owned() else {
-            tracing::warn!(
-                max = MAX_OPEN_QUESTIONS,
-                "helper: too many questions at once; refused without asking"
-            );
             return WireAskAnswer::Unavailable;
         };
         let Question {
@@ -334,6 +331,25 @@ impl Link {
             .clone()
             .unwrap_or_else(|| "the helper stopped answering".to_owned());
         HelperError::Closed { reason }
+    }
+}
+
+/// The `answer` request for question `number`, numbered from `next_id`.
+fn answer_frame(next_id: &AtomicU64, number: u64, answer: WireAskAnswer) -> Option<Frame> {
+    let id = next_id.fetch_add(1, Ordering::SeqCst);
+    let request = Request::Answer {
+        question: number,
+        answer,
+    };
+    match serde_json::to_vec(&Envelope { id, body: request }) {
+        Ok(header) => Some(Frame {
+            header,
+            payload: Vec::new(),
+        }),
+        Err(error) => {
+            tracing::warn!(%error, "helper: an answer could not be encoded");
+            None
+        }
     }
 }
 
@@ -1378,8 +1394,8 @@ mod tests {
         }
     }
 
-    fn asking_link(approver: Arc<Counting>) -> Arc<Link> {
-        let (out, _queue) = mpsc::channel(1);
+    fn asking_link(approver: Arc<Counting>) -> (Arc<Link>, mpsc::Receiver<Frame>) {
+        let (out, queue) = mpsc::channel(1);
         let link = Arc::new(Link {
             out,
             pending: Mutex::new(HashMap::new()),
@@ -1395,7 +1411,7 @@ mod tests {
             running: Mutex::new(HashMap::new()),
             open: Arc::new(Semaphore::new(MAX_OPEN_QUESTIONS)),
         });
-        link
+        (link, queue)
     }
 
     fn question(call: Option<&str>, host: &str, entry: &str) -> Question {
@@ -1414,7 +1430,7 @@ mod tests {
     #[tokio::test]
     async fn a_question_reaches_the_approver_only_for_a_command_running_here() {
         let approver = Arc::new(Counting(AtomicU64::new(0)));
-        let link = asking_link(Arc::clone(&approver));
+        let (link, _queue) = asking_link(Arc::clone(&approver));
         let asked = |link: &Arc<Link>, q| {
             let link = Arc::clone(link);
             async move { link.answer(q).await }
@@ -1469,10 +1485,20 @@ mod tests {
         assert_eq!(approver.0.load(Ordering::SeqCst), 1);
     }
 
+    /// The answer frame in `queue`.
+    async fn sent_answer(queue: &mut mpsc::Receiver<Frame>) -> (u64, WireAskAnswer) {
+        let frame = queue.recv().await.expect("an answer frame");
+        let envelope: Envelope<Request> = serde_json::from_slice(&frame.header).expect("json");
+        match envelope.body {
+            Request::Answer { question, answer } => (question, answer),
+            other => panic!("not an answer: {other:?}"),
+        }
+    }
+
     #[tokio::test]
-    async fn questions_beyond_the_bound_are_refused_without_asking() {
+    async fn questions_beyond_the_bound_are_refused_without_a_task_or_asking() {
         let approver = Arc::new(Counting(AtomicU64::new(0)));
-        let link = asking_link(Arc::clone(&approver));
+        let (link, mut queue) = asking_link(Arc::clone(&approver));
         let _running = link.running(Some("call-7"));
         let questions = link.questions.get().expect("questions");
         let held: Vec<_> = (0..MAX_OPEN_QUESTIONS)
@@ -1482,17 +1508,24 @@ mod tests {
                     .expect("a slot")
             })
             .collect();
+        let mut refused = question(Some("call-7"), "pkg.example", "pkg.example");
+        refused.question = 41;
+        link.take_question(refused);
         assert_eq!(
-            link.answer(question(Some("call-7"), "pkg.example", "pkg.example"))
-                .await,
-            WireAskAnswer::Unavailable
+            sent_answer(&mut queue).await,
+            (41, WireAskAnswer::Unavailable)
         );
+        // The queue is full now (one frame): another refusal is dropped, nothing waits.
+        let filler = answer_frame(&link.next_id, 0, WireAskAnswer::Deny).expect("frame");
+        link.out.try_send(filler).expect("room for one");
+        link.take_question(question(Some("call-7"), "pkg.example", "pkg.example"));
+        assert_eq!(sent_answer(&mut queue).await, (0, WireAskAnswer::Deny));
+        assert!(queue.try_recv().is_err(), "the second refusal was dropped");
         drop(held);
-        assert_eq!(
-            link.answer(question(Some("call-7"), "pkg.example", "pkg.example"))
-                .await,
-            WireAskAnswer::Once
-        );
+        let mut asked = question(Some("call-7"), "pkg.example", "pkg.example");
+        asked.question = 42;
+        link.take_question(asked);
+        assert_eq!(sent_answer(&mut queue).await, (42, WireAskAnswer::Once));
         assert_eq!(approver.0.load(Ordering::SeqCst), 1);
     }
 }
