@@ -80,6 +80,9 @@ struct Questions {
     running: Mutex<HashMap<String, usize>>,
     /// Questions being answered at once ([`MAX_OPEN_QUESTIONS`]).
     open: Arc<Semaphore>,
+    /// The questions being answered, by number: cancelled when the helper withdraws one
+    /// (its proxy stopped waiting), so the approver stops asking the person.
+    asking: Mutex<HashMap<u64, CancellationToken>>,
 }
 
 /// One question as the helper sent it.
@@ -197,10 +200,49 @@ impl Link {
             }
             return;
         };
+        let Some(questions) = self.questions.get() else {
+            return;
+        };
+        let withdrawn = CancellationToken::new();
+        {
+            let mut asking = questions
+                .asking
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if asking.contains_key(&number) {
+                // One number, one question: a second one would take the first's answer.
+                drop(asking);
+                tracing::warn!(
+                    question = number,
+                    "helper: a question with the number of one being answered; refused"
+                );
+                if let Some(frame) = answer_frame(&self.next_id, number, WireAskAnswer::Unavailable)
+                {
+                    let _ = self.out.try_send(frame);
+                }
+                return;
+            }
+            asking.insert(number, withdrawn.clone());
+        }
         let link = Arc::clone(self);
         tokio::spawn(async move {
-            let answer = link.answer(question).await;
-            if let Some(frame) = answer_frame(&link.next_id, number, answer) {
+            // Dropping the approver's future withdraws the question from the person: when
+            // the helper withdraws it, or when the stream ends.
+            let answer = tokio::select! {
+                answer = link.answer(question) => Some(answer),
+                () = withdrawn.cancelled() => None,
+                () = link.dead.cancelled() => None,
+            };
+            if let Some(questions) = link.questions.get() {
+                questions
+                    .asking
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&number);
+            }
+            if let Some(frame) =
+                answer.and_then(|answer| answer_frame(&link.next_id, number, answer))
+            {
                 tokio::select! {
                     _ = link.out.send(frame) => {}
                     () = link.dead.cancelled() => {}
@@ -208,6 +250,27 @@ impl Link {
             }
             drop(permit);
         });
+    }
+
+    /// The helper's proxy stopped waiting for question `number`: stop asking it.
+    fn withdraw(&self, number: u64) {
+        let Some(questions) = self.questions.get() else {
+            return;
+        };
+        // The question's task removes it when it ends (so its number stays taken until then).
+        let token = questions
+            .asking
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&number)
+            .cloned();
+        match token {
+            Some(token) => {
+                tracing::debug!(question = number, "helper withdrew a question");
+                token.cancel();
+            }
+            None => tracing::debug!(question = number, "helper withdrew no open question"),
+        }
     }
 
     /// The approver's answer to `question`, or a refusal when it cannot be asked: no approver
@@ -390,6 +453,7 @@ async fn read_answers<R: AsyncRead + Unpin>(reader: R, link: Weak<Link>) {
                     entry,
                     source,
                 }),
+                Response::Withdrawn { question } => link.withdraw(question),
                 other => tracing::debug!(answer = ?other, "helper: a notice without a request"),
             }
             continue;
@@ -656,6 +720,7 @@ impl HelperConnection {
                 session: Arc::from(format!("helper:{}", start.root.0.display())),
                 running: Mutex::new(HashMap::new()),
                 open: Arc::new(Semaphore::new(MAX_OPEN_QUESTIONS)),
+                asking: Mutex::new(HashMap::new()),
             });
         }
         let spec = start.spec.clone();
@@ -1394,7 +1459,7 @@ mod tests {
         }
     }
 
-    fn asking_link(approver: Arc<Counting>) -> (Arc<Link>, mpsc::Receiver<Frame>) {
+    fn asking_link(approver: Arc<dyn EgressApprover>) -> (Arc<Link>, mpsc::Receiver<Frame>) {
         let (out, queue) = mpsc::channel(1);
         let link = Arc::new(Link {
             out,
@@ -1410,6 +1475,7 @@ mod tests {
             session: Arc::from("test"),
             running: Mutex::new(HashMap::new()),
             open: Arc::new(Semaphore::new(MAX_OPEN_QUESTIONS)),
+            asking: Mutex::new(HashMap::new()),
         });
         (link, queue)
     }
@@ -1430,7 +1496,7 @@ mod tests {
     #[tokio::test]
     async fn a_question_reaches_the_approver_only_for_a_command_running_here() {
         let approver = Arc::new(Counting(AtomicU64::new(0)));
-        let (link, _queue) = asking_link(Arc::clone(&approver));
+        let (link, _queue) = asking_link(approver.clone());
         let asked = |link: &Arc<Link>, q| {
             let link = Arc::clone(link);
             async move { link.answer(q).await }
@@ -1498,7 +1564,7 @@ mod tests {
     #[tokio::test]
     async fn questions_beyond_the_bound_are_refused_without_a_task_or_asking() {
         let approver = Arc::new(Counting(AtomicU64::new(0)));
-        let (link, mut queue) = asking_link(Arc::clone(&approver));
+        let (link, mut queue) = asking_link(approver.clone());
         let _running = link.running(Some("call-7"));
         let questions = link.questions.get().expect("questions");
         let held: Vec<_> = (0..MAX_OPEN_QUESTIONS)
@@ -1527,5 +1593,127 @@ mod tests {
         link.take_question(asked);
         assert_eq!(sent_answer(&mut queue).await, (42, WireAskAnswer::Once));
         assert_eq!(approver.0.load(Ordering::SeqCst), 1);
+    }
+
+    /// Never answers: says when it is asked, and when its question is withdrawn (the
+    /// future dropped, as the MCP approver withdraws an elicitation).
+    struct Stuck {
+        asked: mpsc::UnboundedSender<()>,
+        withdrawn: mpsc::UnboundedSender<()>,
+    }
+
+    struct Withdrawal(mpsc::UnboundedSender<()>);
+
+    impl Drop for Withdrawal {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+
+    #[async_trait]
+    impl EgressApprover for Stuck {
+        async fn ask(&self, _request: AskRequest) -> cordon_egress::ask::AskAnswer {
+            let _withdrawal = Withdrawal(self.withdrawn.clone());
+            let _ = self.asked.send(());
+            std::future::pending().await
+        }
+    }
+
+    struct StuckLink {
+        link: Arc<Link>,
+        queue: mpsc::Receiver<Frame>,
+        asked: mpsc::UnboundedReceiver<()>,
+        withdrawn: mpsc::UnboundedReceiver<()>,
+    }
+
+    fn stuck_link() -> StuckLink {
+        let (asked_tx, asked) = mpsc::unbounded_channel();
+        let (withdrawn_tx, withdrawn) = mpsc::unbounded_channel();
+        let (link, queue) = asking_link(Arc::new(Stuck {
+            asked: asked_tx,
+            withdrawn: withdrawn_tx,
+        }));
+        StuckLink {
+            link,
+            queue,
+            asked,
+            withdrawn,
+        }
+    }
+
+    /// Fails a test that would otherwise hang.
+    async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(std::time::Duration::from_secs(60), future)
+            .await
+            .unwrap_or_else(|_| panic!("{what} never happened"))
+    }
+
+    /// Waits until every question task has ended (they hold the slots).
+    async fn all_tasks_ended(link: &Link) {
+        let open = &link.questions.get().expect("questions").open;
+        let all = u32::try_from(MAX_OPEN_QUESTIONS).expect("small");
+        drop(within("the tasks' end", open.acquire_many(all)).await);
+    }
+
+    /// The helper's proxy stopped waiting (the command ended, the connection was cut): the
+    /// person is no longer asked, and no answer is sent.
+    #[tokio::test]
+    async fn a_question_the_helper_withdraws_is_withdrawn_from_the_approver() {
+        let mut stuck = stuck_link();
+        let _running = stuck.link.running(Some("call-7"));
+        stuck
+            .link
+            .take_question(question(Some("call-7"), "pkg.example", "pkg.example"));
+        within("the question", stuck.asked.recv()).await;
+        stuck.link.withdraw(1);
+        within("the withdrawal", stuck.withdrawn.recv()).await;
+        all_tasks_ended(&stuck.link).await;
+        assert!(stuck.queue.try_recv().is_err(), "nothing is answered");
+        // Its number is free again.
+        assert!(
+            stuck
+                .link
+                .questions
+                .get()
+                .expect("questions")
+                .asking
+                .lock()
+                .expect("asking")
+                .is_empty()
+        );
+    }
+
+    /// The stream ended: nobody waits for the answer any more.
+    #[tokio::test]
+    async fn a_question_open_when_the_stream_ends_is_withdrawn_from_the_approver() {
+        let mut stuck = stuck_link();
+        let _running = stuck.link.running(Some("call-7"));
+        stuck
+            .link
+            .take_question(question(Some("call-7"), "pkg.example", "pkg.example"));
+        within("the question", stuck.asked.recv()).await;
+        stuck.link.die("the helper exited".to_owned());
+        within("the withdrawal", stuck.withdrawn.recv()).await;
+        all_tasks_ended(&stuck.link).await;
+    }
+
+    /// A second question under the number of one being answered is refused without asking
+    /// (it would take the first one's answer).
+    #[tokio::test]
+    async fn a_question_reusing_an_open_number_is_refused() {
+        let mut stuck = stuck_link();
+        let _running = stuck.link.running(Some("call-7"));
+        stuck
+            .link
+            .take_question(question(Some("call-7"), "pkg.example", "pkg.example"));
+        within("the question", stuck.asked.recv()).await;
+        stuck
+            .link
+            .take_question(question(Some("call-7"), "other.example", "other.example"));
+        assert_eq!(
+            within("the refusal", sent_answer(&mut stuck.queue)).await,
+            (1, WireAskAnswer::Unavailable)
+        );
+        assert!(stuck.asked.try_recv().is_err(), "asked once only");
     }
 }

@@ -792,6 +792,13 @@ pub enum Response {
         /// Where it was written (`FILE:LINE`).
         source: String,
     },
+    /// The helper's proxy no longer waits for the answer to question `question` (request id
+    /// 0): the command ended, its connection was cut, or the proxy gave up. The client stops
+    /// asking (its approver withdraws the question from the person).
+    Withdrawn {
+        /// The question's number.
+        question: u64,
+    },
     /// The request failed.
     Error {
         /// Why.

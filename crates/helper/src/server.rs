@@ -816,7 +816,8 @@ fn encode<T: Serialize>(id: u64, body: &T) -> Result<Vec<u8>, String> {
 /// The session proxy's approver when the client answers questions: each question goes to
 /// the client as an `ask` frame (request id 0) and waits for its `answer`. At most
 /// [`MAX_OPEN_QUESTIONS`] wait at once (more get "nobody to ask"); a question the proxy
-/// stops waiting for is forgotten, and one open when the session ends is unanswered.
+/// stops waiting for is forgotten and withdrawn (a `withdrawn` frame), and one open when the
+/// session ends is unanswered.
 struct ClientApprover {
     server: std::sync::Weak<Server>,
     within: Option<std::time::Duration>,
@@ -830,12 +831,33 @@ struct OpenQuestion {
 
 impl Drop for OpenQuestion {
     fn drop(&mut self) {
-        if let Some(server) = self.server.upgrade() {
-            server
-                .questions
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&self.question);
+        let Some(server) = self.server.upgrade() else {
+            return;
+        };
+        let unanswered = server
+            .questions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.question)
+            .is_some();
+        if !unanswered {
+            return;
+        }
+        // Tell the client, so the person is not left with a question nobody waits for. Best
+        // effort: with the queue full the client's approver gives up at its own bound.
+        match encode(
+            0,
+            &Response::Withdrawn {
+                question: self.question,
+            },
+        ) {
+            Ok(header) => {
+                let _ = server.out.try_send(Frame {
+                    header,
+                    payload: Vec::new(),
+                });
+            }
+            Err(error) => tracing::warn!(%error, "helper: a withdrawal could not be encoded"),
         }
     }
 }
@@ -1060,6 +1082,27 @@ mod tests {
             server.questions.lock().expect("questions").len(),
             MAX_OPEN_QUESTIONS - 1
         );
+        // ... and withdrawn, so the client stops asking the person.
+        let open: std::collections::HashSet<u64> = server
+            .questions
+            .lock()
+            .expect("questions")
+            .keys()
+            .copied()
+            .collect();
+        // (Bounded only so that a missing withdrawal fails instead of hanging.)
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(60), frames.recv())
+            .await
+            .expect("a withdrawal is sent")
+            .expect("a withdrawn frame");
+        let envelope: Envelope<Response> = serde_json::from_slice(&frame.header).expect("json");
+        assert_eq!(envelope.id, 0);
+        match envelope.body {
+            Response::Withdrawn { question } => {
+                assert!(numbers.contains(&question) && !open.contains(&question));
+            }
+            other => panic!("not a withdrawal: {other:?}"),
+        }
         // The client's answer reaches its question.
         let first = numbers[0];
         let sender = server
