@@ -487,3 +487,67 @@ pub async fn an_ask_question_names_the_call_that_connected(h: Arc<dyn Harness>) 
     assert_eq!(attempts[0]["outcome"], "allowed", "{attempts:?}");
     assert_eq!(attempts[0]["asked"], "once", "{attempts:?}");
 }
+
+/// Never answers: tells when it is asked and when the question is withdrawn (its future
+/// dropped, which is how the MCP front end withdraws a form from the person).
+struct NeverAnswers {
+    asked: tokio::sync::mpsc::UnboundedSender<()>,
+    withdrawn: tokio::sync::mpsc::UnboundedSender<()>,
+}
+
+/// Sends on drop.
+struct Withdrawal(tokio::sync::mpsc::UnboundedSender<()>);
+
+impl Drop for Withdrawal {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
+}
+
+#[async_trait::async_trait]
+impl Approver for NeverAnswers {
+    async fn approve(&self, _request: ApprovalRequest) -> Approval {
+        let _withdrawal = Withdrawal(self.withdrawn.clone());
+        let _ = self.asked.send(());
+        std::future::pending().await
+    }
+}
+
+/// A question whose command ended before anyone answered is withdrawn: the person is not
+/// left with a question nobody waits for (wherever the proxy runs: over the helper's stream,
+/// the helper withdraws it).
+pub async fn an_ask_question_is_withdrawn_when_its_command_ends(h: Arc<dyn Harness>) {
+    let origin = Origin::serve(Ipv4Addr::LOCALHOST).await;
+    let p = origin.port;
+    let (asked_tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
+    let (withdrawn_tx, mut withdrawn) = tokio::sync::mpsc::unbounded_channel();
+    let approver = Arc::new(NeverAnswers {
+        asked: asked_tx,
+        withdrawn: withdrawn_tx,
+    });
+    let text = format!(
+        "{}ask = [\"{PKG}:{p}\"]\n",
+        policy(&[format!("127.0.0.1/32:{p}")], &[])
+    );
+    let ws = Workspace::open_with(
+        &h,
+        WorkspaceOptions {
+            approver: Some(approver as Arc<dyn Approver>),
+            ..WorkspaceOptions::policy(&text)
+        },
+    )
+    .await;
+    // curl gives up on its own (nobody answers); the command then ends.
+    let run = bash(
+        &ws,
+        &format!("curl -sS --max-time 3 http://{PKG}:{p}/hello.txt; echo ended"),
+    )
+    .await;
+    assert!(run.text.contains("ended"), "{}", run.text);
+    assert!(asked.try_recv().is_ok(), "the question was asked");
+    // Bounded only so that a question left open fails the test instead of hanging it.
+    tokio::time::timeout(std::time::Duration::from_secs(60), withdrawn.recv())
+        .await
+        .expect("the question is withdrawn once its command ended")
+        .expect("withdrawn");
+}

@@ -64,11 +64,20 @@ egress_tests!(docker_helper, cordon_tests::DockerHelper);
 /// stream (a local pipe, SSH), which sends them back over it. (Docker's commands share one
 /// socket to the proxy, so its questions name no call.)
 mod asking {
-    egress_tests!(@cases cordon_tests::Local; an_ask_question_names_the_call_that_connected);
+    egress_tests!(@cases cordon_tests::Local;
+        an_ask_question_names_the_call_that_connected,
+        an_ask_question_is_withdrawn_when_its_command_ends,
+    );
     mod helper_pipe {
-        egress_tests!(@cases cordon_tests::HelperPipe; an_ask_question_names_the_call_that_connected);
+        egress_tests!(@cases cordon_tests::HelperPipe;
+            an_ask_question_names_the_call_that_connected,
+            an_ask_question_is_withdrawn_when_its_command_ends,
+        );
     }
     mod ssh_helper {
-        egress_tests!(@cases cordon_tests::SshHelper; an_ask_question_names_the_call_that_connected);
+        egress_tests!(@cases cordon_tests::SshHelper;
+            an_ask_question_names_the_call_that_connected,
+            an_ask_question_is_withdrawn_when_its_command_ends,
+        );
     }
 }
