@@ -74,10 +74,11 @@ struct Questions {
     approver: Arc<dyn EgressApprover>,
     /// The session label questions carry.
     session: Arc<str>,
-    /// The tool calls of the commands running on this connection, and how many each has:
-    /// a question must name one of them (the helper may be on a host that is not trusted,
-    /// and its questions reach a person).
-    running: Mutex<HashMap<String, usize>>,
+    /// The tool calls of the commands running on this connection, how many each has, and a
+    /// token cancelled when the last of them ends: a question must name one of them (the
+    /// helper may be on a host that is not trusted, and its questions reach a person), and
+    /// stops being asked when that call's commands ended, whatever the helper says.
+    running: Mutex<HashMap<String, (usize, CancellationToken)>>,
     /// Questions being answered at once ([`MAX_OPEN_QUESTIONS`]).
     open: Arc<Semaphore>,
     /// The questions being answered, by number: cancelled when the helper withdraws one
@@ -108,9 +109,10 @@ impl Drop for RunningCall {
                 .running
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            if let Some(count) = running.get_mut(&self.call) {
+            if let Some((count, ended)) = running.get_mut(&self.call) {
                 *count -= 1;
                 if *count == 0 {
+                    ended.cancel();
                     running.remove(&self.call);
                 }
             }
@@ -166,12 +168,13 @@ impl Link {
     fn running(self: &Arc<Self>, call: Option<&str>) -> Option<RunningCall> {
         let questions = self.questions.get()?;
         let call = call?.to_owned();
-        *questions
+        questions
             .running
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .entry(call.clone())
-            .or_insert(0) += 1;
+            .or_insert_with(|| (0, CancellationToken::new()))
+            .0 += 1;
         Some(RunningCall {
             link: Arc::clone(self),
             call,
@@ -293,16 +296,18 @@ impl Link {
             .chain(call.as_ref())
             .any(|text| text.len() > MAX_QUESTION_TEXT);
         let parsed = cordon_egress::rules::Host::parse(&host);
-        let call = call.filter(|call| {
+        let ended = call.as_ref().and_then(|call| {
             questions
                 .running
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .contains_key(call)
+                .get(call)
+                .map(|(_, ended)| ended.clone())
         });
-        let (Ok(host), Some(call), false) = (parsed, call, long) else {
+        let (Ok(host), Some(call), Some(ended), false) = (parsed, call, ended, long) else {
+            // Debug-formatted: the helper's text cannot break the log's lines.
             tracing::warn!(
-                host = %host.chars().take(256).collect::<String>(),
+                host = ?host.chars().take(256).collect::<String>(),
                 "helper: a question that is malformed or names no command running here; refused without asking"
             );
             return WireAskAnswer::Unavailable;
@@ -317,7 +322,12 @@ impl Link {
                 source: Arc::from(source),
             },
         };
-        questions.approver.ask(request).await.into()
+        // The call's commands ended: nobody waits for this answer any more (dropping the
+        // approver's future withdraws the question), whether or not the helper says so.
+        tokio::select! {
+            answer = questions.approver.ask(request) => answer.into(),
+            () = ended.cancelled() => WireAskAnswer::Unavailable,
+        }
     }
 
     fn die(&self, reason: String) {
@@ -1715,5 +1725,28 @@ mod tests {
             (1, WireAskAnswer::Unavailable)
         );
         assert!(stuck.asked.try_recv().is_err(), "asked once only");
+    }
+
+    /// The call's commands ended while its question was open: the person is no longer asked,
+    /// even when the helper never withdraws it (a helper on a host that is not trusted).
+    #[tokio::test]
+    async fn a_question_is_withdrawn_when_its_call_s_commands_ended() {
+        let mut stuck = stuck_link();
+        let running = stuck.link.running(Some("call-7"));
+        let second = stuck.link.running(Some("call-7"));
+        stuck
+            .link
+            .take_question(question(Some("call-7"), "pkg.example", "pkg.example"));
+        within("the question", stuck.asked.recv()).await;
+        // One of the call's two commands ended: still asked.
+        drop(running);
+        assert!(stuck.withdrawn.try_recv().is_err(), "still asked");
+        drop(second);
+        within("the withdrawal", stuck.withdrawn.recv()).await;
+        assert_eq!(
+            within("the answer", sent_answer(&mut stuck.queue)).await,
+            (1, WireAskAnswer::Unavailable)
+        );
+        all_tasks_ended(&stuck.link).await;
     }
 }
