@@ -446,6 +446,23 @@ impl Approver for ApproveOnce {
     }
 }
 
+/// A workspace whose policy asks about `PKG:port` (the IP entry lets the test name's loopback
+/// address pass the address check), asking `approver`.
+async fn open_asking(h: &Arc<dyn Harness>, port: u16, approver: Arc<dyn Approver>) -> Workspace {
+    let text = format!(
+        "{}ask = [\"{PKG}:{port}\"]\n",
+        policy(&[format!("127.0.0.1/32:{port}")], &[])
+    );
+    Workspace::open_with(
+        h,
+        WorkspaceOptions {
+            approver: Some(approver),
+            ..WorkspaceOptions::policy(&text)
+        },
+    )
+    .await
+}
+
 /// A `[network] ask` destination is a question that names the tool call whose command
 /// connected (so a front end serving several clients, MCP, asks that call's client); approved
 /// once, the command reaches it.
@@ -453,19 +470,7 @@ pub async fn an_ask_question_names_the_call_that_connected(h: Arc<dyn Harness>) 
     let origin = Origin::serve(Ipv4Addr::LOCALHOST).await;
     let p = origin.port;
     let approver = Arc::new(ApproveOnce::default());
-    // The IP entry lets the test name's loopback address pass the address check.
-    let text = format!(
-        "{}ask = [\"{PKG}:{p}\"]\n",
-        policy(&[format!("127.0.0.1/32:{p}")], &[])
-    );
-    let ws = Workspace::open_with(
-        &h,
-        WorkspaceOptions {
-            approver: Some(approver.clone() as Arc<dyn Approver>),
-            ..WorkspaceOptions::policy(&text)
-        },
-    )
-    .await;
+    let ws = open_asking(&h, p, approver.clone()).await;
     let run = bash(&ws, &format!("curl -sS http://{PKG}:{p}/hello.txt")).await;
     run.assert_ok(HELLO);
     let call = run
@@ -525,18 +530,7 @@ pub async fn an_ask_question_is_withdrawn_when_its_command_ends(h: Arc<dyn Harne
         asked: asked_tx,
         withdrawn: withdrawn_tx,
     });
-    let text = format!(
-        "{}ask = [\"{PKG}:{p}\"]\n",
-        policy(&[format!("127.0.0.1/32:{p}")], &[])
-    );
-    let ws = Workspace::open_with(
-        &h,
-        WorkspaceOptions {
-            approver: Some(approver as Arc<dyn Approver>),
-            ..WorkspaceOptions::policy(&text)
-        },
-    )
-    .await;
+    let ws = open_asking(&h, p, approver).await;
     // curl gives up on its own (nobody answers); the command then ends.
     let run = bash(
         &ws,

@@ -39,7 +39,7 @@ use cordon_egress::ask::{AskRequest, EgressApprover};
 use crate::protocol::{
     AskSetup, Classification, Envelope, MAX_IN_FLIGHT, MAX_OPEN_QUESTIONS, MAX_QUESTION_TEXT,
     OUTPUT_WINDOW, PROTOCOL_VERSION, ProbeReport, Request, Response, SessionInfo, SessionStart,
-    WireAskAnswer, WireError, WirePath,
+    WireAskAnswer, WireError, WirePath, WireQuestion,
 };
 use crate::server::IO_BUFFER;
 
@@ -84,16 +84,6 @@ struct Questions {
     /// The questions being answered, by number: cancelled when the helper withdraws one
     /// (its proxy stopped waiting), so the approver stops asking the person.
     asking: Mutex<HashMap<u64, CancellationToken>>,
-}
-
-/// One question as the helper sent it.
-struct Question {
-    question: u64,
-    call: Option<String>,
-    host: String,
-    port: u16,
-    entry: String,
-    source: String,
 }
 
 /// A running command's call, registered while it runs (see [`Questions::running`]).
@@ -163,6 +153,19 @@ impl Pending {
 }
 
 impl Link {
+    /// A link whose requests go to `out`, numbered from 1.
+    fn new(out: mpsc::Sender<Frame>) -> Arc<Link> {
+        Arc::new(Link {
+            out,
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            dead: CancellationToken::new(),
+            death: Mutex::new(None),
+            questions: std::sync::OnceLock::new(),
+        })
+    }
+
     /// Register `call` as running a command until the guard is dropped (only when questions
     /// are answered on this connection).
     fn running(self: &Arc<Self>, call: Option<&str>) -> Option<RunningCall> {
@@ -187,7 +190,7 @@ impl Link {
     /// answer does not fit the queue it is dropped (the helper's proxy stops waiting at its
     /// own bound). The helper may be on a host that is not trusted: its questions must not
     /// fill this process's memory.
-    fn take_question(self: &Arc<Self>, question: Question) {
+    fn take_question(self: &Arc<Self>, question: WireQuestion) {
         let number = question.question;
         let permit = self
             .questions
@@ -278,12 +281,12 @@ impl Link {
 
     /// The approver's answer to `question`, or a refusal when it cannot be asked: no approver
     /// on this connection, a question that is malformed or names no command running here.
-    async fn answer(&self, question: Question) -> WireAskAnswer {
+    async fn answer(&self, question: WireQuestion) -> WireAskAnswer {
         let Some(questions) = self.questions.get() else {
             tracing::warn!("helper asked a question although the session does not answer any");
             return WireAskAnswer::Unavailable;
         };
-        let Question {
+        let WireQuestion {
             call,
             host,
             port,
@@ -448,21 +451,7 @@ async fn read_answers<R: AsyncRead + Unpin>(reader: R, link: Weak<Link>) {
                 Response::Error { error } => {
                     tracing::warn!(error = %error.describe(), "helper reported a protocol error");
                 }
-                Response::Ask {
-                    question,
-                    call,
-                    host,
-                    port,
-                    entry,
-                    source,
-                } => link.take_question(Question {
-                    question,
-                    call,
-                    host,
-                    port,
-                    entry,
-                    source,
-                }),
+                Response::Ask(question) => link.take_question(question),
                 Response::Withdrawn { question } => link.withdraw(question),
                 other => tracing::debug!(answer = ?other, "helper: a notice without a request"),
             }
@@ -636,15 +625,7 @@ impl HelperConnection {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let (out, queue) = mpsc::channel(OUT_QUEUE);
-        let link = Arc::new(Link {
-            out,
-            pending: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
-            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
-            dead: CancellationToken::new(),
-            death: Mutex::new(None),
-            questions: std::sync::OnceLock::new(),
-        });
+        let link = Link::new(out);
         tokio::spawn(read_answers(reader, Arc::downgrade(&link)));
         tokio::spawn(write_requests(
             writer,
@@ -1471,15 +1452,7 @@ mod tests {
 
     fn asking_link(approver: Arc<dyn EgressApprover>) -> (Arc<Link>, mpsc::Receiver<Frame>) {
         let (out, queue) = mpsc::channel(1);
-        let link = Arc::new(Link {
-            out,
-            pending: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
-            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
-            dead: CancellationToken::new(),
-            death: Mutex::new(None),
-            questions: std::sync::OnceLock::new(),
-        });
+        let link = Link::new(out);
         let _ = link.questions.set(Questions {
             approver,
             session: Arc::from("test"),
@@ -1490,8 +1463,8 @@ mod tests {
         (link, queue)
     }
 
-    fn question(call: Option<&str>, host: &str, entry: &str) -> Question {
-        Question {
+    fn question(call: Option<&str>, host: &str, entry: &str) -> WireQuestion {
+        WireQuestion {
             question: 1,
             call: call.map(str::to_owned),
             host: host.to_owned(),

@@ -193,6 +193,24 @@ impl From<WireAskAnswer> for cordon_egress::ask::AskAnswer {
     }
 }
 
+/// A question of the helper's egress proxy (an `ask` frame): may a command of the call
+/// `call` connect to `host:port`, which the ask entry `entry` (written at `source`) matches?
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireQuestion {
+    /// The question's number (for `answer`).
+    pub question: u64,
+    /// The tool call whose command connects, when the helper knows it.
+    pub call: Option<String>,
+    /// The destination host: a name, or an address without brackets.
+    pub host: String,
+    /// The destination port.
+    pub port: u16,
+    /// The ask entry that matched.
+    pub entry: String,
+    /// Where it was written (`FILE:LINE`).
+    pub source: String,
+}
+
 /// Where a helper runs: which of the local sandbox's layers it applies to commands itself
 /// (docs/helper.md, "In a Docker container").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -776,22 +794,8 @@ pub enum Response {
         outcome: ExecOutcome,
     },
     /// A question of the helper's egress proxy (request id 0, sent only when the session's
-    /// start set `ask`): may a command of the call `call` connect to `host:port`, which the
-    /// ask entry `entry` (written at `source`) matches? The client answers with `answer`.
-    Ask {
-        /// The question's number (for `answer`).
-        question: u64,
-        /// The tool call whose command connects, when the helper knows it.
-        call: Option<String>,
-        /// The destination host: a name, or an address without brackets.
-        host: String,
-        /// The destination port.
-        port: u16,
-        /// The ask entry that matched.
-        entry: String,
-        /// Where it was written (`FILE:LINE`).
-        source: String,
-    },
+    /// start set `ask`). The client answers with `answer`.
+    Ask(WireQuestion),
     /// The helper's proxy no longer waits for the answer to question `question` (request id
     /// 0): the command ended, its connection was cut, or the proxy gave up. The client stops
     /// asking (its approver withdraws the question from the person).

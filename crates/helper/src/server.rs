@@ -33,7 +33,7 @@ use cordon_egress::rules::Host;
 use crate::protocol::{
     Classification, Envelope, MAX_IN_FLIGHT, MAX_OPEN_QUESTIONS, MAX_OPEN_SPILLS, OUTPUT_WINDOW,
     PROTOCOL_VERSION, ProbeReport, Request, Response, SessionInfo, SessionStart, WireEntry,
-    WireError, WirePath,
+    WireError, WirePath, WireQuestion,
 };
 
 /// Buffer of each direction of the stream.
@@ -903,14 +903,14 @@ impl EgressApprover for ClientApprover {
         server
             .send(
                 0,
-                &Response::Ask {
+                &Response::Ask(WireQuestion {
                     question,
                     call: call.map(|call| call.to_string()),
                     host,
                     port,
                     entry: entry.entry.to_string(),
                     source: entry.source.to_string(),
-                },
+                }),
                 Vec::new(),
             )
             .await;
@@ -1043,14 +1043,14 @@ mod tests {
             let envelope: Envelope<Response> = serde_json::from_slice(&frame.header).expect("json");
             assert_eq!(envelope.id, 0);
             match envelope.body {
-                Response::Ask {
+                Response::Ask(WireQuestion {
                     question,
                     call,
                     host,
                     port,
                     entry,
                     source,
-                } => {
+                }) => {
                     assert_eq!(
                         (
                             call.as_deref(),
