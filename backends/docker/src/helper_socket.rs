@@ -73,12 +73,28 @@ impl Drop for Pending {
 
 impl HelperSockets {
     /// A new private directory for this session's helper sockets.
-    pub(crate) fn create() -> std::io::Result<HelperSockets> {
+    ///
+    /// Refused when it would lie inside one of `writable` (host directories the container
+    /// writes, such as a workspace holding `TMPDIR`): the container could then reach it
+    /// through that mount and replace what this process binds, removes or changes there.
+    pub(crate) fn create(writable: &[&Path]) -> std::io::Result<HelperSockets> {
         let private = tempfile::Builder::new()
             .prefix("cordon-helper-")
             // Created with this mode (no window where other users could enter it).
             .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir()?;
+        let real = std::fs::canonicalize(private.path())?;
+        if let Some(root) = writable
+            .iter()
+            .filter_map(|root| std::fs::canonicalize(root).ok())
+            .find(|root| real.starts_with(root))
+        {
+            return Err(std::io::Error::other(format!(
+                "the temporary directory {} is inside {}, which the container can write (set TMPDIR elsewhere)",
+                real.display(),
+                root.display()
+            )));
+        }
         let dir = private.path().join("socket");
         std::fs::create_dir(&dir)?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
@@ -235,8 +251,23 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     #[test]
+    fn a_directory_inside_a_root_the_container_writes_is_refused() {
+        let temp = std::env::temp_dir();
+        let error = HelperSockets::create(&[temp.as_path()]).expect_err("inside");
+        assert!(
+            error.to_string().contains("which the container can write"),
+            "{error}"
+        );
+        let elsewhere = tempfile::tempdir().expect("a root elsewhere");
+        let inside = elsewhere.path().join("ws");
+        std::fs::create_dir(&inside).expect("mkdir");
+        // A root the temporary directory is not in is no reason to refuse.
+        HelperSockets::create(&[inside.as_path()]).expect("outside");
+    }
+
+    #[test]
     fn the_directory_is_private_and_the_mounted_one_reachable() {
-        let sockets = HelperSockets::create().expect("create");
+        let sockets = HelperSockets::create(&[]).expect("create");
         let parent = sockets.dir().parent().expect("parent");
         let mode = |p: &Path| std::fs::metadata(p).expect("stat").mode() & 0o7777;
         assert_eq!(mode(parent), 0o700);
@@ -245,7 +276,7 @@ mod tests {
 
     #[tokio::test]
     async fn only_the_expected_process_is_accepted_and_the_socket_is_removed() {
-        let sockets = HelperSockets::create().expect("create");
+        let sockets = HelperSockets::create(&[]).expect("create");
         let pending = sockets.listen().expect("listen");
         let path = pending.host_path.clone();
         assert!(pending.container_path.starts_with(SOCKET_DIR));
@@ -317,7 +348,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_process_that_ended_is_not_the_helper_even_when_its_pid_is_the_helpers_now() {
-        let sockets = HelperSockets::create().expect("create");
+        let sockets = HelperSockets::create(&[]).expect("create");
         let pending = sockets.listen().expect("listen");
         let path = pending.host_path.clone();
         // The kernel may hand the ended child's pid to the next process, the helper: the
@@ -335,7 +366,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_peer_is_named_only_while_it_runs() {
-        let sockets = HelperSockets::create().expect("create");
+        let sockets = HelperSockets::create(&[]).expect("create");
         let pending = sockets.listen().expect("listen");
         let (held, _) = connect_from_an_ended_process(&pending.host_path);
         let mine = UnixStream::connect(&pending.host_path).await.expect("mine");
@@ -364,7 +395,7 @@ mod tests {
 
     #[tokio::test]
     async fn too_many_strangers_give_the_socket_up() {
-        let sockets = HelperSockets::create().expect("create");
+        let sockets = HelperSockets::create(&[]).expect("create");
         let pending = sockets.listen().expect("listen");
         let path = pending.host_path.clone();
         let mut held = Vec::new();

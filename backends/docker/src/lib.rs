@@ -503,20 +503,29 @@ impl DockerBackend {
             }
             (Err(reason), _) => Err(reason),
         };
-        // The helper's socket directory: only beside a bind-mounted binary (an engine here).
+        let extra_roots = launch.extra_roots()?;
+        // The helper's socket directory: only beside a bind-mounted binary (an engine here),
+        // and never inside a directory the container writes.
         let helper_sockets = match (&helper_mount, helper_transport) {
             (Ok((HelperMount::Bind(_), _)), HelperTransport::Auto) => {
-                match helper_socket::HelperSockets::create() {
+                let writable: Vec<&Path> = std::iter::once(launch.host_root.as_path())
+                    .chain(
+                        extra_roots
+                            .iter()
+                            .filter(|(_, w)| *w)
+                            .map(|(p, _)| p.as_path()),
+                    )
+                    .collect();
+                match helper_socket::HelperSockets::create(&writable) {
                     Ok(sockets) => Some(Arc::new(sockets)),
                     Err(error) => {
-                        tracing::warn!(%error, "docker: failed to make the helper's socket directory; the helper uses the engine's attach stream");
+                        tracing::warn!(%error, "docker: no socket directory for the helper; it uses the engine's attach stream");
                         None
                     }
                 }
             }
             _ => None,
         };
-        let extra_roots = launch.extra_roots()?;
         let unix_sockets = launch.unix_sockets(&extra_roots)?;
         let rules = launch.path_rules(&extra_roots)?;
         let mut missing = Vec::new();
