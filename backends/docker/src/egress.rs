@@ -24,7 +24,6 @@
 //! (`cordon-egress`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -274,21 +273,23 @@ pub(crate) struct Ticket(u64);
 
 impl Egress {
     /// The proxy for `spec` (rules labelled with their policy lines), serving a socket in a new
-    /// private temporary directory; `helper` is the host binary the forwarder runs, as a uid
-    /// other than `command_uid`.
+    /// private temporary directory (never inside `writable`, the host directories the
+    /// container writes); `helper` is the host binary the forwarder runs, as a uid other than
+    /// `command_uid`.
     pub(crate) fn start(
         spec: &SandboxSpec,
         session: &str,
         helper: PathBuf,
         hooks: ProxyHooks,
         command_uid: u32,
+        writable: &[&Path],
     ) -> Result<Egress, DockerError> {
         let ProxyHooks { resolver, asker } = hooks;
         let rules = cordon_ops::egress_rules(spec).map_err(|e| DockerError::Egress {
             step: "compile the [network] allow and deny lists",
             reason: format!("{e} ({})", spec.sources.egress_allow_at()),
         })?;
-        let (dir, socket_dir, listener) = bind_socket()?;
+        let (dir, socket_dir, listener) = bind_socket(writable)?;
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let closed = Arc::new(Notify::new());
         let config = ProxyConfig {
@@ -424,30 +425,22 @@ impl Egress {
     }
 }
 
-/// A new private directory (0700, random name) under the temporary directory, holding a
-/// `socket` directory (0755: the mount's root, reachable by the container's users) with the
-/// proxy's socket (0666; only the container reaches it, through the mount).
-fn bind_socket() -> Result<(tempfile::TempDir, PathBuf, UnixListener), DockerError> {
+/// The proxy's socket ([`SOCKET_NAME`], any uid may connect: only the container reaches it,
+/// through the mount) in a new private socket directory (`helper_socket::socket_dir`, never
+/// inside `writable`).
+fn bind_socket(
+    writable: &[&Path],
+) -> Result<(tempfile::TempDir, PathBuf, UnixListener), DockerError> {
     let fail = |step: &'static str| {
         move |e: std::io::Error| DockerError::Egress {
             step,
             reason: e.to_string(),
         }
     };
-    let dir = tempfile::Builder::new()
-        .prefix("cordon-egress-")
-        // Created with this mode (no window where other users could enter it).
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir()
+    let (dir, socket_dir) = crate::helper_socket::socket_dir("cordon-egress-", writable)
         .map_err(fail("create the egress proxy's private directory"))?;
-    let socket_dir = dir.path().join("socket");
-    std::fs::create_dir(&socket_dir).map_err(fail("create the egress socket directory"))?;
-    std::fs::set_permissions(&socket_dir, std::fs::Permissions::from_mode(0o755))
-        .map_err(fail("set the mode of the egress socket directory"))?;
-    let socket = socket_dir.join(SOCKET_NAME);
-    let listener = UnixListener::bind(&socket).map_err(fail("bind the egress proxy socket"))?;
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666))
-        .map_err(fail("set the mode of the egress proxy socket"))?;
+    let listener = crate::helper_socket::bind_for_anyone(&socket_dir.join(SOCKET_NAME))
+        .map_err(fail("bind the egress proxy socket"))?;
     Ok((dir, socket_dir, listener))
 }
 
@@ -719,8 +712,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn no_socket_directory_inside_a_root_the_container_writes() {
+        let temp = std::env::temp_dir();
+        let error = bind_socket(&[temp.as_path()]).expect_err("inside");
+        assert!(
+            error.to_string().contains("which the container can write"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
     async fn the_socket_directory_is_private_and_its_socket_reachable() {
-        let (dir, socket_dir, _listener) = bind_socket().expect("bind");
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, socket_dir, _listener) = bind_socket(&[]).expect("bind");
         let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777;
         assert_eq!(mode(dir.path()), 0o700);
         assert_eq!(mode(&socket_dir), 0o755);

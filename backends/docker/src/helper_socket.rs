@@ -78,26 +78,7 @@ impl HelperSockets {
     /// writes, such as a workspace holding `TMPDIR`): the container could then reach it
     /// through that mount and replace what this process binds, removes or changes there.
     pub(crate) fn create(writable: &[&Path]) -> std::io::Result<HelperSockets> {
-        let private = tempfile::Builder::new()
-            .prefix("cordon-helper-")
-            // Created with this mode (no window where other users could enter it).
-            .permissions(std::fs::Permissions::from_mode(0o700))
-            .tempdir()?;
-        let real = std::fs::canonicalize(private.path())?;
-        if let Some(root) = writable
-            .iter()
-            .filter_map(|root| std::fs::canonicalize(root).ok())
-            .find(|root| real.starts_with(root))
-        {
-            return Err(std::io::Error::other(format!(
-                "the temporary directory {} is inside {}, which the container can write (set TMPDIR elsewhere)",
-                real.display(),
-                root.display()
-            )));
-        }
-        let dir = private.path().join("socket");
-        std::fs::create_dir(&dir)?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+        let (private, dir) = socket_dir("cordon-helper-", writable)?;
         Ok(HelperSockets {
             _private: private,
             dir,
@@ -141,21 +122,61 @@ impl HelperSockets {
     pub(crate) fn listen(&self) -> std::io::Result<Pending> {
         let name = format!("helper-{}.sock", self.next.fetch_add(1, Ordering::Relaxed));
         let host_path = self.dir.join(&name);
-        let listener = UnixListener::bind(&host_path)?;
-        let pending = Pending {
+        let listener = bind_for_anyone(&host_path)?;
+        Ok(Pending {
             listener,
             host_path,
             container_path: format!("{SOCKET_DIR}/{name}"),
-        };
-        let_anyone_connect(&pending.host_path)?;
-        Ok(pending)
+        })
     }
 }
 
-/// Mode 0666 on the socket at `path`, never on what a symbolic link there names: where this
-/// machine's temporary directory is itself in a directory the container may write (a
-/// workspace holding it), a process in the container could put a link to one of this user's
-/// files in the socket's place between the bind and this call.
+/// A new private directory (0700, random name under the temporary directory) holding a
+/// `socket` directory (0755: the root of a read-only mount, reachable by the container's
+/// users), for the sockets a container connects to (the helper's, the egress proxy's).
+///
+/// Refused when it would lie inside one of `writable` (host directories the container
+/// writes, such as a workspace holding `TMPDIR`): the container could then reach it through
+/// that mount and replace what this process binds, removes or changes there.
+pub(crate) fn socket_dir(
+    prefix: &str,
+    writable: &[&Path],
+) -> std::io::Result<(tempfile::TempDir, PathBuf)> {
+    let private = tempfile::Builder::new()
+        .prefix(prefix)
+        // Created with this mode (no window where other users could enter it).
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()?;
+    let real = std::fs::canonicalize(private.path())?;
+    if let Some(root) = writable
+        .iter()
+        .filter_map(|root| std::fs::canonicalize(root).ok())
+        .find(|root| real.starts_with(root))
+    {
+        return Err(std::io::Error::other(format!(
+            "the temporary directory {} is inside {}, which the container can write (set TMPDIR elsewhere)",
+            real.display(),
+            root.display()
+        )));
+    }
+    let dir = private.path().join("socket");
+    std::fs::create_dir(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    Ok((private, dir))
+}
+
+/// A socket bound at `path` that any uid can connect to (mode 0666), the mode set on the
+/// socket itself, never on what a symbolic link there names: where this machine's temporary
+/// directory is in a directory the container may write, a process in the container could
+/// put a link to one of this user's files in the socket's place between the bind and the
+/// mode change. Who may stay connected is the caller's to decide.
+pub(crate) fn bind_for_anyone(path: &Path) -> std::io::Result<UnixListener> {
+    let listener = UnixListener::bind(path)?;
+    let_anyone_connect(path)?;
+    Ok(listener)
+}
+
+/// Mode 0666 on the socket at `path`, not following a link there.
 fn let_anyone_connect(path: &Path) -> std::io::Result<()> {
     use nix::sys::stat::{FchmodatFlags, Mode, fchmodat};
     fchmodat(

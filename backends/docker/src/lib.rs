@@ -471,6 +471,7 @@ impl DockerBackend {
                     },
                     &format!("cordon-{session}"),
                     user.0,
+                    &host_root,
                 )
                 .await?,
             ),

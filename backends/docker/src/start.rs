@@ -696,6 +696,7 @@ impl Launch {
 /// bind-mounted workspace (the proxy's socket is a host path; copy mode is for engines
 /// elsewhere) and a `cordon-helper` binary for the engine's architecture. Whether the image
 /// can run that binary is learnt when the forwarder starts.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn egress(
     docker: &Docker,
     spec: &SandboxSpec,
@@ -704,6 +705,7 @@ pub(crate) async fn egress(
     hooks: crate::egress::ProxyHooks,
     container: &str,
     command_uid: u32,
+    host_root: &Path,
 ) -> Result<crate::egress::Egress, DockerError> {
     let at = spec.sources.egress_allow_at();
     let refuse = |reason: String| {
@@ -730,7 +732,10 @@ pub(crate) async fn egress(
         .architecture
         .unwrap_or_default();
     let helper = crate::egress::choose_helper(helper, &arch).map_err(refuse)?;
-    crate::egress::Egress::start(spec, container, helper, hooks, command_uid)
+    let writable: Vec<&Path> = std::iter::once(host_root)
+        .chain(spec.writable_roots.iter().map(Path::new))
+        .collect();
+    crate::egress::Egress::start(spec, container, helper, hooks, command_uid, &writable)
 }
 
 /// The `cordon-helper` binary file operations and search can run through in the container, or
