@@ -15,7 +15,8 @@
 //! - latency: an origin writes one byte and closes; the client opens a connection and reads to
 //!   the end, directly and through `CONNECT` (and SOCKS5), CONNECTIONS times each, one at a time.
 //!
-//! With real clients: `bench CLIENT [GIB] [ROUNDS] [CORDON]`, CLIENT `curl` or `python`
+//! With real clients: `bench CLIENT [GIB] [ROUNDS] [CORDON]`, CLIENT `curl`, `python` or
+//! `curl-https`
 //! (defaults: 1 GiB, 5 rounds, CORDON the `cordon` binary next to this example's directory,
 //! i.e. `target/release/cordon`). An HTTP origin on 127.0.0.2 answers every request with a
 //! `Content-Length` of GIB GiB and that body; the client, an unmodified `curl` (or a
@@ -32,6 +33,12 @@
 //!   Cordon and reaches the origin through Cordon's own egress proxy, in the `cordon` process;
 //! - `reference relay`: the client asks the reference relay (above, in the proxy's process)
 //!   as if it were the origin: what a relay costs at least, no proxy protocol at all.
+//!
+//! `curl-https` fetches `https://` from a TLS origin instead (rustls, a self-signed
+//! certificate made by `openssl` for 127.0.0.2, which curl is told to trust): the TLS stream
+//! runs end to end, through the proxies as a `CONNECT` tunnel (the sandbox's command gets
+//! `HTTPS_PROXY`), so there is no `forward` route; the reference relay is reached with
+//! `--connect-to`.
 //!
 //! Throughput is the client's own timing (curl's `time_total`; the script's clock around
 //! opening and reading), so the sandbox's start-up is not in it; the wall time of the whole
@@ -391,6 +398,7 @@ async fn main() {
     let client = match args.peek().map(String::as_str) {
         Some("curl") => Some(Client::Curl),
         Some("python") => Some(Client::Python),
+        Some("curl-https") => Some(Client::CurlHttps),
         _ => None,
     };
     if let Some(client) = client {
@@ -516,6 +524,9 @@ const PROXY_VARIABLES: [&str; 8] = [
 enum Client {
     Curl,
     Python,
+    /// `curl` fetching `https://`: the origin speaks TLS, so every route carries it end to end
+    /// (through the proxies as a `CONNECT` tunnel).
+    CurlHttps,
 }
 
 #[derive(Clone, Copy)]
@@ -572,17 +583,124 @@ async fn http_origin(bytes: u64) -> u16 {
     port
 }
 
+/// A TLS origin on [`HTTP_ORIGIN`], otherwise as [`http_origin`]: the certificate and key
+/// (PEM) are `cert` and `key`; one blocking thread per connection, the body written a
+/// [`CHUNK`] at a time through rustls.
+fn https_origin(bytes: u64, cert: &std::path::Path, key: &std::path::Path) -> u16 {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use std::io::{Read, Write};
+
+    let certs = CertificateDer::pem_file_iter(cert)
+        .expect("read the certificate")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("parse the certificate");
+    let key = PrivateKeyDer::from_pem_file(key).expect("read the key");
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .expect("the certificate and key"),
+    );
+    let listener =
+        std::net::TcpListener::bind((HTTP_ORIGIN, 0)).expect("bind the HTTPS origin on 127.0.0.2");
+    let port = listener.local_addr().expect("origin address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let config = Arc::clone(&config);
+            std::thread::spawn(move || {
+                let _ = stream.set_nodelay(true);
+                let connection = rustls::ServerConnection::new(config).expect("a TLS session");
+                let mut tls = rustls::StreamOwned::new(connection, stream);
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                    if head.len() > MAX_HEAD {
+                        return;
+                    }
+                }
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\
+                     Content-Length: {bytes}\r\nConnection: close\r\n\r\n"
+                );
+                if tls.write_all(reply.as_bytes()).is_err() {
+                    return;
+                }
+                let chunk = vec![0x5a_u8; CHUNK];
+                let mut left = bytes;
+                while left > 0 {
+                    let n = left.min(CHUNK as u64) as usize;
+                    if tls.write_all(&chunk[..n]).is_err() {
+                        return;
+                    }
+                    left -= n as u64;
+                }
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            });
+        }
+    });
+    port
+}
+
+/// A self-signed certificate for [`HTTP_ORIGIN`] and its key, made by the `openssl` command in
+/// `dir`: (certificate, key).
+fn self_signed(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.join("origin.pem"), dir.join("origin.key"));
+    let status = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "1", "-subj", "/CN=127.0.0.2"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.2"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run openssl (needed for `curl-https`: a certificate for the origin)");
+    assert!(
+        status.success(),
+        "openssl could not make a certificate: {status}"
+    );
+    (cert, key)
+}
+
 /// The shell command fetching `url` to nothing and printing the bytes read and the seconds the
 /// client took (its own clock, from before connecting to the end of the body).
-fn fetch_command(client: Client, url: &str, route: HttpRoute) -> String {
+fn fetch_command(client: Client, url: &str, route: HttpRoute, tls: &Tls) -> String {
     match client {
-        Client::Curl => {
-            let tunnel = match route {
+        Client::Curl | Client::CurlHttps => {
+            let mut options = match route {
                 HttpRoute::Connect(proxy) => format!(" --proxytunnel -x http://{proxy}"),
                 _ => String::new(),
             };
+            if let Some(ca) = &tls.ca {
+                options.push_str(&format!(" --cacert {}", ca.display()));
+                if let HttpRoute::Relay(relay) = route {
+                    // The URL keeps the origin's name (the certificate's); the connection
+                    // goes to the relay.
+                    let origin = url.trim_start_matches("https://").trim_end_matches('/');
+                    options.push_str(&format!(" --connect-to {origin}:{relay}"));
+                }
+            }
             format!(
-                "curl -sS -o /dev/null -w '%{{size_download}} %{{time_total}}\\n'{tunnel} {url}"
+                "curl -sS -o /dev/null -w '%{{size_download}} %{{time_total}}\\n'{options} {url}"
             )
         }
         // What `shutil.copyfileobj` does (64 KiB reads), counting instead of writing.
@@ -621,6 +739,12 @@ struct Fetch {
     cpu: Duration,
 }
 
+/// What the clients need for `https://`: the certificate authority to trust (the origin's own
+/// certificate, in the sandbox's workspace so that the sandboxed client can read it too).
+struct Tls {
+    ca: Option<std::path::PathBuf>,
+}
+
 /// The place of the sandbox route: the `cordon` binary, a workspace and a policy allowing only
 /// the origin.
 struct Sandbox {
@@ -634,11 +758,14 @@ async fn fetch(
     url: &str,
     route: HttpRoute,
     sandbox: &Sandbox,
+    tls: &Tls,
     bytes: u64,
 ) -> Fetch {
     let script = match route {
-        HttpRoute::Relay(relay) => fetch_command(client, &format!("http://{relay}/"), route),
-        _ => fetch_command(client, url, route),
+        HttpRoute::Relay(relay) if tls.ca.is_none() => {
+            fetch_command(client, &format!("http://{relay}/"), route, tls)
+        }
+        _ => fetch_command(client, url, route, tls),
     };
     let mut command = match route {
         HttpRoute::Sandbox => {
@@ -735,9 +862,6 @@ async fn real_clients(client: Client, args: &[String]) {
         cordon.display()
     );
     let bytes = gib << 30;
-    let port = http_origin(bytes).await;
-    let url = format!("http://{HTTP_ORIGIN}:{port}/");
-    let (_child, proxy, _, reference) = proxies_apart(HTTP_ORIGIN, &[port]).await;
     let dir = tempfile::tempdir().expect("a temporary directory");
     let sandbox = Sandbox {
         cordon,
@@ -745,6 +869,17 @@ async fn real_clients(client: Client, args: &[String]) {
         policy: dir.path().join("policy.toml"),
     };
     std::fs::create_dir(&sandbox.workspace).expect("create the workspace");
+    let (port, url, tls) = if client == Client::CurlHttps {
+        let (cert, key) = self_signed(&sandbox.workspace);
+        let port = https_origin(bytes, &cert, &key);
+        let url = format!("https://{HTTP_ORIGIN}:{port}/");
+        (port, url, Tls { ca: Some(cert) })
+    } else {
+        let port = http_origin(bytes).await;
+        let url = format!("http://{HTTP_ORIGIN}:{port}/");
+        (port, url, Tls { ca: None })
+    };
+    let (_child, proxy, _, reference) = proxies_apart(HTTP_ORIGIN, &[port]).await;
     std::fs::write(
         &sandbox.policy,
         format!("version = 1\n[network]\nallow = [\"{HTTP_ORIGIN}/32:{port}\"]\n"),
@@ -752,10 +887,13 @@ async fn real_clients(client: Client, args: &[String]) {
     .expect("write the policy");
 
     let mut routes = vec![("direct", HttpRoute::Direct)];
-    if client == Client::Curl {
+    if client != Client::Python {
         routes.push(("CONNECT", HttpRoute::Connect(proxy)));
     }
-    routes.push(("forward", HttpRoute::Forward(proxy)));
+    // Forward proxying is for `http://` URLs only (`https://` goes by `CONNECT`).
+    if client != Client::CurlHttps {
+        routes.push(("forward", HttpRoute::Forward(proxy)));
+    }
     routes.push(("sandbox", HttpRoute::Sandbox));
     routes.push(("reference relay", HttpRoute::Relay(reference)));
     println!(
@@ -767,7 +905,7 @@ async fn real_clients(client: Client, args: &[String]) {
     for round in 0..rounds {
         for i in 0..routes.len() {
             let at = (round + i) % routes.len();
-            let done = fetch(client, &url, routes[at].1, &sandbox, bytes).await;
+            let done = fetch(client, &url, routes[at].1, &sandbox, &tls, bytes).await;
             fetches[at].push(done);
         }
     }
@@ -789,6 +927,7 @@ async fn real_clients(client: Client, args: &[String]) {
     let client_name = match client {
         Client::Curl => "curl",
         Client::Python => "python",
+        Client::CurlHttps => "curl, https",
     };
     for ((name, _), fetches) in routes.iter().zip(&fetches) {
         let (median, best, wall, cpu) = summary(fetches);
