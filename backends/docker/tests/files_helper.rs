@@ -6,6 +6,7 @@ use std::path::Path;
 
 use cordon_backend_docker::{DockerBackend, DockerError, FilesHelper, FilesPath, HelperTransport};
 use cordon_ops::{Backend, FindRequest, FsError};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{self, BUSYBOX, helper, host_or_skip, run, workspace};
@@ -378,4 +379,71 @@ async fn the_socket_directory_cannot_be_changed_from_the_container() {
     let sockets = backend.helper_socket_dir().expect("a socket directory");
     assert_eq!(listing(sockets), Vec::<String>::new());
     backend.shutdown().await.expect("shutdown");
+}
+
+/// A command running when its helper dies (killed from outside: a command cannot signal it)
+/// goes with it: in the container there is no PID namespace per command, so the sandbox's
+/// warden, a process the helper started, kills the groups of the commands still running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_running_when_its_helper_dies_dies_with_it() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let backend = helper_session(&host, ws.path(), support::DEBIAN, FilesHelper::Required).await;
+    let marker = format!("cordon-orphan-{}", std::process::id());
+    // The marker split in two, so that the script's own command line does not carry it.
+    let (head, tail) = marker.split_at(marker.len() / 2);
+    let script = format!(
+        "M='{head}'; M=\"$M\"'{tail}'; (exec -a \"$M\" sleep 300) & (exec -a \"$M\" sleep 300) & wait"
+    );
+    let count = format!("pgrep -fc '^{marker}' || true");
+    let (tx, mut rx) = mpsc::channel(16);
+    let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    let bash = backend.bash();
+    let command = bash.exec(
+        cordon_ops::ExecRequest {
+            call_id: None,
+            command: script,
+            cwd: "/workspace".into(),
+            timeout: std::time::Duration::from_secs(600),
+            env: vec![],
+        },
+        CancellationToken::new(),
+        tx,
+    );
+    let killer = async {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while outside(&host, backend.container(), &count) != "2\n" {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sleepers never started"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let killed = outside(
+            &host,
+            backend.container(),
+            "pkill -KILL -f 'cordon-helper [s]erve' && echo killed",
+        );
+        assert_eq!(killed, "killed\n");
+    };
+    let (outcome, ()) = tokio::join!(command, killer);
+    drain.await.expect("drain");
+    let error = outcome.expect_err("the command's helper died under it");
+    assert!(
+        error
+            .to_string()
+            .contains("the next call starts a new helper"),
+        "{error}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while outside(&host, backend.container(), &count) != "0\n" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command's processes outlived its helper"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // And the session goes on with a new helper.
+    let ran = run(&backend, "echo again").await;
+    assert_eq!(ran.output, "again\n");
 }

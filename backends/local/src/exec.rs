@@ -130,7 +130,8 @@ pub(crate) fn layer_of(error: &SandboxError) -> &'static str {
         | SandboxError::DevNull { .. }
         | SandboxError::Wait { .. }
         | SandboxError::Signal { .. }
-        | SandboxError::UnsupportedSignal { .. } => "process",
+        | SandboxError::UnsupportedSignal { .. }
+        | SandboxError::Warden { .. } => "process",
         SandboxError::Clone { .. } => Layer::PidNamespace.name(),
         SandboxError::ChildSetup { step, .. } => match step {
             SetupStep::MapUsers => Layer::UserNamespace.name(),

@@ -144,6 +144,16 @@ pub enum SandboxError {
         #[source]
         source: io::Error,
     },
+    /// The container profile's warden (the process that kills running commands' groups if
+    /// this one dies) could not be started or told about a command; the command was killed.
+    #[error(
+        "the warden of command process groups failed (commands are refused without it): {source}"
+    )]
+    Warden {
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
     /// A setup step inside the new child failed; nothing was executed.
     #[error("failed to {step}{} in the sandboxed child: {source}", describe_path(.path))]
     ChildSetup {

@@ -11,7 +11,7 @@ use cordon_sandbox::{PreparedSandbox, Rlimits, SandboxConfig, SpawnRequest};
 
 const USAGE: &str = "usage: cordon-sandbox-run [--probe] [--write DIR]... [--read DIR]... \
 [--protect PATH]... [--deny PATH]... [--network | --network-filtered] [--unix-socket PATH]... [--allow-degraded] [--cwd DIR] \
-[--pids N] [--memory BYTES] [--env NAME=VALUE]... -- PROGRAM [ARG]...";
+[--container] [--pids N] [--memory BYTES] [--env NAME=VALUE]... -- PROGRAM [ARG]...";
 
 fn main() -> ExitCode {
     match run() {
@@ -51,6 +51,7 @@ fn run() -> Result<u8, String> {
                 .unix_sockets
                 .push(value(&mut args, "--unix-socket")?.into()),
             Some("--allow-degraded") => config.allow_degraded = true,
+            Some("--container") => config.profile = cordon_sandbox::Profile::Container,
             Some("--cwd") => cwd = Some(value(&mut args, "--cwd")?.into()),
             Some("--pids") => limits.processes = Some(number(value(&mut args, "--pids")?)?),
             Some("--memory") => limits.memory_bytes = Some(number(value(&mut args, "--memory")?)?),

@@ -5,12 +5,14 @@
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::background::reap_later;
 use super::mounts;
 use super::pool::{InitProcess, Reuse};
 use super::prepare::SessionDir;
 use super::signaller::{TreeSignaller, ignore_gone};
+use super::warden::Warden;
 use super::{PreparedSandbox, child, lock, release_placeholders, sys};
 use crate::config::ExitStatus;
 
@@ -40,6 +42,9 @@ pub struct SandboxedChild {
     pub(super) reuse: Option<Reuse>,
     /// Shared with signallers; see [`TreeSignaller`].
     pub(super) running: Arc<std::sync::Mutex<bool>>,
+    /// The warden this command's group is listed with (the container profile), and whether
+    /// it is still listed (until the group is gone or killed).
+    pub(super) warden: Option<(Arc<Warden>, AtomicBool)>,
     pub(super) _session: Arc<SessionDir>,
 }
 
@@ -66,6 +71,7 @@ impl SandboxedChild {
             placeholders: std::mem::take(&mut init.placeholders),
             reuse,
             running: Arc::new(std::sync::Mutex::new(true)),
+            warden: None,
             _session: Arc::clone(&sandbox.inner.session),
         }
     }
@@ -215,10 +221,11 @@ impl SandboxedChild {
     fn kill_group_of_exited(&self) {
         // ESRCH: the group had no one left. Nothing else can fail for our own child's group.
         if sys::kill_process_group(self.pid, libc::SIGKILL).is_err() {
+            self.leave_warden();
             return;
         }
         match sys::wait_group_exited(self.pid, GROUP_EXIT_WAIT) {
-            Ok(true) => {}
+            Ok(true) => self.leave_warden(),
             Ok(false) => tracing::warn!(
                 pgid = self.pid,
                 "sandbox: processes the command left were killed but had not exited within {GROUP_EXIT_WAIT:?} (uninterruptible sleep?)"
@@ -265,8 +272,19 @@ impl SandboxedChild {
         status
     }
 
+    /// The command's group is gone or killed: the warden stops listing it (while the leader
+    /// is not reaped, its group id cannot be another group's yet).
+    fn leave_warden(&self) {
+        if let Some((warden, listed)) = self.warden.as_ref()
+            && listed.swap(false, Ordering::SeqCst)
+        {
+            warden.unregister(self.pid);
+        }
+    }
+
     /// The process Cordon created has been reaped.
     fn finish_reaped(&mut self, reaped: sys::Reaped) -> ExitStatus {
+        self.leave_warden();
         let status = match reaped {
             sys::Reaped::Exited(code) => ExitStatus::Code(code),
             sys::Reaped::Signaled(signal) => ExitStatus::Signal(signal),
@@ -401,6 +419,8 @@ impl Drop for SandboxedChild {
         }
         // A tree that is already gone is the goal.
         let _ = self.kill_tree();
+        // Killed: the warden need not (and, once the leader is reaped, must not) kill it.
+        self.leave_warden();
         self.control = None;
         let placeholders = std::mem::take(&mut self.placeholders);
         if let Some(pidfd) = self.pidfd.take() {

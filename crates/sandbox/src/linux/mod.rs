@@ -11,15 +11,18 @@
 //! back to the parent's idle list (or exits, when it is stale; one holding placeholders is
 //! retired after `PLACEHOLDER_LINGER`). When the parent's handle is dropped (or the parent
 //! dies) the init sees EOF on its control socket and exits, and the kernel kills whatever is
-//! left in the namespace. Without namespaces (an explicitly degraded host) the command is the
-//! direct child in its own session, restricts itself before `execve`, and tree operations use
-//! its process group.
+//! left in the namespace. Without namespaces (an explicitly degraded host, or the container
+//! profile) the command is the direct child in its own session, restricts itself before
+//! `execve`, and tree operations use its process group; in the container profile the command
+//! cannot leave that group, and a `warden` process kills the running commands' groups should
+//! this process die.
 //!
 //! Where each part lives: `prepare` (building the sandbox once, swapping protected and denied
 //! paths), `spawn` (starting a command: init or direct child), `pool` (idle inits and when
 //! they may serve again), `handle` ([`SandboxedChild`]: wait, signal, what happens to the
 //! init afterwards), `signaller` ([`TreeSignaller`]), `background` (the retiring and reaping
-//! threads); `child` is the code that runs in the cloned processes and `sys` the syscall
+//! threads), `warden` (the container profile's guard against this process dying under its
+//! commands); `child` is the code that runs in the cloned processes and `sys` the syscall
 //! surface.
 
 mod background;
@@ -37,6 +40,7 @@ mod seccomp;
 mod signaller;
 mod spawn;
 mod sys;
+mod warden;
 
 use std::ffi::{CString, OsStr, OsString, c_int};
 use std::io;
@@ -111,6 +115,8 @@ struct Inner {
     /// Without namespaces in the container profile: commands cannot leave their process
     /// group (seccomp), so the group is the whole tree and is killed when the command ends.
     keep_group: bool,
+    /// With `keep_group`: kills the running commands' groups should this process die.
+    warden: Option<Arc<warden::Warden>>,
     /// Filtered: each init gets a private network namespace and an egress listener.
     network: crate::config::NetworkAccess,
     landlock: Option<LandlockState>,

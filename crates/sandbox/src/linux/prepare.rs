@@ -16,7 +16,9 @@ use super::carve;
 use super::landlock::{self, Access, PathRule};
 use super::mounts::MountConfig;
 use super::probe::probe;
-use super::{Inner, NewRootConfig, PreparedSandbox, c_string, defaults, lock, seccomp, sys};
+use super::{
+    Inner, NewRootConfig, PreparedSandbox, c_string, defaults, lock, seccomp, sys, warden,
+};
 use crate::config::{HostSupport, Layer, NetworkAccess, Profile, SandboxConfig};
 use crate::error::SandboxError;
 
@@ -514,11 +516,19 @@ impl PreparedSandbox {
         ];
         merge_env(&mut base_env, env);
 
+        let warden = if keep_group {
+            Some(Arc::new(
+                warden::Warden::start().map_err(|source| SandboxError::Warden { source })?,
+            ))
+        } else {
+            None
+        };
         Ok(PreparedSandbox {
             inner: Arc::new(Inner {
                 missing,
                 namespaces,
                 keep_group,
+                warden,
                 network,
                 landlock,
                 seccomp,

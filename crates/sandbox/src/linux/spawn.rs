@@ -468,10 +468,23 @@ impl PreparedSandbox {
             placeholders: Vec::new(),
             reuse: None,
             running: Arc::new(std::sync::Mutex::new(true)),
+            warden: None,
             _session: Arc::clone(&inner.session),
         };
         match read_error_record(&exec_read) {
-            Ok(None) => Ok(child),
+            Ok(None) => {
+                // Listed with the warden before anything else can fail, so that the group
+                // does not outlive this process.
+                if let Some(warden) = inner.warden.as_ref() {
+                    if let Err(source) = warden.register(pid) {
+                        child.kill_and_reap();
+                        return Err(SandboxError::Warden { source });
+                    }
+                    child.warden =
+                        Some((Arc::clone(warden), std::sync::atomic::AtomicBool::new(true)));
+                }
+                Ok(child)
+            }
             Ok(Some((step, errno, _))) => {
                 child.kill_and_reap();
                 let path = match step {

@@ -1149,15 +1149,15 @@ pub(crate) fn argv_area() -> Option<(usize, usize)> {
 /// parent's command line (which may carry secrets): overwrite this process's own, private
 /// (copy-on-write) copy of the argument strings, as `setproctitle` does.
 pub(crate) fn rename_init(argv_area: Option<(usize, usize)>) {
-    // SAFETY: the name is a NUL-terminated literal; PR_SET_NAME copies at most 16 bytes.
+    rename_process(argv_area, c"cordon-init", INIT_CMDLINE);
+}
+
+/// Give a forked child of this process its own `comm` (at most 15 bytes) and command line
+/// (`title`), as [`rename_init`] does for the init.
+pub(crate) fn rename_process(argv_area: Option<(usize, usize)>, comm: &CStr, title: &[u8]) {
+    // SAFETY: `comm` is NUL-terminated; PR_SET_NAME copies at most 16 bytes.
     unsafe {
-        libc::prctl(
-            libc::PR_SET_NAME,
-            c"cordon-init".as_ptr() as libc::c_ulong,
-            0,
-            0,
-            0,
-        );
+        libc::prctl(libc::PR_SET_NAME, comm.as_ptr() as libc::c_ulong, 0, 0, 0);
     }
     let Some((start, end)) = argv_area else {
         return;
@@ -1168,7 +1168,7 @@ pub(crate) fn rename_init(argv_area: Option<(usize, usize)>) {
     // here, and nothing in this process reads those strings afterwards.
     let area = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
     for (index, byte) in area.iter_mut().enumerate() {
-        *byte = INIT_CMDLINE.get(index).copied().unwrap_or(0);
+        *byte = title.get(index).copied().unwrap_or(0);
     }
 }
 

@@ -196,3 +196,34 @@ fn a_filtered_network_is_refused_in_the_container_profile() {
         Ok(_) => panic!("a filtered network without its namespace was prepared"),
     }
 }
+
+/// The process holding the sandbox dies (SIGKILL, as an out-of-memory kill or a crash of the
+/// helper would): without a PID namespace nothing else would end the command, so the warden
+/// kills the groups of the commands that were running.
+#[test]
+fn commands_die_with_the_process_that_started_them() {
+    let fx = Fixture::new();
+    let marker = unique("cordon-container-orphan");
+    let mut holder = std::process::Command::new(env!("CARGO_BIN_EXE_cordon-sandbox-run"))
+        .arg("--container")
+        .arg("--write")
+        .arg(&fx.ws)
+        .arg("--cwd")
+        .arg(&fx.ws)
+        .args(["--", "bash", "-c"])
+        .arg(format!(
+            "{}; (exec -a \"$M\" sleep 300) & (exec -a \"$M\" sleep 300) & wait",
+            set_marker(&marker)
+        ))
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_processes(&marker, 2, "the sleepers never started");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    wait_for_processes(
+        &marker,
+        0,
+        "the command outlived the process that started it",
+    );
+}

@@ -1,0 +1,419 @@
+//! The container profile's warden: without a PID namespace per command, nothing would take a
+//! command's processes along when the process that started them (the helper) dies — killed,
+//! out of memory, crashed — under a running command. The warden is a small child process of
+//! this one, started with the sandbox, that knows the process group of every running command
+//! (each command's whole tree: it cannot leave its group) and kills those groups once this
+//! process is gone.
+//!
+//! Protocol: one pipe, this process writes, the warden reads 4-byte records (native-endian
+//! `i32`): `+pgid` when a command starts, `-pgid` once its group is gone. A write of 4 bytes
+//! to a pipe is atomic, so records never tear. End of file (this process exited, whatever
+//! the cause: the kernel closes the write end) makes the warden `SIGKILL` every group still
+//! listed, then exit.
+//!
+//! The warden is outside every command's Landlock domain, so with Landlock's signal scope
+//! (ABI 6) a command cannot signal it (nor this process); it ignores the signals a terminal
+//! or a process-group kill sends (HUP, INT, QUIT, TERM, USR1, USR2, PIPE, ALRM), so only
+//! `SIGKILL` ends it early. Should it have ended anyway, the next command starts a new one,
+//! which is told about every group still running; when that fails the command is refused.
+//!
+//! Groups are listed while the command's leader is not reaped (its zombie holds the group id,
+//! so it cannot be reused): registered right after the start, removed once the group is gone
+//! or its tree was killed.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use super::sys;
+
+/// Most groups the warden lists at once (more running commands are refused).
+pub(crate) const MAX_GROUPS: usize = 4096;
+
+/// The signals the warden ignores: what a terminal or a signal to the helper's process group
+/// sends.
+const IGNORED: [libc::c_int; 8] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGPIPE,
+    libc::SIGALRM,
+];
+
+/// The warden of one sandbox: the running process (started on demand) and the groups it must
+/// know about.
+#[derive(Debug, Default)]
+pub(crate) struct Warden {
+    state: std::sync::Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    process: Option<Process>,
+    /// Running commands' groups, with how often each is registered (a group id can only be
+    /// registered again after the first was removed, but count rather than assume).
+    groups: BTreeMap<i32, u32>,
+}
+
+#[derive(Debug)]
+struct Process {
+    pid: i32,
+    /// Taken only when dropped.
+    pidfd: Option<OwnedFd>,
+    /// The write end of the pipe (non-blocking: a warden that stopped reading fails the
+    /// write instead of blocking a command's start). Taken only when dropped.
+    pipe: Option<OwnedFd>,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // Closing the pipe is the end of file the warden waits for (nothing is listed any
+        // more when a sandbox drops it, so it just exits); it is reaped in the background.
+        drop(self.pipe.take());
+        if let Some(pidfd) = self.pidfd.take() {
+            super::background::reap_later(pidfd);
+        }
+    }
+}
+
+impl Warden {
+    /// A warden with its process started (the sandbox fails to prepare when it cannot).
+    pub(crate) fn start() -> io::Result<Warden> {
+        let warden = Warden::default();
+        warden.lock().process = Some(spawn()?);
+        Ok(warden)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        super::lock(&self.state)
+    }
+
+    /// A command whose process group is `pgid` started.
+    ///
+    /// # Errors
+    /// The warden could not be (re)started or told; the caller kills the command.
+    pub(crate) fn register(&self, pgid: i32) -> io::Result<()> {
+        let mut state = self.lock();
+        if state.groups.len() >= MAX_GROUPS && !state.groups.contains_key(&pgid) {
+            return Err(io::Error::other(format!(
+                "more than {MAX_GROUPS} commands running at once"
+            )));
+        }
+        *state.groups.entry(pgid).or_default() += 1;
+        let result = state
+            .ensure_running()
+            .and_then(|process| send(process, pgid));
+        if let Err(error) = &result {
+            tracing::warn!(%error, pgid, "sandbox: the warden of command groups could not be told about a command; it is refused");
+            state.forget(pgid);
+            // A warden that cannot be written to is of no use: start a new one next time.
+            state.process = None;
+        }
+        result
+    }
+
+    /// The group `pgid` registered earlier is gone (or its tree was killed).
+    pub(crate) fn unregister(&self, pgid: i32) {
+        let mut state = self.lock();
+        if !state.forget(pgid) {
+            return;
+        }
+        let Some(process) = state.process.as_ref() else {
+            return;
+        };
+        if let Err(error) = send(process, -pgid) {
+            // The warden would kill a group that no longer is this command's: start a new
+            // one (told only about the groups still running) before the next command.
+            tracing::warn!(%error, pgid, "sandbox: the warden of command groups could not be told that a command ended; it is replaced");
+            state.process = None;
+        }
+    }
+
+    /// The warden's pid, if one runs (tests).
+    #[cfg(test)]
+    pub(crate) fn pid(&self) -> Option<i32> {
+        self.lock().process.as_ref().map(|process| process.pid)
+    }
+
+    /// Wait until the running warden has exited (tests).
+    #[cfg(test)]
+    fn wait_for_exit(&self) {
+        let state = self.lock();
+        let pidfd = state
+            .process
+            .as_ref()
+            .and_then(|p| p.pidfd.as_ref())
+            .unwrap();
+        sys::pidfd_exited(pidfd, true).unwrap();
+    }
+}
+
+impl State {
+    /// Remove one registration of `pgid`; whether there was one.
+    fn forget(&mut self, pgid: i32) -> bool {
+        match self.groups.get_mut(&pgid) {
+            Some(count) if *count > 1 => {
+                *count -= 1;
+                true
+            }
+            Some(_) => {
+                self.groups.remove(&pgid);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The running warden, started anew (and told every listed group) when the last one
+    /// ended or was given up.
+    fn ensure_running(&mut self) -> io::Result<&Process> {
+        let alive = match self.process.as_ref() {
+            Some(Process {
+                pidfd: Some(pidfd), ..
+            }) => !sys::pidfd_exited(pidfd, false)?,
+            Some(_) => false,
+            None => false,
+        };
+        if !alive {
+            if let Some(old) = self.process.take() {
+                tracing::warn!(
+                    pid = old.pid,
+                    "sandbox: the warden of command groups ended; starting a new one"
+                );
+            }
+            let process = spawn()?;
+            for (&pgid, &count) in &self.groups {
+                for _ in 0..count {
+                    send(&process, pgid)?;
+                }
+            }
+            self.process = Some(process);
+        }
+        self.process
+            .as_ref()
+            .ok_or_else(|| io::Error::other("no warden"))
+    }
+}
+
+/// Write one record.
+fn send(process: &Process, value: i32) -> io::Result<()> {
+    let record = value.to_ne_bytes();
+    let Some(pipe) = process.pipe.as_ref() else {
+        return Err(io::Error::from(io::ErrorKind::BrokenPipe));
+    };
+    // SAFETY: `record` is readable for its length; the fd is open.
+    let written = unsafe { libc::write(pipe.as_raw_fd(), record.as_ptr().cast(), record.len()) };
+    match written {
+        4 => Ok(()),
+        n if n < 0 => Err(io::Error::last_os_error()),
+        // A pipe write of 4 bytes is all or nothing; anything else is a broken contract.
+        _ => Err(io::Error::other("a short write to the warden's pipe")),
+    }
+}
+
+/// Start a warden process; returns once it has set its signals up.
+fn spawn() -> io::Result<Process> {
+    let (read, write) = sys::pipe_cloexec()?;
+    sys::set_nonblocking(&write)?;
+    // Closed by the warden (with every other descriptor but `read`) once it is ready.
+    let (ready_read, ready_write) = sys::pipe_cloexec()?;
+    let keep = read.as_raw_fd();
+    // Read before the clone: the child may not allocate.
+    let argv_area = sys::argv_area();
+    let saved = sys::block_all_signals();
+    // SAFETY: the child branch runs only `run`, which is async-signal-safe and ends in
+    // _exit; every signal is blocked across the clone.
+    let cloned = unsafe { sys::clone_process(0) };
+    let cloned = match cloned {
+        Ok(sys::Cloned::Child) => run(keep, argv_area),
+        other => other,
+    };
+    sys::restore_signals(&saved);
+    drop(read);
+    drop(ready_write);
+    let (pid, pidfd) = match cloned? {
+        sys::Cloned::Parent { pid, pidfd } => (pid, pidfd),
+        sys::Cloned::Child => unreachable!("the child branch never returns"),
+    };
+    let process = Process {
+        pid,
+        pidfd: Some(pidfd),
+        pipe: Some(write),
+    };
+    // End of file: the warden closed its copy (ready), or it died (seen at its next use).
+    let mut byte = [0u8; 1];
+    loop {
+        // SAFETY: `byte` is writable for its length; the fd is open.
+        let n = unsafe { libc::read(ready_read.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        break;
+    }
+    Ok(process)
+}
+
+/// The warden's life (in the child: async-signal-safe only, no allocation, ends in `_exit`).
+fn run(pipe: RawFd, argv_area: Option<(usize, usize)>) -> ! {
+    let _ = sys::reset_signals();
+    for signal in IGNORED {
+        sys::ignore_signal(signal);
+    }
+    // Only the pipe stays open: the warden must hold nothing of the parent's (a socket, a
+    // command's pipe) that would keep its peer waiting.
+    let pipe_u = pipe as u32;
+    if (pipe_u > 0 && sys::close_range(0, pipe_u - 1, 0).is_err())
+        || sys::close_range(pipe_u + 1, u32::MAX, 0).is_err()
+    {
+        sys::exit_now(1);
+    }
+    // Not the parent's command line (which may carry secrets, and which tools looking for
+    // the parent by its command line would find twice).
+    sys::rename_process(argv_area, c"cordon-warden", b"cordon-sandbox-warden\0");
+    // Nothing may ptrace it or read its memory (a copy of the parent's); it carries on if
+    // this fails, as it has nothing to set up that could be undone.
+    let _ = sys::set_not_dumpable();
+    let mut groups = [0i32; MAX_GROUPS];
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe { libc::read(pipe, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            // SAFETY: reading errno is async-signal-safe.
+            if unsafe { *libc::__errno_location() } == libc::EINTR {
+                continue;
+            }
+            break;
+        }
+        if n == 0 {
+            break;
+        }
+        // Every write is 4 bytes and atomic, so a read holds whole records.
+        for record in buf[..n as usize].chunks_exact(4) {
+            let value = i32::from_ne_bytes([record[0], record[1], record[2], record[3]]);
+            if value > 0 {
+                if let Some(slot) = groups.iter_mut().find(|slot| **slot == 0) {
+                    *slot = value;
+                }
+            } else if value < 0
+                && let Some(slot) = groups.iter_mut().find(|slot| **slot == -value)
+            {
+                *slot = 0;
+            }
+        }
+    }
+    for &pgid in &groups {
+        if pgid > 0 {
+            // SAFETY: kill has no memory effects.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
+    sys::exit_now(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pids of `group`'s live members.
+    fn members(pgid: i32) -> Vec<i32> {
+        sys::live_group_members(pgid).unwrap()
+    }
+
+    /// A process in a group of its own (its own pid), sleeping until killed.
+    fn sleeper() -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sleep")
+            .arg("300")
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    }
+
+    fn wait_gone(child: &mut std::process::Child) -> std::process::ExitStatus {
+        // Blocks until the process ends: the warden is what ends it.
+        child.wait().unwrap()
+    }
+
+    #[test]
+    fn listed_groups_are_killed_when_the_sandbox_side_goes_away() {
+        use std::os::unix::process::ExitStatusExt;
+        let warden = Warden::start().unwrap();
+        let (mut a, mut b, mut c) = (sleeper(), sleeper(), sleeper());
+        let (pa, pb, pc) = (a.id() as i32, b.id() as i32, c.id() as i32);
+        warden.register(pa).unwrap();
+        warden.register(pb).unwrap();
+        warden.register(pc).unwrap();
+        warden.unregister(pb);
+        // The end of file the warden sees when its parent dies.
+        drop(warden);
+        assert_eq!(wait_gone(&mut a).signal(), Some(libc::SIGKILL));
+        assert_eq!(wait_gone(&mut c).signal(), Some(libc::SIGKILL));
+        // The one that ended (unregistered) is left alone.
+        assert_eq!(members(pb), vec![pb]);
+        b.kill().unwrap();
+        b.wait().unwrap();
+    }
+
+    #[test]
+    fn a_warden_that_ended_is_replaced_and_told_the_running_groups() {
+        use std::os::unix::process::ExitStatusExt;
+        let warden = Warden::start().unwrap();
+        let mut a = sleeper();
+        let pa = a.id() as i32;
+        warden.register(pa).unwrap();
+        let first = warden.pid().unwrap();
+        // SAFETY: kill has no memory effects; the pid is our own child's.
+        assert_eq!(unsafe { libc::kill(first, libc::SIGKILL) }, 0);
+        // Still listed, and a new command starts a new warden told about both.
+        warden.wait_for_exit();
+        let mut b = sleeper();
+        let pb = b.id() as i32;
+        warden.register(pb).unwrap();
+        assert_ne!(warden.pid(), Some(first));
+        drop(warden);
+        assert_eq!(wait_gone(&mut a).signal(), Some(libc::SIGKILL));
+        assert_eq!(wait_gone(&mut b).signal(), Some(libc::SIGKILL));
+    }
+
+    #[test]
+    fn the_warden_ignores_the_signals_of_a_terminal_or_group_kill() {
+        let warden = Warden::start().unwrap();
+        let mut a = sleeper();
+        warden.register(a.id() as i32).unwrap();
+        let pid = warden.pid().unwrap();
+        // Named for what it is, not a copy of this process's command line.
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        assert!(
+            cmdline.starts_with(b"cordon-sandbox-warden\0"),
+            "{cmdline:?}"
+        );
+        // Ignored signals are discarded when sent, so the warden is untouched by these.
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let ignored = status
+            .lines()
+            .find_map(|line| line.strip_prefix("SigIgn:"))
+            .map(|mask| u64::from_str_radix(mask.trim(), 16).unwrap())
+            .unwrap();
+        for signal in IGNORED {
+            assert_ne!(
+                ignored & (1 << (signal - 1)),
+                0,
+                "signal {signal} is not ignored"
+            );
+            // SAFETY: kill has no memory effects; the pid is our own child's.
+            assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        }
+        let mut b = sleeper();
+        warden.register(b.id() as i32).unwrap();
+        assert_eq!(warden.pid(), Some(pid));
+        drop(warden);
+        wait_gone(&mut a);
+        wait_gone(&mut b);
+    }
+}
