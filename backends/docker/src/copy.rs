@@ -4,7 +4,7 @@
 //! removed; the session container mounts the protected volumes read-only. Out: the archive of
 //! `/workspace/.` is unpacked over the host root, never through a symlink the host has,
 //! never writing protected or denied paths, hard links only to files it wrote itself, modes
-//! without set-user-ID, set-group-ID or sticky bits; deletions are not propagated (nothing on
+//! without set-user-ID, set-group-ID, sticky or world-writable bits; deletions are not propagated (nothing on
 //! the host is removed).
 
 use std::collections::HashMap;
@@ -286,6 +286,10 @@ pub(crate) async fn copy_out(
         // process runs as, so a set-user-ID or set-group-ID bit a command set in the container
         // would make a program of that user's on the host.
         archive.set_preserve_permissions(false);
+        // Nor the world-writable bit: another account on the host could then change the
+        // session's files, or plant new ones in its directories, before the operator builds
+        // and runs them.
+        archive.set_mask(0o002);
         archive.set_overwrite(true);
         // A path that cannot be written is reported, and the rest still comes back: every
         // file skipped here is work lost.

@@ -226,9 +226,10 @@ async fn the_copy_back_never_writes_through_a_host_symlink() {
 /// The copy back writes its files as the user Cordon runs as (often root, or the operator):
 /// a set-user-ID or set-group-ID bit a command set on its own file in the container must not
 /// come back with it, or the host would get a set-user-ID program of that user that the
-/// session wrote.
+/// session wrote. Nor does a world-writable bit: another account on the host could then
+/// change (or, in a directory, plant) what the operator later builds and runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn set_id_bits_do_not_come_back() {
+async fn set_id_and_world_writable_bits_do_not_come_back() {
     use std::os::unix::fs::PermissionsExt;
     let host = host_or_skip!();
     let ws = workspace();
@@ -238,10 +239,11 @@ async fn set_id_bits_do_not_come_back() {
     let ran = run(
         &backend,
         "cp /bin/true suid && chmod 4755 suid && mkdir sgid && chmod 2775 sgid \
-         && stat -c %a suid sgid",
+         && mkdir open && chmod 777 open && echo x > open/shared && chmod 666 open/shared \
+         && stat -c %a suid sgid open open/shared",
     )
     .await;
-    assert_eq!(ran.output, "4755\n2775\n", "set in the container");
+    assert_eq!(ran.output, "4755\n2775\n777\n666\n", "set in the container");
     backend.shutdown().await.expect("copied back");
     let mode = |name: &str| {
         std::fs::metadata(ws.path().join(name))
@@ -252,6 +254,8 @@ async fn set_id_bits_do_not_come_back() {
     };
     assert_eq!(mode("suid"), 0o755);
     assert_eq!(mode("sgid"), 0o775);
+    assert_eq!(mode("open"), 0o775);
+    assert_eq!(mode("open/shared"), 0o664);
 }
 
 /// An empty host workspace gives an empty volume, which the engine would fill from the image's
