@@ -110,8 +110,8 @@ fn probe() -> ExitCode {
     }
 }
 
-/// `forward PORT SOCKET` (module `forward`): relays `127.0.0.1:PORT` to the Unix socket until
-/// stdin ends.
+/// `forward PORT SOCKET` (module `forward`): relays `127.0.0.1:PORT` to the Unix socket,
+/// answering flush lines on stdin, until stdin ends.
 fn forward(port: &str, socket: &str) -> ExitCode {
     init_logging();
     let config = match crate::forward::ForwardConfig::from_args(port, socket) {
@@ -140,12 +140,10 @@ fn forward(port: &str, socket: &str) -> ExitCode {
             // became ready.
             let _ = writeln!(out, "{} {bound}", crate::forward::READY).and_then(|()| out.flush());
         },
-        async {
-            // Anything on stdin is ignored; its end (the starter went away) stops the relay.
-            let mut stdin = tokio::io::stdin();
-            let mut buf = [0u8; 256];
-            while matches!(tokio::io::AsyncReadExt::read(&mut stdin, &mut buf).await, Ok(n) if n > 0) {}
-        },
+        // Stdin carries the starter's flush lines (its end stops the relay); the answers go
+        // to stdout after the ready line.
+        tokio::io::stdin(),
+        tokio::io::stdout(),
     ));
     match ended {
         Ok(()) => ExitCode::SUCCESS,
