@@ -115,7 +115,7 @@ impl CommandHost for Inner {
             .map_err(|e| ExecError::Backend {
                 reason: e.to_string(),
             })?;
-        let ticket = egress.begin();
+        let ticket = egress.begin(crate::egress::Runner::Shell);
         let ran = self.run_command(command).await;
         let attempts = egress.finish(ticket).await;
         ran.map(|outcome| ExecOutcome {

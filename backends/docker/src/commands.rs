@@ -135,11 +135,18 @@ impl BashOperations for HelperBash {
                     .map_err(|e| ExecError::Backend {
                         reason: e.to_string(),
                     })?;
-                Some(egress.begin())
+                Some(egress.begin(crate::egress::Runner::Helper {
+                    call: request.call_id.as_deref().map(Arc::from),
+                }))
             }
             None => None,
         };
         let ran = self.helper.exec(request, cancel, output).await;
+        if let (Some(egress), Err(ExecError::Backend { reason })) = (&inner.egress, &ran) {
+            // The helper's stream broke: the helper may have died under the command, and
+            // what the command started is then not killed with it.
+            egress.stop_naming(&format!("a command's helper failed: {reason}"));
+        }
         let attempts = match (&inner.egress, ticket) {
             (Some(egress), Some(ticket)) => egress.finish(ticket).await,
             _ => Vec::new(),

@@ -39,8 +39,8 @@ use cordon_egress::proxy::{
 use cordon_ops::{EgressLog, EgressRecord};
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
-use tokio::net::UnixListener;
-use tokio::sync::{Notify, Semaphore};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{Notify, Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::DockerError;
@@ -66,6 +66,11 @@ pub(crate) const MAX_RECORDS: usize = 1024;
 const MAX_CONNECTIONS: usize = 512;
 /// How long a new forwarder has to say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a command's end barrier may take, each of its two steps (the forwarder's answer,
+/// then the marker's turn at the proxy); past it no connection names a call any more.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest line kept of the forwarder's stdout after its ready line (longer ones are dropped).
+const MAX_ANSWER_LINE: usize = 128;
 /// Most bytes of a forwarder's output kept for an error message.
 const OUTPUT_TAIL: usize = 4096;
 
@@ -151,6 +156,11 @@ struct Ledger {
     next_command: u64,
     /// Running commands and the attempts attributed to them so far.
     running: BTreeMap<u64, EgressLog>,
+    /// The tool calls of running commands through the helper (see [`Runner`]).
+    calls: BTreeMap<u64, Arc<str>>,
+    /// Why connections name no call for the rest of the session, once one could be told
+    /// apart no more (see [`Egress::stop_naming`]).
+    unnamed: Option<String>,
     /// Attempts no running command could take: the next command reports them.
     unclaimed: EgressLog,
     /// Open connections: the commands they are attributed to, and what cuts them.
@@ -163,6 +173,8 @@ impl Default for Ledger {
         Ledger {
             next_command: 0,
             running: BTreeMap::new(),
+            calls: BTreeMap::new(),
+            unnamed: None,
             unclaimed: EgressLog::new(MAX_RECORDS),
             open: BTreeMap::new(),
             next_connection: 0,
@@ -185,8 +197,21 @@ impl Ledger {
         }
     }
 
+    /// The call a connection accepted now is named for: the one whose command is the only one
+    /// running, when it runs through the helper and connections can still be told apart.
+    fn call_of(&self, owners: &BTreeSet<u64>) -> Option<Arc<str>> {
+        if self.unnamed.is_some() || owners.len() != 1 {
+            return None;
+        }
+        owners
+            .first()
+            .and_then(|only| self.calls.get(only))
+            .cloned()
+    }
+
     /// Command `id` ended: its attempts.
     fn take(&mut self, id: u64) -> Vec<EgressRecord> {
+        self.calls.remove(&id);
         let Some(log) = self.running.remove(&id) else {
             return Vec::new();
         };
@@ -209,6 +234,12 @@ struct Open {
 
 /// The session's proxy, its socket and the forwarder in the container.
 pub(crate) struct Egress {
+    /// The proxy's socket on the host (the barrier's marker connects to it).
+    socket: PathBuf,
+    /// How many of this process's own connections (markers) the proxy's socket accepted.
+    markers: watch::Receiver<u64>,
+    /// The next barrier's number.
+    next_flush: std::sync::atomic::AtomicU64,
     /// The private host directory (0700) holding the socket directory; removed at the end.
     _dir: tempfile::TempDir,
     mounts: EgressMounts,
@@ -241,8 +272,17 @@ struct Forwarder {
     /// The container generation it was started in.
     generation: u64,
     alive: Arc<AtomicBool>,
-    /// Holds its stdin open; aborting it ends the forwarder.
+    /// Its stdin and the flush answers read from its stdout (one barrier at a time).
+    link: Arc<tokio::sync::Mutex<FlushLink>>,
+    /// Reads its output; ends with it.
     task: tokio::task::JoinHandle<()>,
+}
+
+/// The host's end of a forwarder's flush lines: its stdin (which only this process holds;
+/// dropped, the forwarder stops) and `flushed N [unsure]` answers as `(N, sure)`.
+struct FlushLink {
+    input: client::ExecInput,
+    answers: mpsc::Receiver<(u64, bool)>,
 }
 
 impl Forwarder {
@@ -271,6 +311,18 @@ impl Drop for Forwarder {
 /// A running command's registration ([`Egress::begin`]).
 pub(crate) struct Ticket(u64);
 
+/// How a command runs, which decides whether its connections can name its call.
+pub(crate) enum Runner {
+    /// Through the helper, whose container profile keeps every process of a command in a
+    /// process group it cannot leave and reports the command's end only once that group is
+    /// gone: with the end barrier, a connection accepted while this command is the only one
+    /// running is its own. `call`: its tool call, when the caller named one.
+    Helper { call: Option<Arc<str>> },
+    /// Through the shell workers: what a command starts in the background outlives it and may
+    /// connect while a later command runs, so from then on no connection names a call.
+    Shell,
+}
+
 impl Egress {
     /// The proxy for `spec` (rules labelled with their policy lines), serving a socket in a new
     /// private temporary directory (never inside `writable`, the host directories the
@@ -290,6 +342,7 @@ impl Egress {
             reason: format!("{e} ({})", spec.sources.egress_allow_at()),
         })?;
         let (dir, socket_dir, listener) = bind_socket(writable)?;
+        let (markers_tx, markers) = watch::channel(0);
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let closed = Arc::new(Notify::new());
         let config = ProxyConfig {
@@ -306,9 +359,13 @@ impl Egress {
             Proxy::with_approver(config, asker.map(|a| a.0)),
             Arc::clone(&ledger),
             Arc::clone(&closed),
+            markers_tx,
         ));
         tracing::info!(socket_dir = %socket_dir.display(), helper = %helper.display(), "docker: egress proxy serving");
         Ok(Egress {
+            socket: socket_dir.join(SOCKET_NAME),
+            markers,
+            next_flush: std::sync::atomic::AtomicU64::new(0),
             _dir: dir,
             mounts: EgressMounts { socket_dir, helper },
             ledger,
@@ -345,6 +402,8 @@ impl Egress {
                 container,
                 "docker: the egress forwarder ended; starting a new one"
             );
+            // What it had not relayed yet may still come, through nobody's barrier.
+            self.stop_naming("the egress forwarder ended under the session");
         }
         *current = None;
         let forwarder =
@@ -354,19 +413,43 @@ impl Egress {
     }
 
     /// Register a command that starts now; it takes the attempts no command took yet.
-    pub(crate) fn begin(&self) -> Ticket {
+    pub(crate) fn begin(&self, runner: Runner) -> Ticket {
+        if let Runner::Shell = runner {
+            self.stop_naming("a command ran through the shell workers");
+        }
         let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
         let id = ledger.next_command;
         ledger.next_command += 1;
+        if let Runner::Helper { call: Some(call) } = runner
+            && ledger.unnamed.is_none()
+        {
+            ledger.calls.insert(id, call);
+        }
         let unclaimed = std::mem::replace(&mut ledger.unclaimed, EgressLog::new(MAX_RECORDS));
         ledger.running.insert(id, unclaimed);
         Ticket(id)
     }
 
-    /// The command ended: wait (at most [`CONNECTION_GRACE`]) until its connections closed,
-    /// then take its attempts.
+    /// From now on no connection names a call (and why, logged once): one could no longer be
+    /// told apart from another call's.
+    pub(crate) fn stop_naming(&self, reason: &str) {
+        let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+        ledger.calls.clear();
+        if ledger.unnamed.is_none() {
+            tracing::warn!(%reason, "docker: egress connections name no call for the rest of the session");
+            ledger.unnamed = Some(reason.to_owned());
+        }
+    }
+
+    /// The command ended (every process of it is gone): pass the end barrier (on failure no
+    /// connection names a call any more, and attribution falls back to what was accepted so
+    /// far), then wait (at most [`CONNECTION_GRACE`]) until its connections closed, and take
+    /// its attempts.
     pub(crate) async fn finish(&self, ticket: Ticket) -> Vec<EgressRecord> {
         let Ticket(id) = ticket;
+        if let Err(reason) = self.barrier().await {
+            self.stop_naming(&format!("a command's end barrier failed: {reason}"));
+        }
         if tokio::time::timeout(CONNECTION_GRACE, self.settled(id))
             .await
             .is_err()
@@ -394,6 +477,66 @@ impl Egress {
             open.owners.remove(&id);
         }
         ledger.take(id)
+    }
+
+    /// The end barrier: the forwarder accepts and passes on every connection waiting on its
+    /// listener and says so (`flush N`, `flushed N`), then a connection of this process
+    /// queued behind them at the proxy's socket (recognised by its peer's pid, which no
+    /// process in the container has) is accepted. Every connection made before the barrier
+    /// started has then been accepted, and attributed to the commands running at that moment.
+    async fn barrier(&self) -> Result<(), String> {
+        let link = {
+            let current = self.forwarder.lock().await;
+            current
+                .as_ref()
+                .filter(|forwarder| forwarder.alive.load(Ordering::SeqCst))
+                .map(|forwarder| Arc::clone(&forwarder.link))
+        }
+        .ok_or("no egress forwarder runs")?;
+        // One barrier at a time: the marker accepted next is this one's.
+        let mut link = link.lock().await;
+        let n = self.next_flush.fetch_add(1, Ordering::SeqCst);
+        let flushed = tokio::time::timeout(FLUSH_TIMEOUT, async {
+            let line = format!("{} {n}\n", cordon_helper::forward::FLUSH);
+            link.input
+                .write_all(line.as_bytes())
+                .await
+                .map_err(|e| format!("failed to write to the forwarder: {e}"))?;
+            link.input
+                .flush()
+                .await
+                .map_err(|e| format!("failed to write to the forwarder: {e}"))?;
+            loop {
+                match link.answers.recv().await {
+                    Some((answered, sure)) if answered == n => return Ok(sure),
+                    // An earlier barrier's late answer.
+                    Some(_) => {}
+                    None => return Err("the forwarder ended".to_owned()),
+                }
+            }
+        })
+        .await
+        .map_err(|_| format!("the forwarder did not answer within {FLUSH_TIMEOUT:?}"))??;
+        if !flushed {
+            return Err(
+                "the forwarder could not vouch that every connection was passed on (the kernel \
+                 dropped connections for a full queue, or it ran out of descriptors)"
+                    .to_owned(),
+            );
+        }
+        let mut markers = self.markers.clone();
+        let target = *markers.borrow_and_update() + 1;
+        let _marker = UnixStream::connect(&self.socket)
+            .await
+            .map_err(|e| format!("failed to connect to the proxy's socket: {e}"))?;
+        tokio::time::timeout(
+            FLUSH_TIMEOUT,
+            markers.wait_for(|accepted| *accepted >= target),
+        )
+        .await
+        .map_err(|_| format!("the proxy did not reach the marker within {FLUSH_TIMEOUT:?}"))?
+        .map_err(|_| "the proxy stopped".to_owned())?;
+        Ok(())
     }
 
     /// Until no open connection is attributed to command `id`.
@@ -452,6 +595,7 @@ async fn serve(
     proxy: Proxy,
     ledger: Arc<Mutex<Ledger>>,
     closed: Arc<Notify>,
+    markers: watch::Sender<u64>,
 ) {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
@@ -467,6 +611,10 @@ async fn serve(
                 return;
             }
         };
+        if is_marker(&stream) {
+            markers.send_modify(|accepted| *accepted += 1);
+            continue;
+        }
         let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
             tracing::warn!(
                 max = MAX_CONNECTIONS,
@@ -475,11 +623,14 @@ async fn serve(
             continue;
         };
         let cut = CancellationToken::new();
-        let connection = {
+        let (connection, call) = {
             let mut ledger = ledger.lock().unwrap_or_else(PoisonError::into_inner);
             let id = ledger.next_connection;
             ledger.next_connection += 1;
             let owners: BTreeSet<u64> = ledger.running.keys().copied().collect();
+            // Every command of the container shares this socket: a connection is a call's
+            // only when that call's command is the only one running (see `Runner`).
+            let call = ledger.call_of(&owners);
             ledger.open.insert(
                 id,
                 Open {
@@ -487,13 +638,10 @@ async fn serve(
                     cut: cut.clone(),
                 },
             );
-            id
+            (id, call)
         };
         let (events, mut received) = EventSink::channel(1);
-        // Every command of the container shares this socket (and a background process of an
-        // earlier call may open a connection while a later one runs): no call owns a
-        // connection here, so a question about one reaches nobody who made it.
-        let owner = ConnectionOwner { events, call: None };
+        let owner = ConnectionOwner { events, call };
         let proxy = proxy.clone();
         let ledger = Arc::clone(&ledger);
         let closed = Arc::clone(&closed);
@@ -516,6 +664,31 @@ async fn serve(
             drop(ledger);
             closed.notify_waiters();
         });
+    }
+}
+
+/// Whether `stream` is this process's own connection (a barrier's marker): no process in the
+/// container has this process's pid (its peers' pids are seen from this namespace).
+fn is_marker(stream: &tokio::net::UnixStream) -> bool {
+    let own = i32::try_from(std::process::id()).ok();
+    own.is_some() && stream.peer_cred().ok().and_then(|cred| cred.pid()) == own
+}
+
+/// The `(N, sure)` of a forwarder's `flushed N [unsure]` line; `None` for any other line.
+fn parse_flushed(line: &str) -> Option<(u64, bool)> {
+    let mut words = line.trim_end().split(' ');
+    if words.next()? != cordon_helper::forward::FLUSHED {
+        return None;
+    }
+    let n = words.next()?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n = n.parse().ok()?;
+    match (words.next(), words.next()) {
+        (None, _) => Some((n, true)),
+        (Some(cordon_helper::forward::UNSURE), None) => Some((n, false)),
+        _ => None,
     }
 }
 
@@ -605,22 +778,50 @@ async fn start_forwarder(
     let alive = Arc::new(AtomicBool::new(true));
     let flag = Arc::clone(&alive);
     let container_name = container.to_owned();
+    let (answers_tx, answers) = mpsc::channel(16);
+    let mut output = exec.output;
     let task = tokio::spawn(async move {
-        // Its output is only logged; the stream ends with the process.
-        while let Some(frame) = exec.output.next().await {
-            if let Ok(LogOutput::StdErr { message }) = frame {
-                tracing::debug!(container = %container_name, message = %String::from_utf8_lossy(&message), "docker: egress forwarder");
+        // Its stderr is only logged; stdout after the ready line carries flush answers. The
+        // stream ends with the process.
+        let mut line: Vec<u8> = Vec::new();
+        let mut overlong = false;
+        while let Some(frame) = output.next().await {
+            match frame {
+                Ok(LogOutput::StdErr { message }) => {
+                    tracing::debug!(container = %container_name, message = %String::from_utf8_lossy(&message), "docker: egress forwarder");
+                }
+                Ok(LogOutput::StdOut { message }) => {
+                    for &byte in message.iter() {
+                        if byte == b'\n' {
+                            if !overlong
+                                && let Some(answer) = parse_flushed(&String::from_utf8_lossy(&line))
+                            {
+                                // A barrier waits for it; one nobody waits for is dropped.
+                                let _ = answers_tx.try_send(answer);
+                            }
+                            line.clear();
+                            overlong = false;
+                        } else if line.len() < MAX_ANSWER_LINE {
+                            line.push(byte);
+                        } else {
+                            overlong = true;
+                        }
+                    }
+                }
+                _ => {}
             }
         }
         flag.store(false, Ordering::SeqCst);
         tracing::warn!(container = %container_name, "docker: the egress forwarder ended");
-        // Keep stdin open until here: closing it asks the forwarder to stop.
-        let _ = exec.input.shutdown().await;
     });
     Ok(Forwarder {
         exec: exec_id,
         generation,
         alive,
+        link: Arc::new(tokio::sync::Mutex::new(FlushLink {
+            input: exec.input,
+            answers,
+        })),
         task,
     })
 }
@@ -731,5 +932,247 @@ mod tests {
         let socket = socket_dir.join(SOCKET_NAME);
         assert_eq!(mode(&socket), 0o666);
         assert!(socket_dir.starts_with(dir.path()));
+    }
+
+    #[test]
+    fn flush_answers_are_a_number_and_perhaps_unsure() {
+        assert_eq!(parse_flushed("flushed 3"), Some((3, true)));
+        assert_eq!(parse_flushed("flushed 3\r"), Some((3, true)));
+        assert_eq!(parse_flushed("flushed 3 unsure"), Some((3, false)));
+        for other in [
+            "flushed",
+            "flushed ",
+            "flushed x",
+            "flushed 3 sure",
+            "flushed 3 unsure more",
+            "flush 3",
+            "cordon-forward ready 127.0.0.1:3128",
+        ] {
+            assert_eq!(parse_flushed(other), None, "{other}");
+        }
+    }
+
+    /// Records the call each question names, and refuses.
+    #[derive(Default)]
+    struct Calls(Mutex<Vec<Option<String>>>);
+
+    #[async_trait::async_trait]
+    impl EgressApprover for Calls {
+        async fn ask(
+            &self,
+            request: cordon_egress::ask::AskRequest,
+        ) -> cordon_egress::ask::AskAnswer {
+            self.0
+                .lock()
+                .expect("calls")
+                .push(request.call.as_deref().map(str::to_owned));
+            cordon_egress::ask::AskAnswer::Deny
+        }
+    }
+
+    /// A session proxy asking `calls` about `pkg.ask.test:443`, with a stand-in forwarder
+    /// driven by the returned lines and answers.
+    fn asking_egress(
+        calls: &Arc<Calls>,
+    ) -> (Egress, tokio::io::DuplexStream, mpsc::Sender<(u64, bool)>) {
+        let mut spec = SandboxSpec::default();
+        spec.egress.ask = vec!["pkg.ask.test:443".to_owned()];
+        spec.sources.file = "policy.toml".to_owned();
+        spec.sources.egress_ask = vec![7];
+        let hooks = ProxyHooks {
+            resolver: None,
+            asker: Some(EgressAsker(calls.clone())),
+        };
+        let egress = Egress::start(&spec, "test", PathBuf::from("/nowhere"), hooks, 1000, &[])
+            .expect("start");
+        let (input, lines) = tokio::io::duplex(1024);
+        let (answers_tx, answers) = mpsc::channel(16);
+        let forwarder = Forwarder {
+            exec: String::new(),
+            generation: 0,
+            alive: Arc::new(AtomicBool::new(true)),
+            link: Arc::new(tokio::sync::Mutex::new(FlushLink {
+                input: Box::pin(input),
+                answers,
+            })),
+            task: tokio::spawn(async {}),
+        };
+        *egress.forwarder.try_lock().expect("unlocked") = Some(forwarder);
+        (egress, lines, answers_tx)
+    }
+
+    /// A connection to `path` made by another process (a child that connects and ends), as
+    /// the forwarder's are.
+    #[allow(unsafe_code)]
+    fn connect_from_another_process(path: &Path) -> UnixStream {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
+        use nix::sys::wait::{WaitStatus, waitpid};
+        use nix::unistd::{ForkResult, fork};
+        use std::os::fd::AsRawFd;
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .expect("socket");
+        let address = UnixAddr::new(path).expect("address");
+        // SAFETY: the child only calls connect(2) and _exit(2), both async-signal-safe, on
+        // values made before the fork.
+        match unsafe { fork() }.expect("fork") {
+            ForkResult::Child => {
+                let status = i32::from(connect(fd.as_raw_fd(), &address).is_err());
+                // SAFETY: ends the child at once, running nothing of the parent's.
+                unsafe { libc::_exit(status) }
+            }
+            ForkResult::Parent { child } => {
+                assert_eq!(
+                    waitpid(child, None).expect("wait"),
+                    WaitStatus::Exited(child, 0),
+                    "the child connects"
+                );
+            }
+        }
+        let stream = std::os::unix::net::UnixStream::from(fd);
+        stream.set_nonblocking(true).expect("nonblocking");
+        UnixStream::from_std(stream).expect("stream")
+    }
+
+    #[tokio::test]
+    async fn only_this_process_s_own_connections_are_markers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.sock");
+        let listener = UnixListener::bind(&path).expect("bind");
+        let _own = UnixStream::connect(&path).await.expect("connect");
+        let (accepted, _) = listener.accept().await.expect("accept");
+        assert!(is_marker(&accepted));
+        let _other = connect_from_another_process(&path);
+        let (accepted, _) = listener.accept().await.expect("accept");
+        assert!(!is_marker(&accepted));
+    }
+
+    /// What a command's connection carries to the proxy through the forwarder.
+    async fn relay_connect(socket: &Path) {
+        let mut stream = connect_from_another_process(socket);
+        stream
+            .write_all(b"CONNECT pkg.ask.test:443 HTTP/1.1\r\nHost: pkg.ask.test:443\r\n\r\n")
+            .await
+            .expect("request");
+        tokio::spawn(async move {
+            let mut sink = Vec::new();
+            let _ = tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut sink).await;
+        });
+    }
+
+    /// A connection call A's command made that is still held in the forwarder (its queue, or
+    /// on its way) when A's command ended reaches the proxy only while A's ticket is open:
+    /// its question names A and its record is A's, never B's, whose command starts next.
+    /// The stand-in forwarder passes it on at the first of: a flush line, or B's start.
+    #[tokio::test]
+    async fn a_connection_held_in_the_forwarder_past_its_command_s_end_stays_its_command_s() {
+        let calls = Arc::new(Calls::default());
+        let (egress, lines, answers) = asking_egress(&calls);
+        let socket = egress.socket.clone();
+        let b_began = Arc::new(Notify::new());
+        let forwarder = tokio::spawn({
+            let b_began = Arc::clone(&b_began);
+            async move {
+                use tokio::io::AsyncBufReadExt;
+                let mut lines = tokio::io::BufReader::new(lines).lines();
+                let mut held = true;
+                loop {
+                    tokio::select! {
+                        line = lines.next_line() => {
+                            let Ok(Some(line)) = line else { return };
+                            let n: u64 = line
+                                .strip_prefix("flush ")
+                                .and_then(|n| n.parse().ok())
+                                .expect("a flush line");
+                            if std::mem::take(&mut held) {
+                                relay_connect(&socket).await;
+                            }
+                            answers.send((n, true)).await.expect("answer");
+                        }
+                        () = b_began.notified(), if held => {
+                            held = false;
+                            relay_connect(&socket).await;
+                        }
+                    }
+                }
+            }
+        });
+        let a = egress.begin(Runner::Helper {
+            call: Some(Arc::from("call-A")),
+        });
+        let a_records = egress.finish(a).await;
+        let b = egress.begin(Runner::Helper {
+            call: Some(Arc::from("call-B")),
+        });
+        b_began.notify_one();
+        let b_records = egress.finish(b).await;
+        assert_eq!(
+            *calls.0.lock().expect("calls"),
+            vec![Some("call-A".to_owned())],
+            "the question names A"
+        );
+        assert_eq!(a_records.len(), 1, "{a_records:?}");
+        assert_eq!(a_records[0].host, "pkg.ask.test");
+        assert!(b_records.is_empty(), "{b_records:?}");
+        drop(egress);
+        forwarder.abort();
+    }
+
+    /// A barrier the forwarder cannot vouch for (unsure, or no answer because it ended) turns
+    /// naming off for the rest of the session; the command still gets its records.
+    #[tokio::test]
+    async fn a_barrier_that_fails_stops_naming_calls() {
+        let calls = Arc::new(Calls::default());
+        let (egress, lines, answers) = asking_egress(&calls);
+        let socket = egress.socket.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut lines = tokio::io::BufReader::new(lines).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let n = line.strip_prefix("flush ").and_then(|n| n.parse().ok());
+                answers
+                    .send((n.expect("a flush line"), false))
+                    .await
+                    .expect("answer");
+            }
+        });
+        let a = egress.begin(Runner::Helper {
+            call: Some(Arc::from("call-A")),
+        });
+        assert!(egress.finish(a).await.is_empty());
+        let b = egress.begin(Runner::Helper {
+            call: Some(Arc::from("call-B")),
+        });
+        relay_connect(&socket).await;
+        let b_records = egress.finish(b).await;
+        assert_eq!(b_records.len(), 1, "{b_records:?}");
+        assert_eq!(*calls.0.lock().expect("calls"), vec![None], "no call named");
+    }
+
+    #[tokio::test]
+    async fn a_command_through_the_shell_workers_stops_naming_calls() {
+        let calls = Arc::new(Calls::default());
+        let (egress, _lines, _answers) = asking_egress(&calls);
+        let shell = egress.begin(Runner::Shell);
+        let mut ledger = egress.ledger.lock().expect("ledger");
+        assert!(ledger.unnamed.is_some());
+        ledger.running.remove(&shell.0);
+        ledger.running.insert(9, EgressLog::new(MAX_RECORDS));
+        ledger.calls.insert(9, Arc::from("call-9"));
+        assert_eq!(ledger.call_of(&BTreeSet::from([9])), None);
+        ledger.unnamed = None;
+        assert_eq!(
+            ledger.call_of(&BTreeSet::from([9])).as_deref(),
+            Some("call-9")
+        );
+        assert_eq!(
+            ledger.call_of(&BTreeSet::from([9, 10])),
+            None,
+            "two running"
+        );
     }
 }
