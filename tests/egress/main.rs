@@ -60,9 +60,9 @@ egress_tests!(local, cordon_tests::Local);
 egress_tests!(docker_helper, cordon_tests::DockerHelper);
 
 /// Questions about `[network] ask` destinations reach the asker of the call whose command
-/// connected: from the proxy in this process (local) or in the helper on the far side of its
-/// stream (a local pipe, SSH), which sends them back over it. (Docker's commands share one
-/// socket to the proxy, so its questions name no call.)
+/// connected: from the proxy in this process (local, Docker, where a command's end barrier
+/// through the container's forwarder tells its connections from the next command's) or in
+/// the helper on the far side of its stream (a local pipe, SSH), which sends them back over it.
 mod asking {
     egress_tests!(@cases cordon_tests::Local;
         an_ask_question_names_the_call_that_connected,
@@ -76,6 +76,12 @@ mod asking {
     }
     mod ssh_helper {
         egress_tests!(@cases cordon_tests::SshHelper;
+            an_ask_question_names_the_call_that_connected,
+            an_ask_question_is_withdrawn_when_its_command_ends,
+        );
+    }
+    mod docker_helper {
+        egress_tests!(@cases cordon_tests::DockerHelper;
             an_ask_question_names_the_call_that_connected,
             an_ask_question_is_withdrawn_when_its_command_ends,
         );
