@@ -15,10 +15,32 @@
 //! Attribution: every command registers while it runs; a connection the proxy accepts is
 //! attributed to every command running at that moment (the forwarder is shared, so commands
 //! that overlap see each other's attempts), or, when none runs, to the next command. A command
-//! ends by waiting (at most [`CONNECTION_GRACE`]) for its connections to close; the ones still
-//! open then that no other running command shares are cut (the proxy reports them with the
-//! reason saying so), and the command takes its records. A connection another running command
+//! ends (its processes gone) with a barrier before its registration closes: the forwarder is
+//! asked on its stdin (`flush N`, which only this process can write) to accept everything
+//! waiting on its listener and connect each to the proxy's socket, and answers (`flushed N`);
+//! then this process connects to the socket itself, behind them, and waits until the proxy
+//! accepts that marker (told apart by its peer's pid: no process in the container has this
+//! process's). Every connection the command made was then accepted while it was registered,
+//! however long it waited in the forwarder's queue, in transit or in the socket's queue. It
+//! then waits (at most [`CONNECTION_GRACE`]) for its connections to close; the ones still open
+//! then that no other running command shares are cut (the proxy reports them with the reason
+//! saying so), and the command takes its records. A connection another running command
 //! shares stays open and is reported with that command.
+//!
+//! Naming the call (so a question about an `[network] ask` destination goes to whoever made
+//! the call, [`Runner`]): a connection names call X when X's command was the only one
+//! registered when the proxy accepted it and runs through the helper, whose container profile
+//! keeps a command's processes in a process group they cannot leave and reports the end only
+//! once that group is gone. For the rest of the session no connection names a call once what a
+//! command started may outlive it or a barrier cannot be trusted: a command ran through the
+//! shell workers, the helper failed under a command (its processes are not killed with it), the
+//! forwarder ended (what it held may come later), or a barrier failed, timed out
+//! ([`FLUSH_TIMEOUT`]) or came back unsure (the forwarder saw the kernel drop connections for a
+//! full queue in the container's network namespace: a dropped handshake can complete after the
+//! barrier; a command can cause that on purpose, which only stops the naming). Attribution of
+//! records keeps the rule above either way. What the barrier relies on: a loopback connection
+//! whose `connect` returned is in the forwarder's queue (the kernel completes the handshake
+//! while the connection is made, long before the command's end is reported here).
 //!
 //! It does not own the container (the backend does) nor the proxy's rules or protocol
 //! (`cordon-egress`).

@@ -441,3 +441,177 @@ async fn an_ask_destination_approved_for_the_session_is_reached_and_not_asked_ag
     );
     backend.stop().await.expect("stop");
 }
+
+/// Records the call each question names (and refuses), telling the test when it asked.
+struct CallsAsked {
+    calls: std::sync::Mutex<Vec<Option<String>>>,
+    asked: tokio::sync::mpsc::UnboundedSender<()>,
+}
+
+#[async_trait::async_trait]
+impl cordon_egress::ask::EgressApprover for CallsAsked {
+    async fn ask(&self, request: cordon_egress::ask::AskRequest) -> cordon_egress::ask::AskAnswer {
+        self.calls
+            .lock()
+            .expect("calls")
+            .push(request.call.as_deref().map(str::to_owned));
+        let _ = self.asked.send(());
+        cordon_egress::ask::AskAnswer::Deny
+    }
+}
+
+/// Starts `command` as tool call `call`: its output as it comes, and its outcome.
+fn start_call(
+    backend: &DockerBackend,
+    command: &str,
+    call: &str,
+) -> (
+    tokio::sync::mpsc::Receiver<Vec<u8>>,
+    tokio::task::JoinHandle<cordon_ops::ExecOutcome>,
+) {
+    let bash = cordon_ops::Backend::bash(backend);
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let request = cordon_ops::ExecRequest {
+        call_id: Some(call.to_owned()),
+        command: command.to_owned(),
+        cwd: std::path::PathBuf::from("/workspace"),
+        timeout: std::time::Duration::from_secs(120),
+        env: vec![],
+    };
+    let outcome = tokio::spawn(async move {
+        bash.exec(request, tokio_util::sync::CancellationToken::new(), tx)
+            .await
+            .expect("exec runs")
+    });
+    (rx, outcome)
+}
+
+/// Until the output read from `rx` holds `text`.
+async fn output_until(rx: &mut tokio::sync::mpsc::Receiver<Vec<u8>>, text: &str) {
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains(text) {
+        let chunk = rx.recv().await.expect("the command's output");
+        seen.extend_from_slice(&chunk);
+    }
+}
+
+/// Whether the process `pid` (a host pid) has bytes waiting on its standard input (a pipe).
+#[allow(unsafe_code)]
+fn stdin_waiting(pid: &str) -> bool {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(stdin) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/{pid}/fd/0"))
+    else {
+        return false;
+    };
+    let mut waiting: libc::c_int = 0;
+    // SAFETY: FIONREAD stores one int at the pointer given.
+    let done = unsafe { libc::ioctl(stdin.as_raw_fd(), libc::FIONREAD, &mut waiting) };
+    done == 0 && waiting > 0
+}
+
+/// Sends `signal` to the host process `pid`.
+fn signal(pid: &str, signal: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([signal, pid])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+}
+
+/// A connection call A's command made can wait in the forwarder's queue (here: the forwarder
+/// is stopped from the host) after the command ended. It is still A's: its question names A
+/// and its record is in A's result, never B's, whose command runs next. Without the end
+/// barrier A's result came back at once, B's command ran when the forwarder went on, and the
+/// connection was taken for B's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_waiting_in_the_forwarder_when_its_command_ends_stays_that_call_s() {
+    let host = host_or_skip!();
+    let ws = workspace();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(http_server(listener));
+    let mut config = support::config(&host, ws.path());
+    config.image = support::DEBIAN.to_owned();
+    config.spec.network = NetworkMode::Filtered;
+    config.spec.egress.ask = vec![format!("pkg.ask.test:{port}")];
+    config.spec.sources.file = "policy.toml".to_owned();
+    config.spec.sources.egress_ask = vec![7];
+    config.helper = Some(helper());
+    config.files_helper = cordon_backend_docker::FilesHelper::Required;
+    let (asked_tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
+    let approver = Arc::new(CallsAsked {
+        calls: std::sync::Mutex::default(),
+        asked: asked_tx,
+    });
+    config.egress_asker = Some(cordon_backend_docker::EgressAsker(approver.clone()));
+    let backend = DockerBackend::start(config)
+        .await
+        .expect("a filtered session starts");
+    // The first command starts the forwarder.
+    let ran = run(&backend, "true").await;
+    assert!(ran.outcome.egress.is_empty());
+    let forwarder = forwarder_host_pid(&backend)
+        .await
+        .expect("the forwarder runs");
+    signal(&forwarder, "-STOP");
+
+    // A's connection is made (into the stopped forwarder's queue) and A's command ends.
+    let request = format!(
+        "GET http://pkg.ask.test:{port}/held HTTP/1.1\\r\\nHost: pkg.ask.test:{port}\\r\\n\\r\\n"
+    );
+    let (mut a_output, a) = start_call(
+        &backend,
+        &format!(
+            "python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', 3128)); \
+             s.sendall(b'{request}'); print('sent', flush=True)\""
+        ),
+        "call-A",
+    );
+    output_until(&mut a_output, "sent").await;
+    let b_command = "echo b-running; while [ ! -e release ]; do sleep 0.05; done";
+    // A's end now waits for the forwarder (its flush line is waiting on its stdin), or, had it
+    // not, A's result is back: B starts before the forwarder goes on.
+    loop {
+        if a.is_finished() {
+            break;
+        }
+        if stdin_waiting(&forwarder) {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let (a_outcome, (mut b_output, b)) = if a.is_finished() {
+        let b = start_call(&backend, b_command, "call-B");
+        let mut b_output = b.0;
+        output_until(&mut b_output, "b-running").await;
+        signal(&forwarder, "-CONT");
+        (a.await.expect("A"), (b_output, b.1))
+    } else {
+        signal(&forwarder, "-CONT");
+        let a_outcome = a.await.expect("A");
+        let (mut b_output, b) = start_call(&backend, b_command, "call-B");
+        output_until(&mut b_output, "b-running").await;
+        (a_outcome, (b_output, b))
+    };
+    asked.recv().await.expect("the question was asked");
+    std::fs::write(ws.path().join("release"), b"").expect("release B");
+    while b_output.recv().await.is_some() {}
+    let b_outcome = b.await.expect("B");
+    assert_eq!(
+        *approver.calls.lock().expect("calls"),
+        vec![Some("call-A".to_owned())],
+        "the question names A"
+    );
+    let record = only(&a_outcome.egress);
+    assert_eq!(
+        (record.host.as_str(), record.port),
+        ("pkg.ask.test", port),
+        "{record:?}"
+    );
+    assert!(b_outcome.egress.is_empty(), "{:?}", b_outcome.egress);
+    backend.stop().await.expect("stop");
+}
