@@ -12,10 +12,11 @@
 //! denial it is without a person to ask.
 //!
 //! The egress proxy's questions about `[network] ask` destinations arrive here too, carrying
-//! the call whose command opened the connection (the local backend serves each command's
-//! connections on a listener of its own): they go to that call's client, with a form that
-//! names the destination and offers it for the session. A question that names no call (a
-//! backend whose commands share the proxy) finds no client and is a denial.
+//! the call whose command opened the connection (the local and SSH backends serve each
+//! command's connections on a listener of their own; Docker names the call whose command was
+//! the only one running): they go to that call's client, with a form that names the
+//! destination and offers it for the session. A question that names no call (a connection the
+//! backend could not tie to one) finds no client and is a denial.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
