@@ -262,6 +262,8 @@ pub(crate) struct Egress {
     markers: watch::Receiver<u64>,
     /// The next barrier's number.
     next_flush: std::sync::atomic::AtomicU64,
+    /// How many markers this process connected to the proxy's socket.
+    markers_sent: std::sync::atomic::AtomicU64,
     /// The private host directory (0700) holding the socket directory; removed at the end.
     _dir: tempfile::TempDir,
     mounts: EgressMounts,
@@ -388,6 +390,7 @@ impl Egress {
             socket: socket_dir.join(SOCKET_NAME),
             markers,
             next_flush: std::sync::atomic::AtomicU64::new(0),
+            markers_sent: std::sync::atomic::AtomicU64::new(0),
             _dir: dir,
             mounts: EgressMounts { socket_dir, helper },
             ledger,
@@ -515,7 +518,8 @@ impl Egress {
                 .map(|forwarder| Arc::clone(&forwarder.link))
         }
         .ok_or("no egress forwarder runs")?;
-        // One barrier at a time: the marker accepted next is this one's.
+        // One barrier at a time (two only overlap across a replaced forwarder, when no call is
+        // named any more).
         let mut link = link.lock().await;
         let n = self.next_flush.fetch_add(1, Ordering::SeqCst);
         let flushed = tokio::time::timeout(FLUSH_TIMEOUT, async {
@@ -546,11 +550,13 @@ impl Egress {
                     .to_owned(),
             );
         }
-        let mut markers = self.markers.clone();
-        let target = *markers.borrow_and_update() + 1;
         let _marker = UnixStream::connect(&self.socket)
             .await
             .map_err(|e| format!("failed to connect to the proxy's socket: {e}"))?;
+        // The socket accepts in order: once it accepted as many markers as were connected,
+        // this one (the last) is through, whatever became of an earlier barrier's.
+        let target = self.markers_sent.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut markers = self.markers.clone();
         tokio::time::timeout(
             FLUSH_TIMEOUT,
             markers.wait_for(|accepted| *accepted >= target),
