@@ -143,8 +143,9 @@ impl BashOperations for HelperBash {
         };
         let ran = self.helper.exec(request, cancel, output).await;
         if let (Some(egress), Err(ExecError::Backend { reason })) = (&inner.egress, &ran) {
-            // The helper's stream broke: the helper may have died under the command, and
-            // what the command started is then not killed with it.
+            // The helper's stream broke: the helper may have died under the command, and what
+            // the command started is then killed by the sandbox's warden, but nothing says
+            // when; it may still connect while the next command runs.
             egress.stop_naming(&format!("a command's helper failed: {reason}"));
         }
         let attempts = match (&inner.egress, ticket) {

@@ -33,8 +33,9 @@
 //! keeps a command's processes in a process group they cannot leave and reports the end only
 //! once that group is gone. For the rest of the session no connection names a call once what a
 //! command started may outlive it or a barrier cannot be trusted: a command ran through the
-//! shell workers, the helper failed under a command (its processes are not killed with it), the
-//! forwarder ended (what it held may come later), or a barrier failed, timed out
+//! shell workers, the helper failed under a command (the sandbox's warden kills what the
+//! command left, but nothing says when), the forwarder ended (what it held may come later), or
+//! a barrier failed, timed out
 //! ([`FLUSH_TIMEOUT`]) or came back unsure (the forwarder saw the kernel drop connections for a
 //! full queue in the container's network namespace: a dropped handshake can complete after the
 //! barrier; a command can cause that on purpose, which only stops the naming). Attribution of
