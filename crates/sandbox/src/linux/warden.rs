@@ -13,9 +13,12 @@
 //!
 //! The warden is outside every command's Landlock domain, so with Landlock's signal scope
 //! (ABI 6) a command cannot signal it (nor this process); it ignores the signals a terminal
-//! or a process-group kill sends (HUP, INT, QUIT, TERM, USR1, USR2, PIPE, ALRM), so only
-//! `SIGKILL` ends it early. Should it have ended anyway, the next command starts a new one,
-//! which is told about every group still running; when that fails the command is refused.
+//! or a process-group kill sends (HUP, INT, QUIT, TERM, USR1, USR2, PIPE, ALRM, and the job
+//! control stops TSTP, TTIN, TTOU), so only `SIGKILL` ends it and `SIGSTOP` stops it early.
+//! Should it have ended anyway, the next command starts a new one, which is told about every
+//! group still running; when that fails the command is refused. A warden that can no longer
+//! be told (its pipe full: it stopped reading) is killed, not just let go — on the end of file
+//! it would kill every group it lists, the running commands among them — and replaced at once.
 //!
 //! Groups are listed while the command's leader is not reaped (its zombie holds the group id,
 //! so it cannot be reused): registered right after the start, removed once the group is gone
@@ -32,7 +35,7 @@ pub(crate) const MAX_GROUPS: usize = 4096;
 
 /// The signals the warden ignores: what a terminal or a signal to the helper's process group
 /// sends.
-const IGNORED: [libc::c_int; 8] = [
+const IGNORED: [libc::c_int; 11] = [
     libc::SIGHUP,
     libc::SIGINT,
     libc::SIGQUIT,
@@ -41,6 +44,11 @@ const IGNORED: [libc::c_int; 8] = [
     libc::SIGUSR2,
     libc::SIGPIPE,
     libc::SIGALRM,
+    // Job control (a terminal's ^Z, a background read or write): a stopped warden reads
+    // nothing, and its pipe fills up.
+    libc::SIGTSTP,
+    libc::SIGTTIN,
+    libc::SIGTTOU,
 ];
 
 /// The warden of one sandbox: the running process (started on demand) and the groups it must
@@ -66,6 +74,18 @@ struct Process {
     /// The write end of the pipe (non-blocking: a warden that stopped reading fails the
     /// write instead of blocking a command's start). Taken only when dropped.
     pipe: Option<OwnedFd>,
+}
+
+impl Process {
+    /// Let go of a warden that can no longer be told (or kept) up to date. It is killed
+    /// first: if it only saw its pipe close, it would kill every group it still lists — the
+    /// commands still running, and a group that ended and whose id may be another's by now.
+    fn give_up(self) {
+        if let Some(pidfd) = self.pidfd.as_ref() {
+            // ESRCH: it is already gone, which is the goal.
+            let _ = sys::pidfd_send_signal(pidfd, libc::SIGKILL);
+        }
+    }
 }
 
 impl Drop for Process {
@@ -102,15 +122,19 @@ impl Warden {
                 "more than {MAX_GROUPS} commands running at once"
             )));
         }
-        *state.groups.entry(pgid).or_default() += 1;
+        // Started (when it must be) before the group is listed: a new warden is told every
+        // listed group, and must not be told this one twice.
         let result = state
             .ensure_running()
             .and_then(|process| send(process, pgid));
-        if let Err(error) = &result {
-            tracing::warn!(%error, pgid, "sandbox: the warden of command groups could not be told about a command; it is refused");
-            state.forget(pgid);
-            // A warden that cannot be written to is of no use: start a new one next time.
-            state.process = None;
+        match &result {
+            Ok(()) => *state.groups.entry(pgid).or_default() += 1,
+            Err(error) => {
+                tracing::warn!(%error, pgid, "sandbox: the warden of command groups could not be told about a command; it is refused");
+                // A warden that cannot be written to is of no use: the running commands get
+                // a new one.
+                state.replace();
+            }
         }
         result
     }
@@ -128,7 +152,7 @@ impl Warden {
             // The warden would kill a group that no longer is this command's: start a new
             // one (told only about the groups still running) before the next command.
             tracing::warn!(%error, pgid, "sandbox: the warden of command groups could not be told that a command ended; it is replaced");
-            state.process = None;
+            state.replace();
         }
     }
 
@@ -167,6 +191,17 @@ impl State {
         }
     }
 
+    /// Give the current warden up and start a new one, told the listed groups (when that
+    /// fails, the next command's start tries again).
+    fn replace(&mut self) {
+        if let Some(old) = self.process.take() {
+            old.give_up();
+        }
+        if let Err(error) = self.ensure_running() {
+            tracing::warn!(%error, "sandbox: no new warden of command groups could be started");
+        }
+    }
+
     /// The running warden, started anew (and told every listed group) when the last one
     /// ended or was given up.
     fn ensure_running(&mut self) -> io::Result<&Process> {
@@ -183,11 +218,15 @@ impl State {
                     pid = old.pid,
                     "sandbox: the warden of command groups ended; starting a new one"
                 );
+                old.give_up();
             }
             let process = spawn()?;
             for (&pgid, &count) in &self.groups {
                 for _ in 0..count {
-                    send(&process, pgid)?;
+                    if let Err(error) = send(&process, pgid) {
+                        process.give_up();
+                        return Err(error);
+                    }
                 }
             }
             self.process = Some(process);
@@ -320,11 +359,6 @@ fn run(pipe: RawFd, argv_area: Option<(usize, usize)>) -> ! {
 mod tests {
     use super::*;
 
-    /// The pids of `group`'s live members.
-    fn members(pgid: i32) -> Vec<i32> {
-        sys::live_group_members(pgid).unwrap()
-    }
-
     /// A process in a group of its own (its own pid), sleeping until killed.
     fn sleeper() -> std::process::Child {
         use std::os::unix::process::CommandExt;
@@ -355,9 +389,7 @@ mod tests {
         assert_eq!(wait_gone(&mut a).signal(), Some(libc::SIGKILL));
         assert_eq!(wait_gone(&mut c).signal(), Some(libc::SIGKILL));
         // The one that ended (unregistered) is left alone.
-        assert_eq!(members(pb), vec![pb]);
-        b.kill().unwrap();
-        b.wait().unwrap();
+        assert_eq!(ended_by_our_term(&mut b), Some(libc::SIGTERM));
     }
 
     #[test]
@@ -379,6 +411,149 @@ mod tests {
         drop(warden);
         assert_eq!(wait_gone(&mut a).signal(), Some(libc::SIGKILL));
         assert_eq!(wait_gone(&mut b).signal(), Some(libc::SIGKILL));
+    }
+
+    /// Wait until our child `pid` (a warden) has stopped.
+    fn wait_stopped(pid: i32) {
+        // SAFETY: an all-zero siginfo_t is a valid value.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is writable; WNOWAIT leaves the state to be seen again.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WSTOPPED | libc::WNOWAIT | libc::__WALL,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+    }
+
+    /// A pidfd of `pid` of our own, to see it exit after the warden let go of it (and maybe
+    /// reaped it already).
+    fn pidfd_of(pid: i32) -> OwnedFd {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open takes no pointers; the result is a new fd we own.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        assert!(fd >= 0, "{}", io::Error::last_os_error());
+        // SAFETY: a new, open fd owned by nothing else.
+        unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
+    }
+
+    /// Block until the process behind `pidfd` has exited (reaped or not).
+    fn wait_exited(pidfd: &OwnedFd) {
+        let mut poll = libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: `poll` is one valid pollfd.
+        while unsafe { libc::poll(&mut poll, 1, -1) } != 1 {
+            assert_eq!(
+                io::Error::last_os_error().kind(),
+                io::ErrorKind::Interrupted
+            );
+        }
+    }
+
+    /// What ends `child` when this test sends it SIGTERM now: SIGTERM if nothing killed it
+    /// before, SIGKILL if a warden did (a process already dying of SIGKILL drops later
+    /// signals), so a kill that was sent but not yet delivered is seen too.
+    fn ended_by_our_term(child: &mut std::process::Child) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        // SAFETY: kill has no memory effects; the pid is our own unreaped child's.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+        child.wait().unwrap().signal()
+    }
+
+    /// Group ids no process has (above the largest pid Linux allows).
+    const NO_SUCH_GROUP: i32 = 0x4000_0000;
+
+    #[test]
+    fn a_warden_given_up_kills_nothing_and_is_replaced_at_once() {
+        use std::os::unix::process::ExitStatusExt;
+        let warden = Warden::start().unwrap();
+        let (mut a, mut c) = (sleeper(), sleeper());
+        warden.register(a.id() as i32).unwrap();
+        warden.register(c.id() as i32).unwrap();
+        let first = warden.pid().unwrap();
+        let first_fd = pidfd_of(first);
+        // A warden that stopped reading (stopped, starved): its pipe fills up until telling
+        // it fails and it is given up.
+        // SAFETY: kill has no memory effects; the pid is our own child's.
+        assert_eq!(unsafe { libc::kill(first, libc::SIGSTOP) }, 0);
+        wait_stopped(first);
+        let mut given_up = false;
+        for index in 0..100_000 {
+            let pgid = NO_SUCH_GROUP + index;
+            if warden.register(pgid).is_err() {
+                given_up = true;
+                break;
+            }
+            warden.unregister(pgid);
+            if warden.pid() != Some(first) {
+                given_up = true;
+                break;
+            }
+        }
+        assert!(given_up, "a full pipe never failed");
+        // Were it to go on, it would see the end of file and kill what it lists.
+        // SAFETY: kill has no memory effects; the pid is (or was) our own child's.
+        unsafe { libc::kill(first, libc::SIGCONT) };
+        wait_exited(&first_fd);
+        assert_eq!(
+            ended_by_our_term(&mut c),
+            Some(libc::SIGTERM),
+            "the given-up warden killed a running command"
+        );
+        // And the running command is covered by a new warden straight away.
+        let second = warden.pid().expect("no warden runs after one was given up");
+        assert_ne!(second, first);
+        drop(warden);
+        assert_eq!(wait_gone(&mut a).signal(), Some(libc::SIGKILL));
+    }
+
+    #[test]
+    fn a_replacement_warden_lists_the_new_command_once() {
+        let warden = Warden::start().unwrap();
+        let first = warden.pid().unwrap();
+        // SAFETY: kill has no memory effects; the pid is our own child's.
+        assert_eq!(unsafe { libc::kill(first, libc::SIGKILL) }, 0);
+        warden.wait_for_exit();
+        // This start finds the warden gone and starts a new one.
+        let mut b = sleeper();
+        let pb = b.id() as i32;
+        warden.register(pb).unwrap();
+        assert_ne!(warden.pid(), Some(first));
+        // The command ended (as far as the sandbox knows): it must not be killed any more.
+        warden.unregister(pb);
+        let second_fd = pidfd_of(warden.pid().unwrap());
+        drop(warden);
+        wait_exited(&second_fd);
+        assert_eq!(
+            ended_by_our_term(&mut b),
+            Some(libc::SIGTERM),
+            "an ended command's group was killed"
+        );
+    }
+
+    #[test]
+    fn the_warden_does_not_stop_for_job_control_signals() {
+        let warden = Warden::start().unwrap();
+        let pid = warden.pid().unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let ignored = status
+            .lines()
+            .find_map(|line| line.strip_prefix("SigIgn:"))
+            .map(|mask| u64::from_str_radix(mask.trim(), 16).unwrap())
+            .unwrap();
+        for signal in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
+            assert_ne!(
+                ignored & (1 << (signal - 1)),
+                0,
+                "signal {signal} is not ignored"
+            );
+        }
     }
 
     #[test]
