@@ -15,8 +15,9 @@
 //! (ABI 6) a command cannot signal it (nor this process); it ignores the signals a terminal
 //! or a process-group kill sends (HUP, INT, QUIT, TERM, USR1, USR2, PIPE, ALRM, and the job
 //! control stops TSTP, TTIN, TTOU), so only `SIGKILL` ends it and `SIGSTOP` stops it early.
-//! Should it have ended anyway, the next command starts a new one, which is told about every
-//! group still running; when that fails the command is refused. A warden that can no longer
+//! Should it have ended anyway, a thread watching it (one per warden, ending with it) starts a
+//! new one at once, told about every group still running; failing that, the next command's
+//! start tries again, and when that fails too the command is refused. A warden that can no longer
 //! be told (its pipe full: it stopped reading) is killed, not just let go — on the end of file
 //! it would kill every group it lists, the running commands among them — and replaced at once.
 //!
@@ -27,6 +28,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex, Weak};
 
 use super::sys;
 
@@ -53,13 +55,18 @@ const IGNORED: [libc::c_int; 11] = [
 
 /// The warden of one sandbox: the running process (started on demand) and the groups it must
 /// know about.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Warden {
-    state: std::sync::Mutex<State>,
+    state: Arc<Mutex<State>>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
+    /// This state itself, for the watcher thread of each warden started.
+    this: Weak<Mutex<State>>,
+    /// Whether each warden started gets a watcher (always, but in tests of the replacement
+    /// at a command's start).
+    watched: bool,
     process: Option<Process>,
     /// Running commands' groups, with how often each is registered (a group id can only be
     /// registered again after the first was removed, but count rather than assume).
@@ -102,9 +109,20 @@ impl Drop for Process {
 impl Warden {
     /// A warden with its process started (the sandbox fails to prepare when it cannot).
     pub(crate) fn start() -> io::Result<Warden> {
-        let warden = Warden::default();
-        warden.lock().process = Some(spawn()?);
-        Ok(warden)
+        Warden::start_with(true)
+    }
+
+    fn start_with(watched: bool) -> io::Result<Warden> {
+        let state = Arc::new_cyclic(|this| {
+            Mutex::new(State {
+                this: this.clone(),
+                watched,
+                process: None,
+                groups: BTreeMap::new(),
+            })
+        });
+        super::lock(&state).ensure_running()?;
+        Ok(Warden { state })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -221,6 +239,15 @@ impl State {
                 old.give_up();
             }
             let process = spawn()?;
+            // Watched from now on: a warden that ends (the OOM killer, a signal on a kernel
+            // without Landlock's signal scope) is replaced at once, not at the next command.
+            if let Some(pidfd) = process.pidfd.as_ref().filter(|_| self.watched) {
+                watch(
+                    self.this.clone(),
+                    process.pid,
+                    sys::dup_cloexec_at_least(pidfd, 3)?,
+                )?;
+            }
             for (&pgid, &count) in &self.groups {
                 for _ in 0..count {
                     if let Err(error) = send(&process, pgid) {
@@ -235,6 +262,33 @@ impl State {
             .as_ref()
             .ok_or_else(|| io::Error::other("no warden"))
     }
+}
+
+/// Start the thread that waits for the warden `pid` (behind `pidfd`) to end and then, if it
+/// is still the sandbox's warden, replaces it (told the groups still listed). The thread ends
+/// with its warden; a sandbox dropped ends its warden.
+fn watch(state: Weak<Mutex<State>>, pid: i32, pidfd: OwnedFd) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("cordon-warden-watch".to_owned())
+        .spawn(move || {
+            // Ended, or already reaped by the background reaper (ECHILD): gone either way.
+            let _ = sys::pidfd_exited(&pidfd, true);
+            drop(pidfd);
+            let Some(state) = state.upgrade() else {
+                return;
+            };
+            let mut state = super::lock(&state);
+            if state.process.as_ref().map(|process| process.pid) != Some(pid) {
+                // Given up and replaced already (or the sandbox is going away).
+                return;
+            }
+            tracing::warn!(
+                pid,
+                "sandbox: the warden of command groups ended; starting a new one"
+            );
+            state.replace();
+        })
+        .map(|_| ())
 }
 
 /// Write one record.
@@ -393,7 +447,7 @@ mod tests {
     }
 
     #[test]
-    fn a_warden_that_ended_is_replaced_and_told_the_running_groups() {
+    fn a_warden_that_ended_is_replaced_at_once_and_told_the_running_groups() {
         use std::os::unix::process::ExitStatusExt;
         let warden = Warden::start().unwrap();
         let mut a = sleeper();
@@ -402,8 +456,17 @@ mod tests {
         let first = warden.pid().unwrap();
         // SAFETY: kill has no memory effects; the pid is our own child's.
         assert_eq!(unsafe { libc::kill(first, libc::SIGKILL) }, 0);
-        // Still listed, and a new command starts a new warden told about both.
-        warden.wait_for_exit();
+        // Replaced without waiting for a command to start (its watcher saw it end), and the
+        // new one is told the running group.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while warden.pid() == Some(first) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the warden that ended was not replaced"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(warden.pid().is_some());
         let mut b = sleeper();
         let pb = b.id() as i32;
         warden.register(pb).unwrap();
@@ -515,7 +578,7 @@ mod tests {
 
     #[test]
     fn a_replacement_warden_lists_the_new_command_once() {
-        let warden = Warden::start().unwrap();
+        let warden = Warden::start_with(false).unwrap();
         let first = warden.pid().unwrap();
         // SAFETY: kill has no memory effects; the pid is our own child's.
         assert_eq!(unsafe { libc::kill(first, libc::SIGKILL) }, 0);
