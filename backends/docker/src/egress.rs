@@ -36,12 +36,13 @@
 //! shell workers, the helper failed under a command (the sandbox's warden kills what the
 //! command left, but nothing says when), the forwarder ended (what it held may come later), or
 //! a barrier failed, timed out
-//! ([`FLUSH_TIMEOUT`]) or came back unsure (the forwarder saw the kernel drop connections for a
-//! full queue in the container's network namespace: a dropped handshake can complete after the
-//! barrier; a command can cause that on purpose, which only stops the naming). Attribution of
-//! records keeps the rule above either way. What the barrier relies on: a loopback connection
-//! whose `connect` returned is in the forwarder's queue (the kernel completes the handshake
-//! while the connection is made, long before the command's end is reported here).
+//! ([`FLUSH_TIMEOUT`]) or came back unsure (the forwarder saw a handshake to its port still
+//! under way, or the kernel drop connections for a full queue in the container's network
+//! namespace: such a connection can be queued after the barrier; a command can cause that on
+//! purpose, which only stops the naming). Attribution of records keeps the rule above either
+//! way. What the barrier relies on: a loopback connection whose `connect` returned is in the
+//! forwarder's queue, or its handshake is still visible as under way (its last acknowledgement
+//! lost or not yet processed), or the kernel counted it dropped.
 //!
 //! It does not own the container (the backend does) nor the proxy's rules or protocol
 //! (`cordon-egress`).
@@ -546,8 +547,9 @@ impl Egress {
         .map_err(|_| format!("the forwarder did not answer within {FLUSH_TIMEOUT:?}"))??;
         if !flushed {
             return Err(
-                "the forwarder could not vouch that every connection was passed on (the kernel \
-                 dropped connections for a full queue, or it ran out of descriptors)"
+                "the forwarder could not vouch that every connection was passed on (a handshake \
+                 was still under way, the kernel dropped connections for a full queue, or it ran \
+                 out of descriptors)"
                     .to_owned(),
             );
         }

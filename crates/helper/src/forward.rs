@@ -16,11 +16,15 @@
 //! starter tell which command a connection belongs to: on a line `flush N` the forwarder
 //! accepts every connection already waiting on its listener, connects each to the socket (so
 //! each is queued there, in order, before anything the starter does next), and answers
-//! `flushed N` on stdout; `flushed N unsure` when the network namespace's listen-drop counters
-//! moved since it started (a connection the kernel dropped for a full queue may still be
-//! completed later, after the barrier), or could not be read. Every connection is connected to
-//! the socket before the next one is accepted, so one accepted before the line is already
-//! there. Lines are at most [`MAX_LINE`] bytes; others are ignored.
+//! `flushed N` on stdout; `flushed N unsure` when a connection made before the line may still
+//! come later: a handshake to its port was under way when the line came (the client's
+//! `connect` may have returned while the listener still waits for its last acknowledgement,
+//! lost or not yet processed on the loopback device, and the connection is queued only once
+//! a retransmission gets through), the network namespace's listen-drop counters moved since
+//! it started (a connection the kernel dropped for a full queue), or either could not be read.
+//! Every connection is connected to the socket before the next one is accepted, so one
+//! accepted before the line is already there. Lines are at most [`MAX_LINE`] bytes; others
+//! are ignored.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -212,6 +216,7 @@ pub async fn serve(
     // the kernel holds at that moment, not what the runtime last heard of.
     let queue = std::net::TcpListener::from(listener.as_fd().try_clone_to_owned()?);
     queue.set_nonblocking(true)?;
+    let port = listener.local_addr()?.port();
     let drops_at_start = listen_drops();
     let mut relays = Relays {
         socket: Arc::from(socket),
@@ -236,14 +241,18 @@ pub async fn serve(
             },
             line = lines.recv() => match line {
                 Some(Control::Flush(n)) => {
+                    // Before the queue is taken: a handshake half-done now may be finished
+                    // (and queued) while it is taken, or after.
+                    let settled = handshakes_pending(port) == Some(false);
                     let complete = flush(&queue, &mut relays).await?;
-                    let sure = complete
+                    let sure = settled
+                        && complete
                         && drops_at_start.is_some()
                         && listen_drops() == drops_at_start;
                     let answer = if sure {
                         format!("{FLUSHED} {n}\n")
                     } else {
-                        tracing::warn!(complete, "forward: a connection may be left behind (out of descriptors, or the listen-drop counters moved or cannot be read): flush answered unsure");
+                        tracing::warn!(settled, complete, "forward: a connection may be left behind (a handshake not finished, out of descriptors, or the listen-drop counters moved or cannot be read): flush answered unsure");
                         format!("{FLUSHED} {n} {UNSURE}\n")
                     };
                     answers.write_all(answer.as_bytes()).await?;
@@ -314,6 +323,36 @@ fn parse_listen_drops(text: &str) -> Option<(u64, u64)> {
         return Some((get("ListenOverflows")?, get("ListenDrops")?));
     }
     None
+}
+
+/// Whether a TCP handshake to local port `port` is under way in this network namespace: a
+/// request the listener has not turned into a connection in its accept queue yet (state
+/// `SYN_RECV` in `/proc/net/tcp`), while the client may already count it as made (its last
+/// acknowledgement lost, or not yet processed). `None` when the file cannot be read.
+fn handshakes_pending(port: u16) -> Option<bool> {
+    let text = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    parse_handshakes_pending(&text, port)
+}
+
+/// [`handshakes_pending`] from the text of `/proc/net/tcp` (a heading, then one socket a line:
+/// number, `ADDRESS:PORT` local and remote in hexadecimal, state); `None` when a line cannot
+/// be read.
+fn parse_handshakes_pending(text: &str, port: u16) -> Option<bool> {
+    /// The kernel's `TCP_SYN_RECV`.
+    const SYN_RECV: &str = "03";
+    let mut pending = false;
+    for line in text.lines().skip(1) {
+        let mut fields = line.split_whitespace();
+        let (Some(_), Some(local), Some(_), Some(state)) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            return None;
+        };
+        let (_, local_port) = local.rsplit_once(':')?;
+        let local_port = u16::from_str_radix(local_port, 16).ok()?;
+        pending |= local_port == port && state == SYN_RECV;
+    }
+    Some(pending)
 }
 
 /// Errors of `accept` that concern one connection (the listener still works).
@@ -393,6 +432,31 @@ mod tests {
         assert!(listen_drops().is_some());
     }
 
+    #[test]
+    fn half_done_handshakes_are_requests_in_syn_recv_on_the_port() {
+        let heading = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
+        let listening = "   0: 0100007F:0C38 00000000:0000 0A 00000000:00000000 00:00000000 00000000 65534 0 1 1 0 100 0 0 10 0\n";
+        let request = "   1: 0100007F:0C38 0100007F:D2F0 03 00000000:00000000 02:000000C8 00000000 0 0 0 1 0\n";
+        let elsewhere = "   2: 0100007F:1F90 0100007F:D2F2 03 00000000:00000000 02:000000C8 00000000 0 0 0 1 0\n";
+        let made = "   3: 0100007F:0C38 0100007F:D2F4 01 00000000:00000000 00:00000000 00000000 65534 0 9 1 0 20 4 30 10 -1\n";
+        let text = |lines: &[&str]| format!("{heading}{}", lines.concat());
+        assert_eq!(
+            parse_handshakes_pending(&text(&[listening, made, elsewhere]), 3128),
+            Some(false)
+        );
+        assert_eq!(
+            parse_handshakes_pending(&text(&[listening, request]), 3128),
+            Some(true)
+        );
+        assert_eq!(
+            parse_handshakes_pending(&text(&["   0: junk\n"]), 3128),
+            None
+        );
+        assert_eq!(parse_handshakes_pending(heading, 3128), Some(false));
+        // Where this test runs, the file is there.
+        assert!(handshakes_pending(1).is_some());
+    }
+
     /// A forwarder on a free port relaying to a socket nobody accepts on (what it connects
     /// stays queued there), driven through `control`, answering on `answers`.
     async fn forwarder() -> (
@@ -462,6 +526,64 @@ mod tests {
             "nothing else"
         );
         // Its end stops the forwarder.
+        drop(control);
+        served.await.expect("joined").expect("served");
+    }
+
+    /// A connection whose `connect` returned but whose handshake the listener has not finished
+    /// (its request still waiting, not in the accept queue) cannot be flushed: it may be
+    /// accepted after the answer, so the answer is unsure. The listener here defers accepting
+    /// until data comes (`TCP_DEFER_ACCEPT`), which holds a handshake half-done on demand, as
+    /// an acknowledgement lost on the loopback device does without moving any listen counter.
+    #[tokio::test]
+    #[allow(unsafe_code)]
+    async fn a_handshake_the_listener_has_not_finished_makes_the_flush_unsure() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("proxy.sock");
+        let upstream = std::os::unix::net::UnixListener::bind(&path).expect("bind socket");
+        upstream.set_nonblocking(true).expect("nonblocking");
+        let listener = bind(0).expect("bind");
+        let seconds: libc::c_int = 30;
+        // SAFETY: a valid descriptor and an int option of the right size.
+        let set = unsafe {
+            libc::setsockopt(
+                listener.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_DEFER_ACCEPT,
+                std::ptr::from_ref(&seconds).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(set, 0, "TCP_DEFER_ACCEPT");
+        let addr = listener.local_addr().expect("addr");
+        let (mut control, control_far) = tokio::io::duplex(1024);
+        let (answers_far, answers) = tokio::io::duplex(1024);
+        let mut answers = tokio::io::BufReader::new(answers);
+        let served = tokio::spawn(async move {
+            serve(listener, &path, MAX_CONNECTIONS, control_far, answers_far).await
+        });
+        // Its connect returns: for the client the connection is made.
+        let mut client = TcpStream::connect(addr).await.expect("connect");
+        control.write_all(b"flush 1\n").await.expect("flush");
+        assert_eq!(answer(&mut answers).await, "flushed 1 unsure\n");
+        assert_eq!(
+            upstream.accept().map_err(|e| e.kind()).err(),
+            Some(io::ErrorKind::WouldBlock),
+            "nothing was passed on"
+        );
+        // It comes after the answer.
+        client.write_all(b"x").await.expect("write");
+        upstream.set_nonblocking(false).expect("blocking");
+        let byte = tokio::task::spawn_blocking(move || {
+            let (stream, _) = upstream.accept().expect("passed on after the flush");
+            let mut byte = [0u8; 1];
+            std::io::Read::read_exact(&mut &stream, &mut byte).expect("relayed");
+            byte
+        })
+        .await
+        .expect("joined");
+        assert_eq!(&byte, b"x");
         drop(control);
         served.await.expect("joined").expect("served");
     }
