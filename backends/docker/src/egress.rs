@@ -34,8 +34,9 @@
 //! once that group is gone. For the rest of the session no connection names a call once what a
 //! command started may outlive it or a barrier cannot be trusted: a command ran through the
 //! shell workers, the helper failed under a command (the sandbox's warden kills what the
-//! command left, but nothing says when), the forwarder ended (what it held may come later), or
-//! a barrier failed, timed out
+//! command left, but nothing says when), the forwarder ended (what it held may come later), a
+//! command's end was not waited for (its caller's future dropped: [`Ticket`]), or a barrier
+//! failed, timed out
 //! ([`FLUSH_TIMEOUT`]) or came back unsure (the forwarder saw a handshake to its port still
 //! under way, or the kernel drop connections for a full queue in the container's network
 //! namespace: such a connection can be queued after the barrier; a command can cause that on
@@ -233,6 +234,15 @@ impl Ledger {
             .cloned()
     }
 
+    /// From now on no connection names a call (and why, logged once).
+    fn stop_naming(&mut self, reason: &str) {
+        self.calls.clear();
+        if self.unnamed.is_none() {
+            tracing::warn!(%reason, "docker: egress connections name no call for the rest of the session");
+            self.unnamed = Some(reason.to_owned());
+        }
+    }
+
     /// Command `id` ended: its attempts.
     fn take(&mut self, id: u64) -> Vec<EgressRecord> {
         self.calls.remove(&id);
@@ -334,8 +344,33 @@ impl Drop for Forwarder {
     }
 }
 
-/// A running command's registration ([`Egress::begin`]).
-pub(crate) struct Ticket(u64);
+/// A running command's registration ([`Egress::begin`]). Dropped before [`Egress::finish`]
+/// took it all the way (the caller's future was dropped, with the command perhaps still
+/// running, or during its end barrier), no connection names a call any more and the
+/// registration goes (its attempts with it).
+pub(crate) struct Ticket {
+    id: u64,
+    ledger: Arc<Mutex<Ledger>>,
+    finished: bool,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+        ledger.stop_naming("a command's end was not waited for (its caller went away)");
+        for open in ledger.open.values_mut() {
+            open.owners.remove(&self.id);
+        }
+        let dropped = ledger.take(self.id).len();
+        tracing::warn!(
+            dropped,
+            "docker: a command's end was not waited for; its egress attempts are not reported"
+        );
+    }
+}
 
 /// How a command runs, which decides whether its connections can name its call.
 pub(crate) enum Runner {
@@ -454,26 +489,28 @@ impl Egress {
         }
         let unclaimed = std::mem::replace(&mut ledger.unclaimed, EgressLog::new(MAX_RECORDS));
         ledger.running.insert(id, unclaimed);
-        Ticket(id)
+        Ticket {
+            id,
+            ledger: Arc::clone(&self.ledger),
+            finished: false,
+        }
     }
 
     /// From now on no connection names a call (and why, logged once): one could no longer be
     /// told apart from another call's.
     pub(crate) fn stop_naming(&self, reason: &str) {
-        let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
-        ledger.calls.clear();
-        if ledger.unnamed.is_none() {
-            tracing::warn!(%reason, "docker: egress connections name no call for the rest of the session");
-            ledger.unnamed = Some(reason.to_owned());
-        }
+        self.ledger
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stop_naming(reason);
     }
 
     /// The command ended (every process of it is gone): pass the end barrier (on failure no
     /// connection names a call any more, and attribution falls back to what was accepted so
     /// far), then wait (at most [`CONNECTION_GRACE`]) until its connections closed, and take
     /// its attempts.
-    pub(crate) async fn finish(&self, ticket: Ticket) -> Vec<EgressRecord> {
-        let Ticket(id) = ticket;
+    pub(crate) async fn finish(&self, mut ticket: Ticket) -> Vec<EgressRecord> {
+        let id = ticket.id;
         if let Err(reason) = self.barrier().await {
             self.stop_naming(&format!("a command's end barrier failed: {reason}"));
         }
@@ -503,6 +540,7 @@ impl Egress {
         for open in ledger.open.values_mut() {
             open.owners.remove(&id);
         }
+        ticket.finished = true;
         ledger.take(id)
     }
 
@@ -1184,6 +1222,24 @@ mod tests {
         assert_eq!(*calls.0.lock().expect("calls"), vec![None], "no call named");
     }
 
+    /// A command whose end is never passed (its future dropped: the caller went away, or the
+    /// end barrier itself was abandoned) may still run and connect: naming stops, and its
+    /// registration goes (not open forever, taking later connections and the records of every
+    /// later command's attempts, and naming its call whenever no other command runs).
+    #[tokio::test]
+    async fn a_command_whose_end_is_never_passed_stops_naming_and_leaves_no_registration() {
+        let calls = Arc::new(Calls::default());
+        let (egress, _lines, _answers) = asking_egress(&calls);
+        let a = egress.begin(Runner::Helper {
+            call: Some(Arc::from("call-A")),
+        });
+        drop(a);
+        let ledger = egress.ledger.lock().expect("ledger");
+        assert!(ledger.running.is_empty(), "still registered");
+        assert!(ledger.calls.is_empty());
+        assert!(ledger.unnamed.is_some(), "naming goes on");
+    }
+
     #[tokio::test]
     async fn a_command_through_the_shell_workers_stops_naming_calls() {
         let calls = Arc::new(Calls::default());
@@ -1191,7 +1247,7 @@ mod tests {
         let shell = egress.begin(Runner::Shell);
         let mut ledger = egress.ledger.lock().expect("ledger");
         assert!(ledger.unnamed.is_some());
-        ledger.running.remove(&shell.0);
+        ledger.running.remove(&shell.id);
         ledger.running.insert(9, EgressLog::new(MAX_RECORDS));
         ledger.calls.insert(9, Arc::from("call-9"));
         assert_eq!(ledger.call_of(&BTreeSet::from([9])), None);
