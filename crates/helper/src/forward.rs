@@ -20,8 +20,9 @@
 //! come later: a handshake to its port was under way when the line came (the client's
 //! `connect` may have returned while the listener still waits for its last acknowledgement,
 //! lost or not yet processed on the loopback device, and the connection is queued only once
-//! a retransmission gets through), the network namespace's listen-drop counters moved since
-//! it started (a connection the kernel dropped for a full queue), or either could not be read.
+//! a retransmission gets through), the network namespace's listen-drop or syncookie counters
+//! moved since it started (a connection the kernel dropped for a full queue, or answered with
+//! a cookie and kept no trace of), or either could not be read.
 //! Every connection is connected to the socket before the next one is accepted, so one
 //! accepted before the line is already there. Lines are at most [`MAX_LINE`] bytes; others
 //! are ignored.
@@ -252,7 +253,7 @@ pub async fn serve(
                     let answer = if sure {
                         format!("{FLUSHED} {n}\n")
                     } else {
-                        tracing::warn!(settled, complete, "forward: a connection may be left behind (a handshake not finished, out of descriptors, or the listen-drop counters moved or cannot be read): flush answered unsure");
+                        tracing::warn!(settled, complete, "forward: a connection may be left behind (a handshake not finished, out of descriptors, or the listen-drop or syncookie counters moved or cannot be read): flush answered unsure");
                         format!("{FLUSHED} {n} {UNSURE}\n")
                     };
                     answers.write_all(answer.as_bytes()).await?;
@@ -292,15 +293,16 @@ async fn flush(queue: &std::net::TcpListener, relays: &mut Relays) -> io::Result
 }
 
 /// The network namespace's `TcpExt` `ListenOverflows` and `ListenDrops` counters (connections
-/// the kernel dropped because a listener's queue was full), when `/proc/net/netstat` can be
-/// read.
-fn listen_drops() -> Option<(u64, u64)> {
+/// the kernel dropped because a listener's queue was full) and `SyncookiesSent` (handshakes
+/// answered with a cookie and no waiting request, for a full queue: one whose last
+/// acknowledgement is lost is not seen as under way), when `/proc/net/netstat` can be read.
+fn listen_drops() -> Option<(u64, u64, u64)> {
     let text = std::fs::read_to_string("/proc/net/netstat").ok()?;
     parse_listen_drops(&text)
 }
 
 /// [`listen_drops`] from the text of `/proc/net/netstat` (pairs of lines: names, values).
-fn parse_listen_drops(text: &str) -> Option<(u64, u64)> {
+fn parse_listen_drops(text: &str) -> Option<(u64, u64, u64)> {
     let mut lines = text.lines();
     while let Some(names) = lines.next() {
         let values = lines.next()?;
@@ -320,7 +322,11 @@ fn parse_listen_drops(text: &str) -> Option<(u64, u64)> {
                 .find(|(n, _)| *n == name)
                 .and_then(|(_, v)| v.parse().ok())
         };
-        return Some((get("ListenOverflows")?, get("ListenDrops")?));
+        return Some((
+            get("ListenOverflows")?,
+            get("ListenDrops")?,
+            get("SyncookiesSent")?,
+        ));
     }
     None
 }
@@ -421,12 +427,12 @@ mod tests {
                     TcpExt: 0 3 5 9\n\
                     IpExt: InNoRoutes\n\
                     IpExt: 0\n";
-        assert_eq!(parse_listen_drops(text), Some((3, 5)));
+        assert_eq!(parse_listen_drops(text), Some((3, 5, 0)));
         assert_eq!(parse_listen_drops("IpExt: A\nIpExt: 1\n"), None);
         assert_eq!(
-            parse_listen_drops("TcpExt: ListenDrops\nTcpExt: 1\n"),
+            parse_listen_drops("TcpExt: ListenOverflows ListenDrops\nTcpExt: 1 2\n"),
             None,
-            "both counters are needed"
+            "every counter is needed"
         );
         // Where this test runs, the file is there.
         assert!(listen_drops().is_some());
