@@ -297,8 +297,30 @@ async fn flush(queue: &std::net::TcpListener, relays: &mut Relays) -> io::Result
 /// answered with a cookie and no waiting request, for a full queue: one whose last
 /// acknowledgement is lost is not seen as under way), when `/proc/net/netstat` can be read.
 fn listen_drops() -> Option<(u64, u64, u64)> {
-    let text = std::fs::read_to_string("/proc/net/netstat").ok()?;
-    parse_listen_drops(&text)
+    parse_listen_drops(&read_proc_net("/proc/net/netstat")?)
+}
+
+/// Most bytes of a `/proc/net` file read for a flush: `/proc/net/tcp` has a line (150 bytes)
+/// per socket of the network namespace, and commands choose how many sockets there are.
+const MAX_PROC_NET_BYTES: u64 = 16 << 20;
+
+/// A kernel-written `/proc/net` file (the symlink `/proc/net` is the kernel's own), at most
+/// [`MAX_PROC_NET_BYTES`]: `None` when it cannot be read or is longer, so the flush answers
+/// `unsure` rather than reading without end.
+fn read_proc_net(path: &str) -> Option<String> {
+    read_at_most(Path::new(path), MAX_PROC_NET_BYTES)
+}
+
+/// The text of `path` when it has at most `limit` bytes.
+fn read_at_most(path: &Path, limit: u64) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(limit + 1)
+        .read_to_string(&mut text)
+        .ok()?;
+    (text.len() as u64 <= limit).then_some(text)
 }
 
 /// [`listen_drops`] from the text of `/proc/net/netstat` (pairs of lines: names, values).
@@ -336,8 +358,7 @@ fn parse_listen_drops(text: &str) -> Option<(u64, u64, u64)> {
 /// `SYN_RECV` in `/proc/net/tcp`), while the client may already count it as made (its last
 /// acknowledgement lost, or not yet processed). `None` when the file cannot be read.
 fn handshakes_pending(port: u16) -> Option<bool> {
-    let text = std::fs::read_to_string("/proc/net/tcp").ok()?;
-    parse_handshakes_pending(&text, port)
+    parse_handshakes_pending(&read_proc_net("/proc/net/tcp")?, port)
 }
 
 /// [`handshakes_pending`] from the text of `/proc/net/tcp` (a heading, then one socket a line:
@@ -436,6 +457,16 @@ mod tests {
         );
         // Where this test runs, the file is there.
         assert!(listen_drops().is_some());
+    }
+
+    #[test]
+    fn a_proc_net_file_longer_than_its_bound_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tcp");
+        std::fs::write(&path, "x".repeat(101)).unwrap();
+        assert_eq!(read_at_most(&path, 101).map(|t| t.len()), Some(101));
+        assert_eq!(read_at_most(&path, 100), None);
+        assert!(read_proc_net("/proc/net/tcp").is_some());
     }
 
     #[test]
