@@ -1072,36 +1072,8 @@ mod tests {
 
     /// A connection to `path` made by another process (a child that connects and ends), as
     /// the forwarder's are.
-    #[allow(unsafe_code)]
     fn connect_from_another_process(path: &Path) -> UnixStream {
-        use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
-        use nix::sys::wait::{WaitStatus, waitpid};
-        use nix::unistd::{ForkResult, fork};
-        use std::os::fd::AsRawFd;
-        let fd = socket(
-            AddressFamily::Unix,
-            SockType::Stream,
-            SockFlag::SOCK_CLOEXEC,
-            None,
-        )
-        .expect("socket");
-        let address = UnixAddr::new(path).expect("address");
-        // SAFETY: the child only calls connect(2) and _exit(2), both async-signal-safe, on
-        // values made before the fork.
-        match unsafe { fork() }.expect("fork") {
-            ForkResult::Child => {
-                let status = i32::from(connect(fd.as_raw_fd(), &address).is_err());
-                // SAFETY: ends the child at once, running nothing of the parent's.
-                unsafe { libc::_exit(status) }
-            }
-            ForkResult::Parent { child } => {
-                assert_eq!(
-                    waitpid(child, None).expect("wait"),
-                    WaitStatus::Exited(child, 0),
-                    "the child connects"
-                );
-            }
-        }
+        let (fd, _) = crate::helper_socket::tests::connect_from_an_ended_process(path);
         let stream = std::os::unix::net::UnixStream::from(fd);
         stream.set_nonblocking(true).expect("nonblocking");
         UnixStream::from_std(stream).expect("stream")

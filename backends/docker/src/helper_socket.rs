@@ -267,7 +267,7 @@ fn live_peer(stream: &UnixStream) -> Result<Option<i64>, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
 
@@ -335,7 +335,7 @@ mod tests {
     /// A connection made by a process that has ended, `child`: its end is held by this
     /// process (the way a model's process hands it to one that outlives it).
     #[allow(unsafe_code)]
-    fn connect_from_an_ended_process(path: &Path) -> (std::os::fd::OwnedFd, i64) {
+    pub(crate) fn connect_from_an_ended_process(path: &Path) -> (std::os::fd::OwnedFd, i64) {
         use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
         use nix::sys::wait::{WaitStatus, waitpid};
         use nix::unistd::{ForkResult, fork};
