@@ -600,16 +600,21 @@ mod tests {
         );
     }
 
+    /// The mask of signals process `pid` ignores (`SigIgn` of its status).
+    fn ignored_signals(pid: i32) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("SigIgn:"))
+            .map(|mask| u64::from_str_radix(mask.trim(), 16).unwrap())
+            .unwrap()
+    }
+
     #[test]
     fn the_warden_does_not_stop_for_job_control_signals() {
         let warden = Warden::start().unwrap();
         let pid = warden.pid().unwrap();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let ignored = status
-            .lines()
-            .find_map(|line| line.strip_prefix("SigIgn:"))
-            .map(|mask| u64::from_str_radix(mask.trim(), 16).unwrap())
-            .unwrap();
+        let ignored = ignored_signals(pid);
         for signal in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
             assert_ne!(
                 ignored & (1 << (signal - 1)),
@@ -632,12 +637,7 @@ mod tests {
             "{cmdline:?}"
         );
         // Ignored signals are discarded when sent, so the warden is untouched by these.
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let ignored = status
-            .lines()
-            .find_map(|line| line.strip_prefix("SigIgn:"))
-            .map(|mask| u64::from_str_radix(mask.trim(), 16).unwrap())
-            .unwrap();
+        let ignored = ignored_signals(pid);
         for signal in IGNORED {
             assert_ne!(
                 ignored & (1 << (signal - 1)),
