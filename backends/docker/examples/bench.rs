@@ -16,8 +16,10 @@
 //! call by call (see the comment in `main`). The helper is `CORDON_HELPER`, else `cordon-helper` of the same
 //! build (the profile directory above `examples/`).
 
+mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use support::{helper_binary, stats};
 
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use cordon_backend_docker::{DockerBackend, DockerConfig, FilesHelper, HelperTransport};
@@ -25,32 +27,6 @@ use cordon_ops::{Backend, ExecRequest};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-
-fn stats(name: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
-    println!(
-        "{name:<40} p50 {:>7.2} ms   p90 {:>7.2} ms   mean {:>7.2} ms   (n={})",
-        at(0.5).as_secs_f64() * 1e3,
-        at(0.9).as_secs_f64() * 1e3,
-        mean.as_secs_f64() * 1e3,
-        samples.len()
-    );
-}
-
-/// `CORDON_HELPER`, else this build's `cordon-helper`.
-fn helper_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("CORDON_HELPER") {
-        return PathBuf::from(path);
-    }
-    let exe = std::env::current_exe().expect("current exe");
-    // target/<profile>/examples/bench → target/<profile>/cordon-helper
-    exe.parent()
-        .and_then(Path::parent)
-        .map(|profile| profile.join("cordon-helper"))
-        .expect("target directory")
-}
 
 async fn raw_exec(docker: &bollard::Docker, container: &str) {
     raw_exec_argv(docker, container, vec!["true".to_owned()], false).await

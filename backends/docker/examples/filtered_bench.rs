@@ -12,10 +12,12 @@
 //! alternately, and of a command that makes one allowed connection, in the filtered session.
 //! The helper is `CORDON_HELPER`, else `cordon-helper` of the same build.
 
+mod support;
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::{helper_binary, stats};
 
 use cordon_backend_docker::{DockerBackend, DockerConfig, EgressResolver, FilesHelper};
 use cordon_core::sandbox::NetworkMode;
@@ -24,31 +26,6 @@ use cordon_ops::{Backend, BashOperations, ExecRequest};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-
-fn stats(name: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
-    println!(
-        "{name:<44} p50 {:>7.2} ms   p90 {:>7.2} ms   mean {:>7.2} ms   (n={})",
-        at(0.5).as_secs_f64() * 1e3,
-        at(0.9).as_secs_f64() * 1e3,
-        mean.as_secs_f64() * 1e3,
-        samples.len()
-    );
-}
-
-/// `CORDON_HELPER`, else this build's `cordon-helper`.
-fn helper_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("CORDON_HELPER") {
-        return PathBuf::from(path);
-    }
-    let exe = std::env::current_exe().expect("current exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .map(|profile| profile.join("cordon-helper"))
-        .expect("target directory")
-}
 
 async fn timed(bash: &Arc<dyn BashOperations>, command: &str) -> Duration {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
