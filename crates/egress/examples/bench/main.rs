@@ -10,7 +10,9 @@
 //!   through a `CONNECT` tunnel relayed by `splice(2)` (a TCP client, what `serve_tcp` gets),
 //!   then through one relayed by copying (a client stream of another type), then through a
 //!   reference relay (no proxy, no runtime: a blocking thread per direction splicing through a
-//!   1 MiB pipe, what a relay costs at least on this machine); ROUNDS interleaved
+//!   1 MiB pipe, what a relay in user space costs at least on this machine), then through a
+//!   kernel relay (BPF socket redirection: no process touches the bytes; `kernel_relay.rs`,
+//!   left out with a note on stderr where BPF is not allowed); ROUNDS interleaved
 //!   rounds, median and best wall time and least CPU time (the whole process) of each;
 //! - latency: an origin writes one byte and closes; the client opens a connection and reads to
 //!   the end, directly and through `CONNECT` (and SOCKS5), CONNECTIONS times each, one at a time.
@@ -32,7 +34,8 @@
 //!   policy allowing only the origin's address and port: the command gets `HTTP_PROXY` from
 //!   Cordon and reaches the origin through Cordon's own egress proxy, in the `cordon` process;
 //! - `reference relay`: the client asks the reference relay (above, in the proxy's process)
-//!   as if it were the origin: what a relay costs at least, no proxy protocol at all.
+//!   as if it were the origin: what a relay costs at least, no proxy protocol at all;
+//! - `kernel relay`: the same with the kernel relay (where BPF is allowed).
 //!
 //! `curl-https` fetches `https://` from a TLS origin instead (rustls, a self-signed
 //! certificate made by `openssl` for 127.0.0.2, which curl is told to trust): the TLS stream
@@ -46,6 +49,8 @@
 //! routes, each round starting at the next route. CPU time adds this process (the origin),
 //! the proxy's process, and every process waited for (the clients, `cordon exec` and what it
 //! waited for).
+
+mod kernel_relay;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -341,19 +346,34 @@ async fn serve_proxies(origin: IpAddr, ports: &[u16]) {
     let spliced = proxy(ports, false).await;
     let copying = proxy(ports, true).await;
     let reference = reference_relay(SocketAddr::new(origin, ports[0]));
-    println!("{spliced} {copying} {reference}");
+    let kernel = kernel_relay_or_why(SocketAddr::new(origin, ports[0]))
+        .map_or_else(|| "-".to_owned(), |address| address.to_string());
+    println!("{spliced} {copying} {reference} {kernel}");
     let mut stdin = tokio::io::stdin();
     let mut sink = [0u8; 64];
     while !matches!(stdin.read(&mut sink).await, Ok(0) | Err(_)) {}
 }
 
-/// Starts the proxies in a child process (the reference relay to the first of `ports` on
-/// `origin`); returns it (stdin held open) and the addresses of the splicing and copying
-/// proxies and the reference relay.
-async fn proxies_apart(
-    origin: IpAddr,
-    ports: &[u16],
-) -> (tokio::process::Child, SocketAddr, SocketAddr, SocketAddr) {
+/// The kernel relay to `origin` (see `kernel_relay`), or `None` after saying on stderr why it
+/// cannot run here (it needs BPF): its route is then left out of the results.
+fn kernel_relay_or_why(origin: SocketAddr) -> Option<SocketAddr> {
+    kernel_relay::start(origin)
+        .inspect_err(|error| eprintln!("kernel relay unavailable, its route left out: {error}"))
+        .ok()
+}
+
+/// The addresses of the proxies and relays a process of their own serves.
+struct Apart {
+    child: tokio::process::Child,
+    spliced: SocketAddr,
+    copying: SocketAddr,
+    reference: SocketAddr,
+    kernel: Option<SocketAddr>,
+}
+
+/// Starts the proxies in a child process (the reference and kernel relays to the first of
+/// `ports` on `origin`); returns it (stdin held open) and their addresses.
+async fn proxies_apart(origin: IpAddr, ports: &[u16]) -> Apart {
     use tokio::io::AsyncBufReadExt;
     let mut child = tokio::process::Command::new(std::env::current_exe().expect("own path"))
         .arg("serve-proxies")
@@ -376,10 +396,20 @@ async fn proxies_apart(
     let spliced = addresses.next().expect("the splicing proxy's address");
     let copying = addresses.next().expect("the copying proxy's address");
     let reference = addresses.next().expect("the reference relay's address");
+    let kernel = match line.split_whitespace().nth(3) {
+        Some("-") | None => None,
+        Some(address) => Some(address.parse().expect("the kernel relay's address")),
+    };
     PROXY_PROCESS
         .set(child.id().expect("the child's id"))
         .expect("one proxies' process");
-    (child, spliced, copying, reference)
+    Apart {
+        child,
+        spliced,
+        copying,
+        reference,
+        kernel,
+    }
 }
 
 #[tokio::main]
@@ -423,17 +453,25 @@ async fn main() {
     let bytes = gib << 30;
     let bulk = origin(bytes).await;
     let tiny = origin(1).await;
-    let (_child, proxy_addr, copying, reference) = if apart {
-        let (child, spliced, copying, reference) = proxies_apart(LOOPBACK, &[bulk, tiny]).await;
-        (Some(child), spliced, copying, reference)
+    let (_child, proxy_addr, copying, reference, kernel) = if apart {
+        let apart = proxies_apart(LOOPBACK, &[bulk, tiny]).await;
+        (
+            Some(apart.child),
+            apart.spliced,
+            apart.copying,
+            apart.reference,
+            apart.kernel,
+        )
     } else {
         let spliced = proxy(&[bulk, tiny], false).await;
         let copying = proxy(&[bulk, tiny], true).await;
+        let origin = SocketAddr::new(LOOPBACK, bulk);
         (
             None,
             spliced,
             copying,
-            reference_relay(SocketAddr::new(LOOPBACK, bulk)),
+            reference_relay(origin),
+            kernel_relay_or_why(origin),
         )
     };
     println!(
@@ -447,16 +485,19 @@ async fn main() {
 
     // Rounds interleave the routes so that a change in the machine's load hits all of them;
     // each route reports its median and best wall time and its least CPU time.
-    let routes = [
+    let mut routes = vec![
         ("direct", Route::Direct),
         ("CONNECT, splice", Route::Connect(proxy_addr)),
         ("CONNECT, copying", Route::Connect(copying)),
         ("reference relay", Route::Plain(reference)),
     ];
-    let mut walls: [Vec<Duration>; 4] = Default::default();
-    let mut cpus = [Duration::MAX; 4];
+    if let Some(kernel) = kernel {
+        routes.push(("kernel relay", Route::Plain(kernel)));
+    }
+    let mut walls: Vec<Vec<Duration>> = vec![Vec::new(); routes.len()];
+    let mut cpus = vec![Duration::MAX; routes.len()];
     for _ in 0..rounds {
-        for ((samples, least), (_, route)) in walls.iter_mut().zip(cpus.iter_mut()).zip(routes) {
+        for ((samples, least), &(_, route)) in walls.iter_mut().zip(cpus.iter_mut()).zip(&routes) {
             let (wall, cpu) = transfer(route, bulk, bytes).await;
             samples.push(wall);
             *least = (*least).min(cpu);
@@ -467,7 +508,7 @@ async fn main() {
     }
     let mib = |wall: Duration| bytes as f64 / wall.as_secs_f64() / (1 << 20) as f64;
     let median = |samples: &[Duration]| percentile(samples, 0.5);
-    for ((name, _), (samples, cpu)) in routes.iter().zip(walls.iter().zip(cpus)) {
+    for ((name, _), (samples, cpu)) in routes.iter().zip(walls.iter().zip(cpus.iter())) {
         println!(
             "throughput, {gib} GiB, {name}, {rounds} rounds: median {:.0} MiB/s ({:.2}x direct's \
              median), best {:.0} MiB/s ({:.2}x direct's best), least CPU {:.2} s per GiB",
@@ -879,7 +920,8 @@ async fn real_clients(client: Client, args: &[String]) {
         let url = format!("http://{HTTP_ORIGIN}:{port}/");
         (port, url, Tls { ca: None })
     };
-    let (_child, proxy, _, reference) = proxies_apart(HTTP_ORIGIN, &[port]).await;
+    let apart = proxies_apart(HTTP_ORIGIN, &[port]).await;
+    let (proxy, reference) = (apart.spliced, apart.reference);
     std::fs::write(
         &sandbox.policy,
         format!("version = 1\n[network]\nallow = [\"{HTTP_ORIGIN}/32:{port}\"]\n"),
@@ -896,6 +938,9 @@ async fn real_clients(client: Client, args: &[String]) {
     }
     routes.push(("sandbox", HttpRoute::Sandbox));
     routes.push(("reference relay", HttpRoute::Relay(reference)));
+    if let Some(kernel) = apart.kernel {
+        routes.push(("kernel relay", HttpRoute::Relay(kernel)));
+    }
     println!(
         "{url}, proxy {proxy} in a process of its own, sandbox: {} exec; load average {}",
         sandbox.cordon.display(),
