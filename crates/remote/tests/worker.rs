@@ -362,6 +362,47 @@ echo "escapee:$escapee"
     }
 }
 
+#[test]
+fn an_escapee_caught_in_the_middle_of_exec_is_still_found_by_its_tag() {
+    // While a process runs execve, /proc/PID/environ reads as empty until the new image's
+    // environment is set up, and a read spanning the exec ends early: a tagged escapee caught
+    // then looked untagged, and the command's end could leave it running (seen over SSH: a
+    // `setsid sh -c 'sleep …' &` survived its call). The escapee here exec's itself over and
+    // over, orphaned (as after `setsid … &` once the shell has exited), while the
+    // per-process check and the full scan look for it many times; before the fix, a quarter
+    // of the per-process looks and one scan in eight missed it.
+    for shell in ["dash", "bash"] {
+        let tag = new_tag();
+        let body = format!(
+            r#"tag={tag}; sess=; own=0; out=; watcher=; start=0; ticks=1; main=
+f=/tmp/cordon-reexec-{tag}.sh
+echo 'exec /bin/sh "$0"' >"$f"
+( CORDON_EXEC_ID={tag}; export CORDON_EXEC_ID; /bin/sh "$f" </dev/null >/dev/null 2>&1 & echo $! >&9 ) 9>/tmp/cordon-reexec-{tag}.pid
+read -r escapee </tmp/cordon-reexec-{tag}.pid; rm -f /tmp/cordon-reexec-{tag}.pid
+i=0; while ! tagged "$escapee" && [ $i -lt 12000 ]; do sleep 0.01; i=$((i + 1)); done
+looks=0; missed=0
+while [ $looks -lt 500 ]; do
+    member "$escapee" || missed=$((missed + 1))
+    looks=$((looks + 1))
+done
+scans=0; unscanned=0
+while [ $scans -lt 50 ]; do
+    scan
+    case " $PIDS " in *" $escapee "*) ;; *) unscanned=$((unscanned + 1)) ;; esac
+    scans=$((scans + 1))
+done
+kill -KILL "$escapee"; rm -f "$f"
+echo "missed:$missed/$looks unscanned:$unscanned/$scans"
+"#
+        );
+        let out = helpers(shell, &body);
+        assert!(
+            out.contains("missed:0/500 unscanned:0/50\n"),
+            "{shell}: {out}"
+        );
+    }
+}
+
 /// Send one file request (and what it reads on stdin) and collect its output and records.
 async fn fs_request(
     worker: &mut LocalWorker,

@@ -42,14 +42,31 @@ up_ticks() {
     esac
 }
 
-# Whether process $1 is tagged in its environment.
+# Whether process $1 exists and is not a zombie.
+live() {
+    _st=
+    { read -r _st <"/proc/$1/stat"; } 2>/dev/null || return 1
+    set -- ${_st##*) }
+    [ -n "$1" ] && [ "$1" != Z ]
+}
+
+# Whether process $1 is tagged in its environment. Two things hide the tag of a process in the
+# middle of execve: its environment reads as empty until the new image's is set up, and a read
+# that spans the exec ends early, cut where the old image went away. So the environment is read
+# in one go (`cat`: one read call, where the shell's own `read` takes a byte at a time), and an
+# empty one is read again, every 10 ms and up to 20 times, while the process lives and its
+# environment is readable; one that stays empty (started with `env -i`) is not tagged.
 tagged() {
-    _l=
-    while IFS= read -r _l || [ -n "$_l" ]; do
-        case $_l in *"CORDON_EXEC_ID=$tag"*) return 0 ;; esac
-        _l=
-    done 2>/dev/null <"/proc/$1/environ" || :
-    return 1
+    _tries=0
+    while :; do
+        _env=
+        { _env=$(cat "/proc/$1/environ"); } 2>/dev/null
+        case $_env in *"CORDON_EXEC_ID=$tag"*) return 0 ;; esac
+        [ -n "$_env" ] && return 1
+        [ "$_tries" -lt 20 ] && [ -r "/proc/$1/environ" ] && live "$1" || return 1
+        _tries=$((_tries + 1))
+        sleep 0.01
+    done
 }
 
 # Whether process $1 can write to the command's output ($out): a descriptor on the same pipe
@@ -77,6 +94,8 @@ member() {
     _m=$1
     set -- ${_line##*) }
     [ "$1" = Z ] && return 1
+    # A kernel thread (PF_KTHREAD in the flags) is nobody's command.
+    [ $((${7:-0} & 2097152)) = 0 ] || return 1
     [ "$_m" = "$main" ] && return 0
     if [ -n "$sess" ] && { [ "$3" = "$sess" ] || [ "$4" = "$sess" ]; }; then
         [ "$own" = 1 ] && [ "$2" = "$$" ] && return 1
@@ -136,7 +155,8 @@ scan() {
         elif [ -n "$sess" ] && { [ "$3" = "$sess" ] || [ "$4" = "$sess" ]; }; then
             [ "$own" = 1 ] && [ "$2" = "$$" ] && continue
             PIDS="$PIDS $_p"
-        elif [ "$2" != "$$" ] && [ "${20}" -ge "${start:-0}" ] && { [ "$PPID" != 0 ] || [ "$2" = 1 ]; }; then
+        elif [ "$2" != "$$" ] && [ "${20}" -ge "${start:-0}" ] && { [ "$PPID" != 0 ] || [ "$2" = 1 ]; } &&
+            [ $((${7:-0} & 2097152)) = 0 ]; then
             _cand="$_cand $_p"
             _ncand=$((_ncand + 1))
         fi
@@ -150,15 +170,33 @@ scan() {
     else
         _files=
         for _p in $_cand; do _files="$_files $_p/environ"; done
-        _hits=$(cd /proc && grep -l -z -x -F "CORDON_EXEC_ID=$tag" $_files 2>/dev/null)
+        # One read of each environment, reduced to a line "T:PID/environ" for a tagged one and
+        # "N:PID/environ" for one that is not; none for one that read as empty (see `tagged`:
+        # in the middle of execve, gone, or started without an environment), which is then
+        # looked at again by `tagged`. grep prints only the tag or a record's first letter,
+        # never a value, so no line can be forged by what a process puts in its environment.
+        # The letter is never C: a grep may print the shorter of two matches (busybox's does),
+        # and the tag's record must print as the tag; an environment of C… records only is
+        # left to `tagged`.
+        _hits=$(cd /proc && grep -o -H -z -E -e "^CORDON_EXEC_ID=$tag\$" -e '^[A-BD-Za-z_]' $_files 2>/dev/null |
+            tr '\0' '\n' |
+            awk -F: -v t="CORDON_EXEC_ID=$tag" '
+                $2 == t { s[$1] = "T"; next }
+                !($1 in s) { s[$1] = "N" }
+                END { for (f in s) print s[f] ":" f }')
         for _p in $_cand; do
             case "
 $_hits
 " in
                 *"
-$_p/environ
+T:$_p/environ
 "*) PIDS="$PIDS $_p" ;;
-                *) _rest="$_rest $_p" ;;
+                *"
+N:$_p/environ
+"*) _rest="$_rest $_p" ;;
+                *)
+                    if tagged "$_p"; then PIDS="$PIDS $_p"; else _rest="$_rest $_p"; fi
+                    ;;
             esac
         done
     fi
