@@ -403,6 +403,32 @@ echo "missed:$missed/$looks unscanned:$unscanned/$scans"
     }
 }
 
+#[test]
+fn only_an_exact_tag_record_marks_a_process() {
+    // The tag must be a record of its own: a value holding it, a longer name, or a record
+    // merely starting with it is not the command's mark (the per-process check once joined
+    // the records and matched a substring, the scan matched whole records).
+    for shell in ["dash", "bash"] {
+        let tag = new_tag();
+        let body = format!(
+            r#"tag={tag}; sess=; own=0; out=; watcher=; start=0; ticks=1; main=
+spawn() {{ ( "$@" </dev/null >/dev/null 2>&1 & echo $! >&9 ) 9>/tmp/cordon-exact-{tag}.pid; read -r P </tmp/cordon-exact-{tag}.pid; rm -f /tmp/cordon-exact-{tag}.pid; }}
+spawn env -i "Y=CORDON_EXEC_ID={tag}" sleep 311; value=$P
+spawn env -i "CORDON_EXEC_ID={tag}x" sleep 312; longer=$P
+spawn env -i "A=1" "CORDON_EXEC_ID={tag}" sleep 313; exact=$P
+for p in $value $longer $exact; do
+    i=0; while [ "$(cat /proc/$p/comm 2>/dev/null)" != sleep ] && [ $i -lt 12000 ]; do sleep 0.01; i=$((i + 1)); done
+done
+for p in $value $longer $exact; do tagged $p && printf 'T' || printf '-'; done; echo
+scan; for p in $value $longer $exact; do case " $PIDS " in *" $p "*) printf 'T' ;; *) printf '-' ;; esac; done; echo
+kill -KILL $value $longer $exact
+"#
+        );
+        let out = helpers(shell, &body);
+        assert_eq!(out, "--T\n--T\n", "{shell}");
+    }
+}
+
 /// Send one file request (and what it reads on stdin) and collect its output and records.
 async fn fs_request(
     worker: &mut LocalWorker,

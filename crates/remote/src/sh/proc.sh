@@ -50,20 +50,25 @@ live() {
     [ -n "$1" ] && [ "$1" != Z ]
 }
 
-# Whether process $1 is tagged in its environment. Two things hide the tag of a process in the
-# middle of execve: its environment reads as empty until the new image's is set up, and a read
-# that spans the exec ends early, cut where the old image went away. So the environment is read
-# in one go (`cat`: one read call, where the shell's own `read` takes a byte at a time), and an
-# empty one is read again, every 10 ms and up to 20 times, while the process lives and its
-# environment is readable; one that stays empty (started with `env -i`) is not tagged.
+# A byte no environment record holds: records are compared between two of them.
+_soh=$(printf '\001')
+
+# Whether process $1 is tagged in its environment: a record exactly `CORDON_EXEC_ID=<tag>`. Two
+# things hide the tag of a process in the middle of execve: its environment reads as empty until
+# the new image's is set up, and a read that spans the exec is cut short where the old image went
+# away. So the environment is read in a single read call (`dd`, 16 MiB: the kernel reads it whole
+# in one call; the shell's own `read` takes a byte at a time, `cat` 64 or 128 KiB), and an empty
+# one is read again, every 10 ms and up to 20 times, while the process lives and its environment
+# can be opened; one that stays empty (started with `env -i`) is not tagged.
 tagged() {
+    { true <"/proc/$1/environ"; } 2>/dev/null || return 1
     _tries=0
     while :; do
-        _env=
-        { _env=$(cat "/proc/$1/environ"); } 2>/dev/null
-        case $_env in *"CORDON_EXEC_ID=$tag"*) return 0 ;; esac
+        _env=$(dd if="/proc/$1/environ" bs=16M count=1 2>/dev/null | tr '\0' '\1')
+        case "$_soh$_env" in *"${_soh}CORDON_EXEC_ID=$tag${_soh}"*) return 0 ;; esac
+        # Any bytes, NULs too (setproctitle pads with them), mean it was read.
         [ -n "$_env" ] && return 1
-        [ "$_tries" -lt 20 ] && [ -r "/proc/$1/environ" ] && live "$1" || return 1
+        [ "$_tries" -lt 20 ] && live "$1" || return 1
         _tries=$((_tries + 1))
         sleep 0.01
     done
@@ -141,6 +146,7 @@ quick() {
 scan() {
     PIDS=
     _cand=
+    _whole=
     _ncand=0
     for _d in /proc/[0-9]*; do
         _p=${_d#/proc/}
@@ -159,6 +165,13 @@ scan() {
             [ $((${7:-0} & 2097152)) = 0 ]; then
             _cand="$_cand $_p"
             _ncand=$((_ncand + 1))
+            # An environment grep might not read in one call (over 64 KiB), or one not set up
+            # (env_end 0: in the middle of execve, or not ours to see), goes to `tagged`.
+            case ${49:-} in
+                '') ;;
+                0) _whole="$_whole $_p " ;;
+                *) [ $((${49} - ${48:-0})) -le 65536 ] || _whole="$_whole $_p " ;;
+            esac
         fi
     done
     [ "$_ncand" = 0 ] && return 0
@@ -169,16 +182,19 @@ scan() {
         done
     else
         _files=
-        for _p in $_cand; do _files="$_files $_p/environ"; done
+        for _p in $_cand; do
+            case $_whole in *" $_p "*) ;; *) _files="$_files $_p/environ" ;; esac
+        done
         # One read of each environment, reduced to a line "T:PID/environ" for a tagged one and
         # "N:PID/environ" for one that is not; none for one that read as empty (see `tagged`:
         # in the middle of execve, gone, or started without an environment), which is then
-        # looked at again by `tagged`. grep prints only the tag or a record's first letter,
+        # looked at again by `tagged`, as is one grep does not read (`_whole`). grep prints only the tag or a record's first letter,
         # never a value, so no line can be forged by what a process puts in its environment.
         # The letter is never C: a grep may print the shorter of two matches (busybox's does),
         # and the tag's record must print as the tag; an environment of C… records only is
         # left to `tagged`.
-        _hits=$(cd /proc && grep -o -H -z -E -e "^CORDON_EXEC_ID=$tag\$" -e '^[A-BD-Za-z_]' $_files 2>/dev/null |
+        _hits=
+        [ -z "$_files" ] || _hits=$(cd /proc && grep -o -H -z -E -e "^CORDON_EXEC_ID=$tag\$" -e '^[A-BD-Za-z_]' $_files 2>/dev/null |
             tr '\0' '\n' |
             awk -F: -v t="CORDON_EXEC_ID=$tag" '
                 $2 == t { s[$1] = "T"; next }
