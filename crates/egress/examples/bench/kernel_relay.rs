@@ -34,27 +34,27 @@ const TCPI_BYTES_ACKED: usize = 120;
 const TCPI_BYTES_RECEIVED: usize = 128;
 const TCP_INFO_SIZE: usize = 232;
 
-/// `bpf(2)` with an attribute block of 128 bytes, zero where not set.
-fn bpf(command: libc::c_long, attr: &[u64; 16]) -> io::Result<OwnedFd> {
+/// `bpf(2)` with an attribute block of 128 bytes, zero where not set; its non-negative result.
+fn bpf_call(command: libc::c_long, attr: &[u64; 16]) -> io::Result<libc::c_long> {
     // SAFETY: `attr` is a live, initialised block of the size passed; pointers in it point at
     // memory that outlives the call.
-    let fd = unsafe { libc::syscall(libc::SYS_bpf, command, attr.as_ptr(), 128usize) };
-    if fd < 0 {
+    let result = unsafe { libc::syscall(libc::SYS_bpf, command, attr.as_ptr(), 128usize) };
+    if result < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: creating commands return a new descriptor this process owns; the others return 0,
-    // which is never wrapped (see `bpf_unit`).
+    Ok(result)
+}
+
+/// `bpf(2)` for a command that creates something: the new descriptor.
+fn bpf(command: libc::c_long, attr: &[u64; 16]) -> io::Result<OwnedFd> {
+    let fd = bpf_call(command, attr)?;
+    // SAFETY: creating commands return a new descriptor this process owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// `bpf(2)` for a command that returns no descriptor.
 fn bpf_unit(command: libc::c_long, attr: &[u64; 16]) -> io::Result<()> {
-    // SAFETY: as in `bpf`.
-    let result = unsafe { libc::syscall(libc::SYS_bpf, command, attr.as_ptr(), 128usize) };
-    if result < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    bpf_call(command, attr).map(drop)
 }
 
 /// One BPF instruction: opcode, destination and source registers, offset, immediate.

@@ -362,9 +362,10 @@ fn kernel_relay_or_why(origin: SocketAddr) -> Option<SocketAddr> {
         .ok()
 }
 
-/// The addresses of the proxies and relays a process of their own serves.
-struct Apart {
-    child: tokio::process::Child,
+/// The proxies and relays, and the process of their own serving them (`None`: this one).
+struct Proxies {
+    /// Held: the process is killed when this is dropped.
+    _child: Option<tokio::process::Child>,
     spliced: SocketAddr,
     copying: SocketAddr,
     reference: SocketAddr,
@@ -373,7 +374,7 @@ struct Apart {
 
 /// Starts the proxies in a child process (the reference and kernel relays to the first of
 /// `ports` on `origin`); returns it (stdin held open) and their addresses.
-async fn proxies_apart(origin: IpAddr, ports: &[u16]) -> Apart {
+async fn proxies_apart(origin: IpAddr, ports: &[u16]) -> Proxies {
     use tokio::io::AsyncBufReadExt;
     let mut child = tokio::process::Command::new(std::env::current_exe().expect("own path"))
         .arg("serve-proxies")
@@ -390,21 +391,24 @@ async fn proxies_apart(origin: IpAddr, ports: &[u16]) -> Apart {
         .read_line(&mut line)
         .await
         .expect("read the proxies' addresses");
+    // Each address, or `-` for a relay that could not start there.
     let mut addresses = line
         .split_whitespace()
-        .map(|a| a.parse().expect("an address"));
-    let spliced = addresses.next().expect("the splicing proxy's address");
-    let copying = addresses.next().expect("the copying proxy's address");
-    let reference = addresses.next().expect("the reference relay's address");
-    let kernel = match line.split_whitespace().nth(3) {
-        Some("-") | None => None,
-        Some(address) => Some(address.parse().expect("the kernel relay's address")),
+        .map(|a| (a != "-").then(|| a.parse().expect("an address")));
+    let mut next = |what: &str| {
+        addresses
+            .next()
+            .unwrap_or_else(|| panic!("{what}'s address"))
     };
+    let spliced = next("the splicing proxy").expect("the splicing proxy's address");
+    let copying = next("the copying proxy").expect("the copying proxy's address");
+    let reference = next("the reference relay").expect("the reference relay's address");
+    let kernel = next("the kernel relay");
     PROXY_PROCESS
         .set(child.id().expect("the child's id"))
         .expect("one proxies' process");
-    Apart {
-        child,
+    Proxies {
+        _child: Some(child),
         spliced,
         copying,
         reference,
@@ -453,26 +457,17 @@ async fn main() {
     let bytes = gib << 30;
     let bulk = origin(bytes).await;
     let tiny = origin(1).await;
-    let (_child, proxy_addr, copying, reference, kernel) = if apart {
-        let apart = proxies_apart(LOOPBACK, &[bulk, tiny]).await;
-        (
-            Some(apart.child),
-            apart.spliced,
-            apart.copying,
-            apart.reference,
-            apart.kernel,
-        )
+    let proxies = if apart {
+        proxies_apart(LOOPBACK, &[bulk, tiny]).await
     } else {
-        let spliced = proxy(&[bulk, tiny], false).await;
-        let copying = proxy(&[bulk, tiny], true).await;
         let origin = SocketAddr::new(LOOPBACK, bulk);
-        (
-            None,
-            spliced,
-            copying,
-            reference_relay(origin),
-            kernel_relay_or_why(origin),
-        )
+        Proxies {
+            _child: None,
+            spliced: proxy(&[bulk, tiny], false).await,
+            copying: proxy(&[bulk, tiny], true).await,
+            reference: reference_relay(origin),
+            kernel: kernel_relay_or_why(origin),
+        }
     };
     println!(
         "proxies {}",
@@ -487,11 +482,11 @@ async fn main() {
     // each route reports its median and best wall time and its least CPU time.
     let mut routes = vec![
         ("direct", Route::Direct),
-        ("CONNECT, splice", Route::Connect(proxy_addr)),
-        ("CONNECT, copying", Route::Connect(copying)),
-        ("reference relay", Route::Plain(reference)),
+        ("CONNECT, splice", Route::Connect(proxies.spliced)),
+        ("CONNECT, copying", Route::Connect(proxies.copying)),
+        ("reference relay", Route::Plain(proxies.reference)),
     ];
-    if let Some(kernel) = kernel {
+    if let Some(kernel) = proxies.kernel {
         routes.push(("kernel relay", Route::Plain(kernel)));
     }
     let mut walls: Vec<Vec<Duration>> = vec![Vec::new(); routes.len()];
@@ -519,7 +514,7 @@ async fn main() {
             cpu.as_secs_f64() / gib.max(1) as f64,
         );
     }
-    let proxy = proxy_addr;
+    let proxy = proxies.spliced;
 
     // warm up both paths before timing connections
     latencies(Route::Direct, tiny, 50).await;
