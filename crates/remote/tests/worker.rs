@@ -382,6 +382,8 @@ read -r escapee </tmp/cordon-reexec-{tag}.pid; rm -f /tmp/cordon-reexec-{tag}.pi
 i=0; while ! tagged "$escapee" && [ $i -lt 12000 ]; do sleep 0.01; i=$((i + 1)); done
 looks=0; missed=0
 while [ $looks -lt 500 ]; do
+    # Each look is a check of its own, with its own bound on re-reads (`quick` resets it).
+    _retries=0
     member "$escapee" || missed=$((missed + 1))
     looks=$((looks + 1))
 done
@@ -426,6 +428,46 @@ kill -KILL $value $longer $exact
         );
         let out = helpers(shell, &body);
         assert_eq!(out, "--T\n--T\n", "{shell}");
+    }
+}
+
+#[test]
+fn processes_without_an_environment_cannot_stretch_a_scan() {
+    // An empty environment is read again (an escapee in the middle of exec shows one), but the
+    // re-reads share one bound per check: a command leaving many `env -i` processes behind
+    // must not make every scan wait 200 ms for each of them. `sleep` is counted by a function
+    // of the same name, which the helpers call instead of the program.
+    for shell in ["dash", "bash"] {
+        let tag = new_tag();
+        let body = format!(
+            r#"tag={tag}; sess=; own=0; out=; watcher=; start=0; ticks=1; main=
+slept=0
+sleep() {{ slept=$((slept + 1)); command sleep "$@"; }}
+pids=
+i=0
+while [ $i -lt 10 ]; do
+    ( env -i sleep 314 </dev/null >/dev/null 2>&1 & echo $! >&9 ) 9>/tmp/cordon-empty-{tag}.pid
+    read -r p </tmp/cordon-empty-{tag}.pid; pids="$pids $p"; i=$((i + 1))
+done
+rm -f /tmp/cordon-empty-{tag}.pid
+for p in $pids; do
+    i=0; while [ "$(cat /proc/$p/comm 2>/dev/null)" != sleep ] && [ $i -lt 12000 ]; do command sleep 0.01; i=$((i + 1)); done
+done
+slept=0
+scan
+echo "slept:$slept"
+case " $PIDS " in *" ${{pids# }} "*) echo found ;; esac
+kill -KILL $pids
+"#
+        );
+        let out = helpers(shell, &body);
+        let slept: u32 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("slept:"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{shell}: {out}"));
+        assert!(slept <= 20, "{shell}: {slept} re-reads in one scan: {out}");
+        assert!(!out.contains("found"), "{shell}: {out}");
     }
 }
 

@@ -58,18 +58,20 @@ _soh=$(printf '\001')
 # the new image's is set up, and a read that spans the exec is cut short where the old image went
 # away. So the environment is read in a single read call (`dd`, 16 MiB: the kernel reads it whole
 # in one call; the shell's own `read` takes a byte at a time, `cat` 64 or 128 KiB), and an empty
-# one is read again, every 10 ms and up to 20 times, while the process lives and its environment
-# can be opened; one that stays empty (started with `env -i`) is not tagged.
+# one is read again, every 10 ms, while the process lives and its environment can be opened; one
+# that stays empty (started with `env -i`) is not tagged. The re-reads are counted in _retries
+# and share one bound of 20 per check (`quick`, `scan` reset it): processes started with an
+# empty environment cannot stretch a check by 200 ms each.
+_retries=0
 tagged() {
     { true <"/proc/$1/environ"; } 2>/dev/null || return 1
-    _tries=0
     while :; do
         _env=$(dd if="/proc/$1/environ" bs=16M count=1 2>/dev/null | tr '\0' '\1')
         case "$_soh$_env" in *"${_soh}CORDON_EXEC_ID=$tag${_soh}"*) return 0 ;; esac
         # Any bytes, NULs too (setproctitle pads with them), mean it was read.
         [ -n "$_env" ] && return 1
-        [ "$_tries" -lt 20 ] && live "$1" || return 1
-        _tries=$((_tries + 1))
+        [ "$_retries" -lt 20 ] && live "$1" || return 1
+        _retries=$((_retries + 1))
         sleep 0.01
     done
 }
@@ -119,6 +121,7 @@ member() {
 # returns 1 when the full scan is needed instead.
 quick() {
     PIDS=
+    _retries=0
     [ -n "$main" ] && [ -n "$window" ] && [ -n "$t0" ] || return 1
     _last=
     { read -r _x _x _x _x _last _x </proc/loadavg; } 2>/dev/null || return 1
@@ -145,6 +148,7 @@ quick() {
 # found once that parent is killed. A few are read with shell builtins, more with one grep.
 scan() {
     PIDS=
+    _retries=0
     _cand=
     _whole=
     _ncand=0
